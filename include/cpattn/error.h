@@ -1,0 +1,78 @@
+// cpattn::Error, the one exception type of the public API, and the always-on check macros that
+// build its messages ("what: expected X, got Y").
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace cpattn {
+
+/// Why a cpattn call failed. The CLI maps each code to a distinct non-zero exit status.
+enum class ErrorCode {
+  kInvalidArgument = 1,   ///< a precondition on a value (range, NaN, flag combination)
+  kShapeMismatch = 2,     ///< a tensor's shape, stride or a span's length is not what was required
+  kStateMismatch = 3,     ///< a ForwardResult does not belong to this backward call
+  kRecomputeDiverged = 4, ///< a recomputed forward differs from the recorded one
+  kTimeout = 5,           ///< a communication wait passed its deadline
+  kPeerFailed = 6,        ///< another rank of the group failed
+  kCommunication = 7,     ///< a transport error (MPI error code, truncated message, ...)
+  kIo = 8,                ///< a file could not be read or written
+  kInternal = 9,          ///< a bug in cpattn: please report it
+};
+
+/// Short stable name of a code, e.g. "invalid_argument".
+const char* error_code_name(ErrorCode code) noexcept;
+
+/// The exception thrown by every public cpattn function. what() is one line, starting with the
+/// message given at the throw site (no file/line noise for users; code() tells the category).
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+namespace detail {
+/// Concatenates any streamable values into one string.
+template <typename... Args>
+std::string str_cat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+}  // namespace detail
+
+}  // namespace cpattn
+
+/// Always-on contract check: throws cpattn::Error(code, str_cat(msg...)) when cond is false.
+#define CPATTN_CHECK(cond, code, ...)                                       \
+  do {                                                                      \
+    if (!(cond)) [[unlikely]] {                                             \
+      throw ::cpattn::Error((code), ::cpattn::detail::str_cat(__VA_ARGS__)); \
+    }                                                                       \
+  } while (0)
+
+/// Throws kInvalidArgument/kShapeMismatch naming what was expected and what came:
+/// "<what>: expected <expected>, got <actual>".
+#define CPATTN_CHECK_EQ(actual, expected, code, what)                                       \
+  do {                                                                                      \
+    const auto& cpattn_a_ = (actual);                                                       \
+    const auto& cpattn_e_ = (expected);                                                     \
+    if (!(cpattn_a_ == cpattn_e_)) [[unlikely]] {                                           \
+      throw ::cpattn::Error((code), ::cpattn::detail::str_cat(what, ": expected ", cpattn_e_, \
+                                                              ", got ", cpattn_a_));        \
+    }                                                                                       \
+  } while (0)
+
+/// Debug-only check for hot loops (compiled out with NDEBUG).
+#ifdef NDEBUG
+#define CPATTN_DCHECK(cond) \
+  do {                      \
+  } while (0)
+#else
+#define CPATTN_DCHECK(cond) \
+  CPATTN_CHECK(cond, ::cpattn::ErrorCode::kInternal, "internal check failed: " #cond)
+#endif

@@ -1,0 +1,103 @@
+// Single-rank flash attention on CPU (forward and backward), the building block every ring step
+// runs. Contract: DESIGN.md sections 1 and 3.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "cpattn/rng.h"
+#include "cpattn/tensor.h"
+
+namespace cpattn {
+
+/// What attention computes, independent of how the sequence is split (DESIGN.md section 1).
+struct AttentionParams {
+  /// Multiplies <q, k>. Default (nullopt): 1 / sqrt(Dqk). Must be finite.
+  std::optional<float> softmax_scale;
+  /// Key j is visible to query i only if k_pos[j] <= q_pos[i].
+  bool causal = false;
+  /// Sliding window on global positions: q_pos - window_left <= k_pos <= q_pos + window_right.
+  /// -1 = unbounded on that side; 0 is allowed (only the same position). Combines with causal.
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  /// Probability of dropping an attention probability, in [0, 1). Kept values are scaled by
+  /// 1 / (1 - dropout_p). The mask follows the contract of rng.h.
+  float dropout_p = 0.0f;
+};
+
+/// The operands of one kernel call. All views are [B, S, H, D] with strides in elements.
+/// - q: [B, Sq, Hq, Dqk]; k: [B, Sk, Hkv, Dqk]; v: [B, Sk, Hkv, Dv]; Hq % Hkv == 0 (GQA/MQA:
+///   query head h reads kv head h / (Hq / Hkv)).
+/// - q_pos[Sq], k_pos[Sk]: int64 global token positions (>= 0, any order). Masks and dropout
+///   depend on these only, so a sharded sequence gives exactly the unsharded answer.
+/// - q_doc[Sq], k_doc[Sk]: optional document ids (packed sequences); empty spans = one document.
+///   Both or neither must be given.
+struct AttentionInputs {
+  ConstView q, k, v;
+  std::span<const int64_t> q_pos, k_pos;
+  std::span<const int64_t> q_doc, k_doc;
+};
+
+/// Execution knobs that never change the math.
+struct KernelOptions {
+  /// Worker threads for this call (>= 1). Ranks that run as threads pass 1. Results are bitwise
+  /// identical for a given num_threads; they may differ in the last bits across thread counts
+  /// only in backward (different dq reduction split).
+  int num_threads = 1;
+};
+
+/// Forward: writes out [B, Sq, Hq, Dv] (any strides) and lse fp32 [B, Hq, Sq] (contiguous,
+/// natural log). Computes, for each (b, h, i):
+///   s_ij = scale * <q_i, k_j>,  lse_i = log sum_{visible j} exp(s_ij),
+///   out_i = sum_{visible j} keep_ij / (1 - p) * exp(s_ij - lse_i) * v_j.
+/// A row with no visible key gets out_i = 0, lse_i = -inf. Online softmax with fp32
+/// accumulation (FlashAttention-2, Dao 2023, Alg. 1); never materialises an Sq x Sk matrix.
+/// Throws Error(kShapeMismatch | kInvalidArgument) naming expected vs got for any bad shape,
+/// stride, span length, position, or parameter.
+void attention_kernel_forward(const AttentionInputs& in, const AttentionParams& params,
+                              RngState rng, View out, std::span<float> lse,
+                              const KernelOptions& options = {});
+
+/// Extra inputs and modes of the backward kernel.
+struct BackwardOptions : KernelOptions {
+  /// When true, dq/dk/dv are incremented (+=) instead of overwritten; the ring uses this to sum
+  /// contributions of several k/v blocks in a fixed order.
+  bool accumulate = false;
+  /// Optional precomputed D_i = <dout_i, out_i>, fp32 [B, Hq, Sq]. When empty, the kernel
+  /// computes it from dout and out.
+  std::span<const float> delta;
+};
+
+/// Backward (FlashAttention-2, Dao 2023, Alg. 2): given dout [B, Sq, Hq, Dv], the forward's out
+/// and lse (of the whole visible key set, so a ring passes the merged ones), and the same
+/// RngState, computes with P_ij = exp(s_ij - lse_i), Z_ij = keep_ij / (1 - p), D_i = <dout_i, out_i>:
+///   dv_j = sum_i Z_ij P_ij dout_i
+///   dP_ij = Z_ij <dout_i, v_j>,  dS_ij = P_ij (dP_ij - D_i)
+///   dq_i = scale * sum_j dS_ij k_j,  dk_j = scale * sum_i dS_ij q_i
+/// dk/dv are summed over the GQA group. Shapes: dq like q, dk like k, dv like v (any strides).
+/// Rows with lse = -inf contribute nothing. Throws like the forward.
+void attention_kernel_backward(const AttentionInputs& in, const AttentionParams& params,
+                               RngState rng, ConstView dout, ConstView out,
+                               std::span<const float> lse, View dq, View dk, View dv,
+                               const BackwardOptions& options = {});
+
+/// Convenience results for callers that want owned, BSHD-contiguous tensors.
+struct KernelForwardResult {
+  Tensor out;  ///< [B, Sq, Hq, Dv]
+  Tensor lse;  ///< [B, Hq, Sq]
+};
+struct KernelGradients {
+  Tensor dq;  ///< [B, Sq, Hq, Dqk]
+  Tensor dk;  ///< [B, Sk, Hkv, Dqk]
+  Tensor dv;  ///< [B, Sk, Hkv, Dv]
+};
+KernelForwardResult attention_kernel_forward(const AttentionInputs& in,
+                                             const AttentionParams& params, RngState rng,
+                                             const KernelOptions& options = {});
+KernelGradients attention_kernel_backward(const AttentionInputs& in, const AttentionParams& params,
+                                          RngState rng, ConstView dout, ConstView out,
+                                          std::span<const float> lse,
+                                          const KernelOptions& options = {});
+
+}  // namespace cpattn

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages cpattn builds with, only those missing (idempotent). Needs root
+# (or sudo) only when something is missing.
+set -euo pipefail
+packages=(cmake ninja-build g++ pkg-config googletest libgtest-dev libbenchmark-dev
+          libopenblas-dev libcli11-dev nlohmann-json3-dev librapidcheck-dev
+          libopenmpi-dev openmpi-bin gnuplot-nox)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"
+fi

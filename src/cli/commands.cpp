@@ -1,0 +1,8 @@
+// The list of subcommands, in the order `cpattn --help` shows them.
+#include "cli/commands.h"
+
+namespace cpattn::cli {
+
+std::vector<Command> all_commands() { return {verify_command()}; }
+
+}  // namespace cpattn::cli

@@ -1,0 +1,25 @@
+// The CLI's subcommands. Each one registers its options on a CLI::App and returns the function
+// that runs it (returning the process exit status).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace cpattn::cli {
+
+struct Command {
+  std::string name;
+  /// Adds the subcommand `name` to app; the returned function runs it after parsing.
+  std::function<std::function<int()>(CLI::App& app)> add;
+  std::function<int()> add_to(CLI::App& app) const { return add(app); }
+};
+
+/// `cpattn verify`: kernel (and, with --cp, ring) against the double reference.
+Command verify_command();
+
+/// Every subcommand, in help order.
+std::vector<Command> all_commands();
+
+}  // namespace cpattn::cli

@@ -1,0 +1,57 @@
+// Parses the known-answer vectors shared by the team.
+#include "support/vectors.h"
+
+#include <fstream>
+
+namespace cpattn::testing {
+
+nlohmann::json load_vectors_json() {
+  std::ifstream in(CPATTN_TEST_DATA_DIR "/cpattn_vectors.json");
+  if (!in) throw std::runtime_error("cannot open " CPATTN_TEST_DATA_DIR "/cpattn_vectors.json");
+  return nlohmann::json::parse(in);
+}
+
+namespace {
+std::vector<double> doubles_or_neg_inf(const nlohmann::json& a) {
+  std::vector<double> out;
+  out.reserve(a.size());
+  for (const auto& x : a) {
+    out.push_back(x.is_null() ? -std::numeric_limits<double>::infinity() : x.get<double>());
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<GoldenCase> load_golden_cases() {
+  std::vector<GoldenCase> cases;
+  for (const auto& c : load_vectors_json()["attention_cases"]) {
+    GoldenCase g;
+    g.name = c["name"].get<std::string>();
+    g.B = c["B"];
+    g.Sq = c["Sq"];
+    g.Sk = c["Sk"];
+    g.Hq = c["Hq"];
+    g.Hkv = c["Hkv"];
+    g.Dqk = c["Dqk"];
+    g.Dv = c["Dv"];
+    g.params.softmax_scale = c["softmax_scale"].get<float>();
+    g.params.causal = c["causal"];
+    g.params.window_left = c["window_left"];
+    g.params.window_right = c["window_right"];
+    g.params.dropout_p = c["dropout_p"].get<float>();
+    g.rng = {c["seed"].get<uint64_t>(), c["offset"].get<uint64_t>()};
+    g.q_pos = c["q_pos"].get<std::vector<int64_t>>();
+    g.k_pos = c["k_pos"].get<std::vector<int64_t>>();
+    if (!c["q_doc"].is_null()) g.q_doc = c["q_doc"].get<std::vector<int64_t>>();
+    if (!c["k_doc"].is_null()) g.k_doc = c["k_doc"].get<std::vector<int64_t>>();
+    for (auto [field, key] : {std::pair{&g.q, "q"}, {&g.k, "k"}, {&g.v, "v"}, {&g.dout, "dout"},
+                              {&g.out, "out"}, {&g.lse, "lse"}, {&g.dq, "dq"}, {&g.dk, "dk"},
+                              {&g.dv, "dv"}}) {
+      *field = doubles_or_neg_inf(c[key]);
+    }
+    cases.push_back(std::move(g));
+  }
+  return cases;
+}
+
+}  // namespace cpattn::testing

@@ -1,0 +1,31 @@
+// Loader for tests/data/cpattn_vectors.json (format: ../shared/vectors/README.md).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cpattn/kernel.h"
+
+namespace cpattn::testing {
+
+/// The whole vectors file (parsed once per call; the file is ~0.5 MB).
+nlohmann::json load_vectors_json();
+
+/// One float64 golden attention case. Tensors are flat row-major BSHD; lse is [B, Hq, Sq] with
+/// -inf for rows that see no key.
+struct GoldenCase {
+  std::string name;
+  int64_t B, Sq, Sk, Hq, Hkv, Dqk, Dv;
+  AttentionParams params;
+  RngState rng;
+  std::vector<int64_t> q_pos, k_pos, q_doc, k_doc;  // docs empty when null
+  std::vector<double> q, k, v, dout, out, lse, dq, dk, dv;
+};
+std::vector<GoldenCase> load_golden_cases();
+
+}  // namespace cpattn::testing
