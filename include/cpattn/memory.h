@@ -13,6 +13,7 @@ struct MemoryStats {
   int64_t live_bytes = 0;            ///< bytes currently allocated through cpattn
   int64_t peak_bytes = 0;            ///< high-water mark of live_bytes since the last reset
   int64_t live_forward_results = 0;  ///< ForwardResult objects currently alive
+  int64_t peak_forward_results = 0;  ///< high-water mark of live_forward_results since reset
 };
 
 /// A thread-safe allocation counter. The process has one (process_memory()); an in-process rank
@@ -29,7 +30,7 @@ class MemoryCounter {
   /// Records a ForwardResult created (+1) or destroyed (-1).
   void add_forward_results(int64_t count) noexcept;
   MemoryStats stats() const noexcept;
-  /// Sets peak_bytes to the current live_bytes (for measuring one phase).
+  /// Sets the peaks to the current live values (for measuring one phase).
   void reset_peak() noexcept;
 
  private:
@@ -37,6 +38,7 @@ class MemoryCounter {
   std::atomic<int64_t> live_bytes_{0};
   std::atomic<int64_t> peak_bytes_{0};
   std::atomic<int64_t> live_forward_results_{0};
+  std::atomic<int64_t> peak_forward_results_{0};
 };
 
 /// The process-wide counter every other counter reports into.

@@ -24,7 +24,9 @@ std::vector<double> doubles_or_neg_inf(const nlohmann::json& a) {
 
 std::vector<GoldenCase> load_golden_cases() {
   std::vector<GoldenCase> cases;
-  for (const auto& c : load_vectors_json()["attention_cases"]) {
+  // Named, not a temporary: a range-for over a subobject of a temporary would dangle (C++20).
+  const nlohmann::json all = load_vectors_json();
+  for (const auto& c : all["attention_cases"]) {
     GoldenCase g;
     g.name = c["name"].get<std::string>();
     g.B = c["B"];
@@ -39,6 +41,8 @@ std::vector<GoldenCase> load_golden_cases() {
     g.params.window_left = c["window_left"];
     g.params.window_right = c["window_right"];
     g.params.dropout_p = c["dropout_p"].get<float>();
+    g.softmax_scale = c["softmax_scale"].get<double>();
+    g.dropout_p = c["dropout_p"].get<double>();
     g.rng = {c["seed"].get<uint64_t>(), c["offset"].get<uint64_t>()};
     g.q_pos = c["q_pos"].get<std::vector<int64_t>>();
     g.k_pos = c["k_pos"].get<std::vector<int64_t>>();
@@ -53,5 +57,25 @@ std::vector<GoldenCase> load_golden_cases() {
   }
   return cases;
 }
+
+reference::Problem golden_problem(const GoldenCase& g) {
+  reference::Problem p;
+  p.dims = {g.B, g.Sq, g.Sk, g.Hq, g.Hkv, g.Dqk, g.Dv};
+  p.params = g.params;
+  p.rng = g.rng;
+  p.q_pos = g.q_pos;
+  p.k_pos = g.k_pos;
+  p.q_doc = g.q_doc;
+  p.k_doc = g.k_doc;
+  p.q = g.q;
+  p.k = g.k;
+  p.v = g.v;
+  p.dout = g.dout;
+  p.exact_scale = g.softmax_scale;
+  p.exact_dropout_p = g.dropout_p;
+  return p;
+}
+
+reference::Outputs golden_outputs(const GoldenCase& g) { return {g.out, g.lse, g.dq, g.dk, g.dv}; }
 
 }  // namespace cpattn::testing

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cpattn/kernel.h"
+#include "kernel/reference.h"
 
 namespace cpattn::testing {
 
@@ -23,9 +24,16 @@ struct GoldenCase {
   int64_t B, Sq, Sk, Hq, Hkv, Dqk, Dv;
   AttentionParams params;
   RngState rng;
+  double softmax_scale, dropout_p;  // exact values (params holds them rounded to float)
   std::vector<int64_t> q_pos, k_pos, q_doc, k_doc;  // docs empty when null
   std::vector<double> q, k, v, dout, out, lse, dq, dk, dv;
 };
 std::vector<GoldenCase> load_golden_cases();
+
+/// The golden case's inputs as a reference::Problem (same params, positions, documents, rng).
+reference::Problem golden_problem(const GoldenCase& g);
+
+/// The golden case's answers (out, lse, dq, dk, dv) in reference::Outputs form.
+reference::Outputs golden_outputs(const GoldenCase& g);
 
 }  // namespace cpattn::testing

@@ -1,0 +1,267 @@
+// Benchmarks of the single-rank flash-attention kernel (docs/performance.md, "Kernel"): GFLOPS of
+// forward/backward against OpenBLAS sgemm measured in the same run, a naive materialising
+// attention, causal vs full wall time, and the peak extra memory of a long forward. A summary of
+// the target ratios is printed after the Google Benchmark table.
+// Quick subset: --benchmark_filter='Sgemm|/D:128/S:4096/causal:0|Naive/D:128|PeakMemory'
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpattn/kernel.h"
+#include "cpattn/memory.h"
+
+namespace {
+
+using cpattn::Tensor;
+constexpr int kThreads = 2;
+constexpr int64_t kHeadsQ = 8;
+
+// Seconds per iteration of every run, keyed by case; the summary uses medians over repetitions.
+std::map<std::string, std::vector<double>>& timings() {
+  static std::map<std::string, std::vector<double>> t;
+  return t;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? NAN : v[v.size() / 2];
+}
+
+double median_of(const std::string& key) {
+  const auto it = timings().find(key);
+  return it == timings().end() ? NAN : median(it->second);
+}
+
+constexpr int64_t kSgemmN = 2048;
+double sgemm_gflops() { return 2.0 * std::pow(double(kSgemmN), 3) / median_of("sgemm") / 1e9; }
+
+// Times the benchmark loop by wall clock, records it under key, and sets GFLOPS / vs_sgemm.
+template <typename Fn>
+void timed_loop(benchmark::State& state, const std::string& key, double flops, Fn&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) fn();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                      double(state.iterations());
+  timings()[key].push_back(secs);
+  state.counters["GFLOPS"] = flops / secs / 1e9;
+  if (timings().count("sgemm")) state.counters["vs_sgemm"] = flops / secs / 1e9 / sgemm_gflops();
+}
+
+void fill_random(Tensor& t, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd;
+  for (float& x : t.span()) x = nd(gen);
+}
+
+// BSHD operands of one B = 1 attention call with contiguous positions.
+struct Problem {
+  Problem(int64_t s, int64_t hkv, int64_t d)
+      : q({1, s, kHeadsQ, d}), k({1, s, hkv, d}), v({1, s, hkv, d}), out({1, s, kHeadsQ, d}),
+        lse({1, kHeadsQ, s}), pos(static_cast<size_t>(s)) {
+    fill_random(q, 1);
+    fill_random(k, 2);
+    fill_random(v, 3);
+    for (int64_t i = 0; i < s; ++i) pos[static_cast<size_t>(i)] = i;
+  }
+  cpattn::AttentionInputs inputs() const {
+    return {q.view(), k.view(), v.view(), pos, pos, {}, {}};
+  }
+  Tensor q, k, v, out, lse;
+  std::vector<int64_t> pos;
+};
+
+double attention_flops(int64_t s, int64_t d, bool causal) {
+  return 2.0 * kHeadsQ * double(s) * double(s) * 2.0 * double(d) * (causal ? 0.5 : 1.0);
+}
+
+std::string case_key(const char* what, int64_t hkv, int64_t d, int64_t s, bool causal) {
+  return std::string(what) + "/Hkv" + std::to_string(hkv) + "/D" + std::to_string(d) + "/S" +
+         std::to_string(s) + (causal ? "/causal" : "/full");
+}
+
+void BM_Sgemm(benchmark::State& state) {
+  openblas_set_num_threads(kThreads);
+  const size_t n = kSgemmN;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  timed_loop(state, "sgemm", 2.0 * std::pow(double(n), 3), [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, a.data(),
+                int(n), b.data(), int(n), 0.0f, c.data(), int(n));
+    benchmark::DoNotOptimize(c.data());
+  });
+}
+
+void BM_Forward(benchmark::State& state) {
+  const int64_t hkv = state.range(0), d = state.range(1), s = state.range(2);
+  const bool causal = state.range(3) != 0;
+  Problem p(s, hkv, d);
+  cpattn::AttentionParams params;
+  params.causal = causal;
+  timed_loop(state, case_key("fwd", hkv, d, s, causal), attention_flops(s, d, causal), [&] {
+    cpattn::attention_kernel_forward(p.inputs(), params, {}, p.out.view(), p.lse.span(),
+                                     {kThreads});
+  });
+}
+
+void BM_Backward(benchmark::State& state) {
+  const int64_t hkv = state.range(0), d = state.range(1), s = state.range(2);
+  const bool causal = state.range(3) != 0;
+  Problem p(s, hkv, d);
+  cpattn::AttentionParams params;
+  params.causal = causal;
+  cpattn::attention_kernel_forward(p.inputs(), params, {}, p.out.view(), p.lse.span(), {kThreads});
+  Tensor dout({1, s, kHeadsQ, d}), dq({1, s, kHeadsQ, d}), dk({1, s, hkv, d}), dv({1, s, hkv, d});
+  fill_random(dout, 4);
+  cpattn::BackwardOptions opt;
+  opt.num_threads = kThreads;
+  timed_loop(state, case_key("bwd", hkv, d, s, causal), 2.5 * attention_flops(s, d, causal), [&] {
+    cpattn::attention_kernel_backward(p.inputs(), params, {}, dout.view(), p.out.view(),
+                                      p.lse.span(), dq.view(), dk.view(), dv.view(), opt);
+  });
+}
+
+// The baseline a flash kernel must beat: per head, S = scale * Q K^T (sgemm, S x S materialised),
+// row softmax, O = P V (sgemm).
+void BM_NaiveForward(benchmark::State& state) {
+  openblas_set_num_threads(kThreads);
+  const int64_t d = state.range(0), s = state.range(1);
+  Problem p(s, kHeadsQ, d);
+  std::vector<float> scores(static_cast<size_t>(s * s));
+  const int ld = int(kHeadsQ * d), n = int(s);
+  const float scale = 1.0f / std::sqrt(float(d));
+  timed_loop(state, "naive/D" + std::to_string(d) + "/S" + std::to_string(s),
+             attention_flops(s, d, false), [&] {
+    for (int64_t h = 0; h < kHeadsQ; ++h) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, int(d), scale,
+                  p.q.data() + h * d, ld, p.k.data() + h * d, ld, 0.0f, scores.data(), n);
+      for (int64_t i = 0; i < s; ++i) {
+        float* row = scores.data() + i * s;
+        const float mx = *std::max_element(row, row + s);
+        float sum = 0.0f;
+        for (int64_t j = 0; j < s; ++j) sum += row[j] = std::exp(row[j] - mx);
+        for (int64_t j = 0; j < s; ++j) row[j] /= sum;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(d), n, 1.0f, scores.data(), n,
+                  p.v.data() + h * d, ld, 0.0f, p.out.data() + h * d, ld);
+    }
+    benchmark::DoNotOptimize(p.out.data());
+  });
+}
+
+int64_t status_kib(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) == 0) return std::stoll(line.substr(std::string(field).size()));
+  }
+  return -1;
+}
+
+std::map<std::string, double>& memory_results() {
+  static std::map<std::string, double> m;
+  return m;
+}
+
+// Peak memory of a forward at S = 65536, D = 64, Hq = Hkv = 8 beyond its inputs and outputs.
+// Counted: cpattn::memory_stats() peak over live bytes before the call (all kernel scratch is
+// counted Tensors). Uncounted: VmHWM after the call minus VmRSS before it, with the high-water
+// mark reset through /proc/self/clear_refs. A causal 512-token sliding window keeps the run short
+// (tile skipping); scratch does not depend on the mask.
+void BM_ForwardPeakMemory(benchmark::State& state) {
+  const int64_t s = 65536, d = 64;
+  Problem p(s, kHeadsQ, d);
+  cpattn::AttentionParams params;
+  params.causal = true;
+  params.window_left = 512;
+  for (auto _ : state) {
+    std::ofstream("/proc/self/clear_refs") << "5";
+    const int64_t rss_before = status_kib("VmRSS:");
+    const int64_t live_before = cpattn::memory_stats().live_bytes;
+    cpattn::process_memory().reset_peak();
+    cpattn::attention_kernel_forward(p.inputs(), params, {}, p.out.view(), p.lse.span(),
+                                     {kThreads});
+    const double counted = double(cpattn::memory_stats().peak_bytes - live_before) / (1 << 20);
+    const double rss = double(status_kib("VmHWM:") - rss_before) / 1024.0;
+    state.counters["counted_extra_MiB"] = counted;
+    state.counters["rss_extra_MiB"] = rss;
+    memory_results()["counted"] = counted;
+    memory_results()["rss"] = rss;
+  }
+}
+
+void attention_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"Hkv", "D", "S", "causal"});
+  for (int64_t s : {1024, 4096, 16384})
+    for (int64_t d : {64, 128})
+      for (int64_t hkv : {8, 2})
+        for (int64_t causal : {0, 1}) b->Args({hkv, d, s, causal});
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_Sgemm)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Forward)->Apply(attention_args);
+BENCHMARK(BM_Backward)->Apply(attention_args);
+BENCHMARK(BM_NaiveForward)
+    ->ArgNames({"D", "S"})
+    ->Args({64, 4096})
+    ->Args({128, 4096})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ForwardPeakMemory)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void print_ratio(const char* what, double value, const char* target) {
+  if (!std::isnan(value)) std::printf("  %-52s %7.3f   (target %s)\n", what, value, target);
+}
+
+// The targets as ratios of medians measured in this run.
+void print_summary() {
+  std::printf("\nSummary (medians of this run, %d threads)\n", kThreads);
+  if (timings().count("sgemm")) std::printf("  sgemm 2048^3: %.1f GFLOPS\n", sgemm_gflops());
+  for (int64_t hkv : {8, 2}) {
+    for (const char* dir : {"fwd", "bwd"}) {
+      const double flops =
+          (dir[0] == 'b' ? 2.5 : 1.0) * attention_flops(4096, 128, false);
+      const std::string key = case_key(dir, hkv, 128, 4096, false);
+      print_ratio((key + " GFLOPS / sgemm").c_str(), flops / median_of(key) / 1e9 / sgemm_gflops(),
+                  dir[0] == 'f' ? ">= 0.50" : ">= 0.35");
+    }
+  }
+  for (const char* dir : {"fwd", "bwd"})
+    for (int64_t d : {64, 128})
+      for (int64_t hkv : {8, 2}) {
+        const double r = median_of(case_key(dir, hkv, d, 16384, true)) /
+                         median_of(case_key(dir, hkv, d, 16384, false));
+        print_ratio((case_key(dir, hkv, d, 16384, false) + " causal/full time").c_str(), r,
+                    "<= 0.60");
+      }
+  for (int64_t d : {64, 128}) {
+    const std::string naive = "naive/D" + std::to_string(d) + "/S4096";
+    print_ratio((naive + " time / flash fwd Hkv8").c_str(),
+                median_of(naive) / median_of(case_key("fwd", 8, d, 4096, false)), ">= 1.5");
+  }
+  if (memory_results().count("counted")) {
+    std::printf("  forward S=65536 D=64 Hq=8 extra memory: counted %.1f MiB, RSS %.1f MiB "
+                "(target < 64 MiB)\n",
+                memory_results()["counted"], memory_results()["rss"]);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  print_summary();
+  benchmark::Shutdown();
+  return 0;
+}

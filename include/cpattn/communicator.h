@@ -1,0 +1,127 @@
+// The Communicator contract (DESIGN.md section 7): point-to-point and collective operations of a
+// CP group, every wait bounded by a deadline. ThreadCommunicator (in-process ranks) and
+// MpiCommunicator (OpenMPI) implement it; code written against Communicator& runs on either.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <type_traits>
+
+#include "cpattn/memory.h"
+
+namespace cpattn {
+
+/// Default deadline of every wait.
+inline constexpr std::chrono::milliseconds kDefaultCommTimeout{300'000};
+
+namespace detail {
+/// Backend-specific state of one pending operation.
+class RequestImpl {
+ public:
+  virtual ~RequestImpl() = default;
+  /// Non-blocking completion check; throws cpattn::Error if the operation failed.
+  virtual bool test() = 0;
+  /// Blocks until completion or `deadline`; on expiry throws Error(kTimeout) naming this rank,
+  /// the peer, the tag and the byte count. Throws Error(kPeerFailed) if a peer rank failed.
+  /// Returns the number of bytes transferred.
+  virtual size_t wait(std::chrono::steady_clock::time_point deadline) = 0;
+  /// Stops the operation if no transfer has started, or waits for a transfer in progress to end
+  /// (bounded, never on a peer's progress). Afterwards the buffer is no longer used. Idempotent.
+  virtual void cancel() noexcept = 0;
+};
+}  // namespace detail
+
+/// A pending isend/irecv. Move-only. wait() must be called before the buffer is reused or freed;
+/// a Request destroyed without wait() waits for completion (no dangling transfers) and swallows
+/// errors (they were or will be reported by the failing rank). Exceptions: while an exception
+/// unwinds the stack, or after wait() threw, destruction cancels the operation instead of waiting
+/// (a rank that is failing must not block on peers that wait for it).
+class Request {
+ public:
+  Request() = default;
+  Request(std::unique_ptr<detail::RequestImpl> impl, std::chrono::milliseconds timeout)
+      : impl_(std::move(impl)), timeout_(timeout) {}
+  Request(Request&&) noexcept = default;
+  Request& operator=(Request&&) noexcept;
+  ~Request();
+
+  /// Waits up to the communicator's timeout. Returns bytes transferred (for irecv: the size of the
+  /// message received, which is never larger than the buffer). Idempotent after completion.
+  /// Throws Error(kTimeout | kPeerFailed | kCommunication); Error(kInvalidArgument) if !valid().
+  size_t wait();
+  /// True once complete (never blocks).
+  bool test();
+  bool valid() const { return impl_ != nullptr; }
+
+ private:
+  std::unique_ptr<detail::RequestImpl> impl_;
+  std::chrono::milliseconds timeout_{kDefaultCommTimeout};
+  size_t bytes_ = 0;
+  bool done_ = false;
+  bool failed_ = false;  // a wait() threw: destruction cancels instead of waiting again
+};
+
+/// A group of `size()` ranks. Thread-compatible: one rank's communicator is used by one thread at a
+/// time (the ring's compute thread); different ranks run concurrently.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  /// Sends `data` to rank `dest` with `tag` (>= 0). The buffer must stay alive and unchanged until
+  /// the Request completes. Sending to oneself is allowed (matched by an irecv from self).
+  /// Messages between one (source, destination, tag) are received in the order they were sent.
+  /// Completion may require the matching irecv to be posted (rendezvous, like MPI_Ssend): post
+  /// the irecv of an exchange before waiting on its isend.
+  [[nodiscard]] virtual Request isend(std::span<const std::byte> data, int dest, int tag) = 0;
+  /// Receives a message from rank `src` with `tag` into `data`. A message larger than `data`
+  /// fails with Error(kCommunication) naming the buffer size (and the message size where the
+  /// backend knows it; never a truncated result).
+  [[nodiscard]] virtual Request irecv(std::span<std::byte> data, int src, int tag) = 0;
+
+  /// Elementwise sum over all ranks, in place; every rank gets bitwise the same result.
+  virtual void allreduce_sum(std::span<float> data) = 0;
+  virtual void allreduce_sum(std::span<double> data) = 0;
+  /// Block i of `send` (send.size() / size() bytes) goes to rank i; block j of `recv` comes from
+  /// rank j. send.size() must equal recv.size() and be divisible by size().
+  virtual void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) = 0;
+  /// Returns once every rank has entered it (or throws on timeout / peer failure).
+  virtual void barrier() = 0;
+
+  /// Deadline applied to every wait of this communicator (default 300 s).
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  /// The counter this rank's cpattn allocations are charged to (per rank for in-process ranks;
+  /// the process counter under MPI).
+  virtual MemoryCounter& memory() = 0;
+
+  /// Typed conveniences over the byte interface (T trivially copyable). Derived classes need
+  /// `using Communicator::isend; using Communicator::irecv;` to keep them visible.
+  template <typename T>
+  [[nodiscard]] Request isend(std::span<const T> data, int dest, int tag) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    return isend(std::as_bytes(data), dest, tag);
+  }
+  template <typename T>
+  [[nodiscard]] Request irecv(std::span<T> data, int src, int tag) {
+    static_assert(std::is_trivially_copyable_v<T> && !std::is_const_v<T>);
+    return irecv(std::as_writable_bytes(data), src, tag);
+  }
+  /// all_to_all over typed blocks: send.size() / size() elements per block.
+  template <typename T>
+  void all_to_all(std::span<const T> send, std::span<T> recv) {
+    static_assert(std::is_trivially_copyable_v<T> && !std::is_const_v<T>);
+    all_to_all(std::as_bytes(send), std::as_writable_bytes(recv));
+  }
+
+ protected:
+  std::chrono::milliseconds timeout_{kDefaultCommTimeout};
+};
+
+}  // namespace cpattn

@@ -1,0 +1,94 @@
+// The OpenMPI backend (DESIGN.md section 7): MpiSession (init/finalize), MpiCommunicator, and the
+// abort-on-error wrapper that makes a failing rank end the whole `mpirun` job instead of hanging.
+// Available when cpattn was built with MPI (CPATTN_HAVE_MPI).
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "cpattn/communicator.h"
+
+namespace cpattn {
+
+namespace detail {
+struct MpiState;
+struct CollectiveChannel;
+}  // namespace detail
+
+/// RAII owner of MPI initialisation. Requests MPI_THREAD_MULTIPLE; when the library grants less,
+/// every MpiCommunicator serialises its MPI calls with a mutex. Sets MPI_ERRORS_RETURN on
+/// MPI_COMM_WORLD so MPI errors become cpattn::Error instead of killing the process silently.
+/// Finalizes MPI on destruction if it initialised it. One per process.
+class MpiSession {
+ public:
+  /// argc/argv as given to main (may be null). Throws Error(kCommunication) if MPI_Init fails.
+  MpiSession(int* argc, char*** argv);
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  ~MpiSession();
+
+  /// True if MPI granted MPI_THREAD_MULTIPLE.
+  bool thread_multiple() const { return thread_multiple_; }
+
+ private:
+  bool owns_ = false;
+  bool thread_multiple_ = false;
+};
+
+/// Options of MpiCommunicator; must be equal on every rank.
+struct MpiOptions {
+  /// Messages are sent as chunks of at most this many bytes (MPI counts are int). Lowering it
+  /// exercises the chunking in tests. A message of >= chunk_bytes must not share (source, tag)
+  /// with another irecv pending at the same time.
+  size_t chunk_bytes = size_t{1} << 30;
+};
+
+/// A rank of an MPI communicator. Point-to-point messages use a private duplicate of the given
+/// communicator and collectives another, so neither can match the other's or the caller's
+/// messages. Waits poll MPI_Test with short sleeps until their deadline, so a dead peer costs at
+/// most the timeout. Messages of any size are split into chunks below 2^31 bytes.
+class MpiCommunicator final : public Communicator {
+ public:
+  /// Collective over `comm` (duplicates it). Requires MPI to be initialised (MpiSession); throws
+  /// Error(kInvalidArgument) otherwise and Error(kCommunication) on an MPI error.
+  explicit MpiCommunicator(MPI_Comm comm = MPI_COMM_WORLD, const MpiOptions& options = {});
+  ~MpiCommunicator() override;
+
+  int rank() const override;
+  int size() const override;
+
+  using Communicator::all_to_all;
+  using Communicator::irecv;
+  using Communicator::isend;
+  /// Tags must be in [0, MPI_TAG_UB] (2^31 - 1 with OpenMPI).
+  Request isend(std::span<const std::byte> data, int dest, int tag) override;
+  /// A message larger than `data` throws Error(kCommunication) from wait() (MPI_ERR_TRUNCATE:
+  /// MPI reports only the buffer size).
+  Request irecv(std::span<std::byte> data, int src, int tag) override;
+  /// Same reduction order and bits as ThreadCommunicator (reduce-scatter in rank order).
+  void allreduce_sum(std::span<float> data) override;
+  void allreduce_sum(std::span<double> data) override;
+  void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
+  void barrier() override;
+  /// The process counter: one rank per process.
+  MemoryCounter& memory() override;
+
+ private:
+  detail::CollectiveChannel channel();
+
+  std::shared_ptr<detail::MpiState> state_;  // shared with pending requests
+};
+
+/// Runs fn(); if it throws, prints one line "cpattn: rank R: fatal: <what>" to stderr and calls
+/// MPI_Abort(MPI_COMM_WORLD, code) so that mpirun ends the whole job (code: the ErrorCode's
+/// value, or 1 for other exceptions). Returns fn()'s result otherwise. MPI must be initialised.
+int mpi_abort_on_error(const std::function<int()>& fn) noexcept;
+
+/// A main() for MPI programs: MpiSession, an MpiCommunicator on MPI_COMM_WORLD, and
+/// mpi_abort_on_error around fn. Returns fn's exit status.
+int mpi_main(int argc, char** argv, const std::function<int(MpiCommunicator&)>& fn);
+
+}  // namespace cpattn

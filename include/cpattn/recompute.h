@@ -1,0 +1,54 @@
+// Activation checkpointing for attention (DESIGN.md section 6): the first forward keeps only a
+// small AttentionCheckpoint; backward recomputes the forward with the recorded RngState, checks
+// that the recompute reproduces the first forward, runs backward and frees the fresh state.
+#pragma once
+
+#include <cstdint>
+
+#include "cpattn/attention.h"
+
+namespace cpattn {
+
+/// What survives a checkpointed attention forward: no tensors, ~200 bytes. The training loop keeps
+/// the layer input itself (from which it recomputes q, k, v).
+struct AttentionCheckpoint {
+  Fingerprint fingerprint;     ///< of the first forward (includes its RngState and input digest)
+  uint64_t output_digest = 0;  ///< Digest of the first forward's out (strict mode compares it)
+};
+
+/// Records the checkpoint of a first forward. The caller uses state.out, then drops `state`.
+AttentionCheckpoint make_checkpoint(const ForwardResult& state);
+
+/// Strict mode (compare the recomputed output digest with the first one) is on by default in
+/// debug builds; release builds check the RngState and the inputs only.
+#ifdef NDEBUG
+inline constexpr bool kStrictRecomputeDefault = false;
+#else
+inline constexpr bool kStrictRecomputeDefault = true;
+#endif
+
+struct RecomputeOptions {
+  bool strict = kStrictRecomputeDefault;
+  RingOptions ring;
+};
+
+/// Recomputes the forward recorded in `checkpoint`. `replayed` is the RngState the training loop
+/// replays for this layer (e.g. from its Generator after restoring the recorded state): it must equal
+/// the recorded one. q, k, v, seq and params must be those of the first forward.
+/// Throws Error(kRecomputeDiverged) "recompute diverged: ..." when the replayed RngState differs
+/// (naming both), when q/k/v differ from the first forward's (input digests), when any other
+/// fingerprint field differs, or (strict) when the recomputed out differs from the first one.
+ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& checkpoint,
+                                RngState replayed, ConstView q, ConstView k, ConstView v,
+                                const SequenceSharding& seq, const AttentionParams& params,
+                                const RecomputeOptions& options = {});
+
+/// recompute_forward, then attention_backward with the fresh state, which is freed before
+/// returning: during the call exactly one ForwardResult of this layer is alive.
+AttentionGradients recompute_backward(Communicator& comm, const AttentionCheckpoint& checkpoint,
+                                      RngState replayed, ConstView dout, ConstView q, ConstView k,
+                                      ConstView v, const SequenceSharding& seq,
+                                      const AttentionParams& params,
+                                      const RecomputeOptions& options = {});
+
+}  // namespace cpattn

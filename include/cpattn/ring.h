@@ -1,0 +1,136 @@
+// Ring context-parallel attention (DESIGN.md section 5): exact attention forward/backward over a
+// sequence sharded across the ranks of a Communicator, k/v blocks passed around a ring.
+// The schedule, message counts and a worked example are in docs/ring.md.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "cpattn/communicator.h"
+#include "cpattn/kernel.h"
+#include "cpattn/layout.h"
+#include "cpattn/rng.h"
+#include "cpattn/tensor.h"
+
+namespace cpattn {
+
+/// What rank r of P does at ring step s (0 <= s < P). A pure function of (rank, world, step);
+/// -1 means "nothing". Forward uses the kv_* fields, backward all of them.
+/// Worked example, P = 4, rank 1:
+///   step 0: kv_block 1 (its own), relay it to 2, receive block 0 from 0; grad: send acc(1) to 2
+///   step 1: kv_block 0, relay to 2, receive block 3 from 0; grad: recv acc(0) from 0, send to 2
+///   step 2: kv_block 3, relay to 2, receive block 2 from 0; grad: recv acc(3) from 0, send to 2
+///   step 3: kv_block 2, no relay (rank 2 owns it);        grad: recv acc(2) from 0, send to 2
+///   after the ring: receive its own block's finished dk/dv (acc(1)) from 0.
+struct RingStep {
+  int kv_block = -1;        ///< (r - s) mod P: the rank whose k/v block is computed at this step
+  int kv_send_to = -1;      ///< relay kv_block here, posted before compute; -1 at the last step
+  int kv_recv_from = -1;    ///< next step's block arrives from here; -1 at the last step
+  int next_kv_block = -1;   ///< (r - s - 1) mod P: the block that arrives; -1 at the last step
+  /// Backward: the dk/dv accumulator of kv_block (sum of the shares of ranks kv_block .. r-1, in
+  /// that order) arrives from here; -1 at step 0 (the accumulator starts at this rank's share).
+  int grad_recv_from = -1;
+  /// Backward: after adding its share, the rank sends the accumulator here, (r + 1) mod P; at the
+  /// last step that is kv_block's home rank. -1 when P == 1.
+  int grad_send_to = -1;
+  friend bool operator==(const RingStep&, const RingStep&) = default;
+};
+
+/// The schedule entry of (rank, world, step). Throws Error(kInvalidArgument) unless
+/// 0 <= rank < world and 0 <= step < world.
+RingStep ring_step(int rank, int world, int step);
+
+/// Merges two partial attention results over disjoint key sets (fp32, -inf is the identity):
+///   lse = m + log(exp(a - m) + exp(b - m)), m = max(a, b)  (computed as m + log1p(exp(min - m)))
+///   out = out_a * exp(a - lse) + out_b * exp(b - lse)
+/// a = b = -inf gives lse = -inf and leaves out unchanged (no NaN).
+float merge_lse(float lse_a, float lse_b);
+/// acc <- merge(acc, part) for every row: out_acc/out_part [B, S, H, Dv] (any strides),
+/// lse_acc/lse_part fp32 [B, H, S] contiguous. Throws Error(kShapeMismatch) on differing shapes.
+void merge_attention_partials(View out_acc, std::span<float> lse_acc, ConstView out_part,
+                              std::span<const float> lse_part);
+
+/// Where one ring call's time went on this rank (filled when RingOptions.stats is set).
+struct RingStats {
+  double kernel_seconds = 0;  ///< inside attention kernel calls
+  double comm_seconds = 0;    ///< inside isend/irecv/wait (blocked or copying: not hidden)
+  double other_seconds = 0;   ///< packing, merging, delta, gradient sums
+  int64_t messages_sent = 0;
+  int64_t bytes_sent = 0;
+  int64_t blocks_computed = 0;  ///< kernel calls
+  int64_t blocks_skipped = 0;   ///< blocks the masks hide entirely (or empty ones)
+};
+
+/// Execution knobs of a ring call (never change the math).
+struct RingOptions {
+  /// Kernel threads per rank (>= 1). In-process ranks (ThreadCommunicator) pass 1.
+  int num_threads = 1;
+  /// When non-null, the call adds its timings and counts here (caller-owned, per rank).
+  RingStats* stats = nullptr;
+};
+
+/// Forward result on one rank: out [B, Sq_r, Hq, Dv] (dense BSHD), lse fp32 [B, Hq, Sq_r] (natural
+/// log, -inf for rows that see no key) and the RngState used, which backward must get back.
+struct RingForwardResult {
+  Tensor out;
+  Tensor lse;
+  RngState rng;
+};
+
+/// Gradients on one rank, dense BSHD: dq [B, Sq_r, Hq, Dqk], dk [B, Sk_r, Hkv, Dqk],
+/// dv [B, Sk_r, Hkv, Dv] (dk/dv summed over every rank's queries and over the GQA group).
+struct RingGradients {
+  Tensor dq;
+  Tensor dk;
+  Tensor dv;
+};
+
+/// Ring forward of rank comm.rank(). Computes exactly the attention of the whole sequence
+/// (DESIGN.md section 1) for this rank's queries:
+///   out_i = sum_{visible j, all ranks} keep_ij / (1 - p) * exp(s_ij - lse_i) * v_j
+/// in P steps: at step s the kernel runs q against the k/v block of rank (r - s) mod P with that
+/// block's global positions and document ids, while the next block is already in flight; partial
+/// (out, lse) pairs merge with merge_attention_partials. Blocks that the masks hide entirely (from
+/// position and document ranges) are not computed.
+/// \param comm         the CP group; comm.size() == P and comm.rank() == cp_rank of the shardings
+/// \param q            [B, Sq_r, Hq, Dqk], any strides, Sq_r = q_sharding.local_length()
+/// \param k, v         [B, Sk_r, Hkv, Dqk] and [B, Sk_r, Hkv, Dv], Sk_r = kv_sharding.local_length()
+/// \param q_sharding   how the query sequence is split (positions, documents)
+/// \param kv_sharding  how the key/value sequence is split; same cp_size and cp_rank
+/// Allocations are charged to comm.memory(). Messages per rank: P - 1 sends, P - 1 receives.
+/// Throws Error(kShapeMismatch | kInvalidArgument) on bad arguments (before any message), and the
+/// communicator's kTimeout / kPeerFailed when another rank fails.
+RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
+                                         const SequenceSharding& q_sharding,
+                                         const SequenceSharding& kv_sharding,
+                                         const AttentionParams& params, RngState rng,
+                                         const RingOptions& options = {});
+/// Self-attention: q, k and v are split alike by `sharding`.
+RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
+                                         const SequenceSharding& sharding,
+                                         const AttentionParams& params, RngState rng,
+                                         const RingOptions& options = {});
+
+/// Ring backward of rank comm.rank(): given dout [B, Sq_r, Hq, Dv] and this rank's forward out
+/// [B, Sq_r, Hq, Dv] and lse fp32 [B, Hq, Sq_r] (of the whole key set) with the forward's RngState,
+/// returns the gradients (FlashAttention-2 backward, kernel.h). D_i = <dout_i, out_i> is computed
+/// once; dq accumulates locally in fp32 over the P blocks in step order; each block's dk/dv
+/// accumulator travels around the ring behind its k/v, every rank adding its share in rank order,
+/// and reaches its home rank after step P - 1. The reduction order is fixed, so two runs are
+/// bitwise identical. Messages per rank: P - 1 k/v sends + P dk/dv sends (0 when P == 1), the
+/// same number of receives. Throws like the forward.
+RingGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q,
+                                      ConstView k, ConstView v, ConstView out,
+                                      std::span<const float> lse,
+                                      const SequenceSharding& q_sharding,
+                                      const SequenceSharding& kv_sharding,
+                                      const AttentionParams& params, RngState rng,
+                                      const RingOptions& options = {});
+/// Self-attention: q, k and v are split alike by `sharding`.
+RingGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q,
+                                      ConstView k, ConstView v, ConstView out,
+                                      std::span<const float> lse, const SequenceSharding& sharding,
+                                      const AttentionParams& params, RngState rng,
+                                      const RingOptions& options = {});
+
+}  // namespace cpattn

@@ -1,0 +1,70 @@
+// In-process ranks: P threads of the calling process form a group (DESIGN.md section 7), the
+// embedded default backend for tests, laptops and single-host runs.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "cpattn/communicator.h"
+#include "cpattn/memory.h"
+
+namespace cpattn {
+
+namespace detail {
+class ThreadGroup;
+struct CollectiveChannel;
+}  // namespace detail
+
+/// Options of run_ranks.
+struct RunRanksOptions {
+  /// Deadline of every wait of every rank (Communicator::set_timeout can change it per rank).
+  std::chrono::milliseconds timeout = kDefaultCommTimeout;
+};
+
+/// One in-process rank. Created by run_ranks; messages are matched per (source, destination,
+/// tag) in posting order and copied once, straight from the sender's buffer into the receiver's
+/// (rendezvous: an isend completes when its irecv has been posted and the copy is done).
+class ThreadCommunicator final : public Communicator {
+ public:
+  /// Rank `rank` of `group`; the group must outlive this object.
+  ThreadCommunicator(detail::ThreadGroup& group, int rank);
+  ~ThreadCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override;
+
+  using Communicator::all_to_all;
+  using Communicator::irecv;
+  using Communicator::isend;
+  Request isend(std::span<const std::byte> data, int dest, int tag) override;
+  Request irecv(std::span<std::byte> data, int src, int tag) override;
+  void allreduce_sum(std::span<float> data) override;
+  void allreduce_sum(std::span<double> data) override;
+  void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
+  void barrier() override;
+  /// This rank's own counter, a child of process_memory().
+  MemoryCounter& memory() override { return memory_; }
+
+ private:
+  Request post(bool is_send, const std::byte* message, std::byte* buffer, size_t bytes, int peer,
+               int tag);
+  detail::CollectiveChannel channel();  // collectives' messages on the internal tag
+
+  detail::ThreadGroup& group_;
+  int rank_;
+  MemoryCounter memory_{&process_memory()};
+};
+
+/// Runs fn(comm) for every rank of a group of `size` in-process ranks, each on its own thread,
+/// and returns when all have finished.
+/// Failure: when a rank throws, every other rank's pending and future waits throw at once
+/// Error(kPeerFailed) naming that rank and its message; all threads are joined and the first
+/// rank's exception is rethrown here (its original type). A rank that returns while another
+/// still waits for it makes that wait throw Error(kPeerFailed) "rank r exited while ...".
+/// Throws Error(kInvalidArgument) if size < 1.
+void run_ranks(int size, const std::function<void(Communicator&)>& fn,
+               const RunRanksOptions& options = {});
+
+}  // namespace cpattn

@@ -1,0 +1,100 @@
+// MPI initialisation, error conversion and the abort-on-error wrapper of the MPI backend.
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "comm/mpi_state.h"
+#include "cpattn/error.h"
+#include "cpattn/mpi_communicator.h"
+
+namespace cpattn {
+
+namespace detail {
+
+bool mpi_active() noexcept {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized != 0 && finalized == 0;
+}
+
+void check_mpi(int rc, int rank, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
+  throw Error(ErrorCode::kCommunication,
+              str_cat("rank ", rank, ": ", call, " failed: ",
+                      len > 0 ? std::string(text, static_cast<size_t>(len))
+                              : str_cat("MPI error ", rc)));
+}
+
+MpiState::~MpiState() {
+  if (!mpi_active()) return;
+  if (p2p != MPI_COMM_NULL) MPI_Comm_free(&p2p);
+  if (coll != MPI_COMM_NULL) MPI_Comm_free(&coll);
+}
+
+}  // namespace detail
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  int provided = MPI_THREAD_SINGLE;
+  if (initialized == 0) {
+    const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    CPATTN_CHECK(rc == MPI_SUCCESS, ErrorCode::kCommunication, "MPI_Init_thread failed (error ",
+                 rc, ")");
+    owns_ = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  thread_multiple_ = provided >= MPI_THREAD_MULTIPLE;
+  // Errors come back as codes and become cpattn::Error (the default handler aborts silently).
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+MpiSession::~MpiSession() {
+  if (owns_ && detail::mpi_active()) MPI_Finalize();
+}
+
+int mpi_abort_on_error(const std::function<int()>& fn) noexcept {
+  std::string what;
+  int code = 1;
+  try {
+    return fn();
+  } catch (const Error& e) {
+    what = e.what();
+    code = static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "unknown exception";
+  }
+  int rank = -1;
+  const bool active = detail::mpi_active();
+  if (active) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "cpattn: rank %d: fatal: %s\n", rank, what.c_str());
+  std::fflush(stderr);
+  // Ends every process of the job: the peers of a failed rank would otherwise wait for it.
+  if (active) MPI_Abort(MPI_COMM_WORLD, code);
+  return code;
+}
+
+int mpi_main(int argc, char** argv, const std::function<int(MpiCommunicator&)>& fn) {
+  std::unique_ptr<MpiSession> session;
+  try {
+    session = std::make_unique<MpiSession>(&argc, &argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cpattn: fatal: %s\n", e.what());
+    return static_cast<int>(ErrorCode::kCommunication);
+  }
+  return mpi_abort_on_error([&] {
+    MpiCommunicator comm;
+    return fn(comm);
+  });
+}
+
+}  // namespace cpattn

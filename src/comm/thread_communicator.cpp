@@ -1,0 +1,150 @@
+// ThreadCommunicator and run_ranks: in-process ranks over a ThreadGroup.
+#include "cpattn/thread_communicator.h"
+
+#include <exception>
+#include <thread>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "comm/thread_group.h"
+#include "cpattn/error.h"
+
+namespace cpattn {
+
+namespace detail {
+namespace {
+
+// Internal tag of the collectives: user tags are >= 0, so they never match it.
+constexpr int kCollectiveTag = -1;
+
+class ThreadRequest final : public RequestImpl {
+ public:
+  ThreadRequest(ThreadGroup& group, const ThreadOp& op) : group_(group), op_(op) {}
+  ~ThreadRequest() override { cancel(); }
+  ThreadOp& op() { return op_; }
+
+  bool test() override { return group_.test(op_); }
+  size_t wait(std::chrono::steady_clock::time_point deadline) override {
+    return group_.wait(op_, deadline);
+  }
+  void cancel() noexcept override { group_.cancel(op_); }
+
+ private:
+  ThreadGroup& group_;
+  ThreadOp op_;  // queued by address: this object never moves (held by unique_ptr)
+};
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+ThreadCommunicator::ThreadCommunicator(detail::ThreadGroup& group, int rank)
+    : group_(group), rank_(rank) {}
+
+ThreadCommunicator::~ThreadCommunicator() = default;
+
+int ThreadCommunicator::size() const { return group_.size(); }
+
+Request ThreadCommunicator::post(bool is_send, const std::byte* message, std::byte* buffer,
+                                 size_t bytes, int peer, int tag) {
+  CPATTN_CHECK(peer >= 0 && peer < size(), ErrorCode::kInvalidArgument, "rank ", rank_, ": ",
+               is_send ? "isend destination" : "irecv source", " must be in [0, ", size(),
+               "), got ", peer);
+  detail::ThreadOp op;
+  op.is_send = is_send;
+  op.owner = rank_;
+  op.peer = peer;
+  op.tag = tag;
+  op.message = message;
+  op.buffer = buffer;
+  op.bytes = bytes;
+  op.timeout = timeout_;
+  auto impl = std::make_unique<detail::ThreadRequest>(group_, op);
+  group_.post(impl->op());
+  return Request(std::move(impl), timeout_);
+}
+
+Request ThreadCommunicator::isend(std::span<const std::byte> data, int dest, int tag) {
+  CPATTN_CHECK(tag >= 0, ErrorCode::kInvalidArgument, "isend: tag must be >= 0, got ", tag);
+  return post(true, data.data(), nullptr, data.size(), dest, tag);
+}
+
+Request ThreadCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
+  CPATTN_CHECK(tag >= 0, ErrorCode::kInvalidArgument, "irecv: tag must be >= 0, got ", tag);
+  return post(false, nullptr, data.data(), data.size(), src, tag);
+}
+
+detail::CollectiveChannel ThreadCommunicator::channel() {
+  detail::CollectiveChannel ch;
+  ch.rank = rank_;
+  ch.size = size();
+  ch.memory = &memory_;
+  ch.send = [this](std::span<const std::byte> data, int dest) {
+    return post(true, data.data(), nullptr, data.size(), dest, detail::kCollectiveTag);
+  };
+  ch.recv = [this](std::span<std::byte> data, int src) {
+    return post(false, nullptr, data.data(), data.size(), src, detail::kCollectiveTag);
+  };
+  return ch;
+}
+
+void ThreadCommunicator::allreduce_sum(std::span<float> data) {
+  detail::allreduce_sum(channel(), data);
+}
+
+void ThreadCommunicator::allreduce_sum(std::span<double> data) {
+  detail::allreduce_sum(channel(), data);
+}
+
+void ThreadCommunicator::all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) {
+  detail::all_to_all(channel(), send, recv);
+}
+
+void ThreadCommunicator::barrier() { detail::barrier(channel()); }
+
+void run_ranks(int size, const std::function<void(Communicator&)>& fn,
+               const RunRanksOptions& options) {
+  CPATTN_CHECK(size >= 1, ErrorCode::kInvalidArgument, "run_ranks: size must be >= 1, got ", size);
+  detail::ThreadGroup group(size);
+  std::vector<std::unique_ptr<ThreadCommunicator>> comms;
+  comms.reserve(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    comms.push_back(std::make_unique<ThreadCommunicator>(group, r));
+    comms.back()->set_timeout(options.timeout);
+  }
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(size));
+  auto body = [&](int r) {
+    try {
+      fn(*comms[static_cast<size_t>(r)]);
+      group.exited(r);
+    } catch (...) {
+      errors[static_cast<size_t>(r)] = std::current_exception();
+      group.fail(r, detail::what_of(errors[static_cast<size_t>(r)]));
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(size));
+  try {
+    for (int r = 0; r < size; ++r) threads.emplace_back(body, r);
+  } catch (...) {
+    // Could not start every rank: release the started ones (they would wait for the missing
+    // ranks) before reporting.
+    group.fail(static_cast<int>(threads.size()), "its thread could not be started");
+    for (std::thread& t : threads) t.join();
+    throw;
+  }
+  for (std::thread& t : threads) t.join();
+  const int failed = group.failed_rank();
+  if (failed >= 0) std::rethrow_exception(errors[static_cast<size_t>(failed)]);
+}
+
+}  // namespace cpattn

@@ -1,0 +1,170 @@
+// Mailbox matching and failure propagation of in-process ranks (see thread_group.h).
+#include "comm/thread_group.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "cpattn/error.h"
+
+namespace cpattn::detail {
+
+namespace {
+std::string tag_name(int tag) {
+  // Negative tags are the internal collective channel; users can only post tags >= 0.
+  return tag < 0 ? std::string("collective") : std::to_string(tag);
+}
+
+double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
+}  // namespace
+
+std::string describe(const ThreadOp& op) {
+  if (op.is_send) {
+    return str_cat("isend to rank ", op.peer, " (tag ", tag_name(op.tag), ", ", op.bytes,
+                   " bytes)");
+  }
+  return str_cat("irecv from rank ", op.peer, " (tag ", tag_name(op.tag), ", buffer of ", op.bytes,
+                 " bytes)");
+}
+
+ThreadGroup::ThreadGroup(int size)
+    : size_(size), wake_(static_cast<size_t>(size)), exited_(static_cast<size_t>(size), false) {}
+
+ThreadGroup::Key ThreadGroup::key_of(const ThreadOp& op) {
+  return op.is_send ? Key{op.owner, op.peer, op.tag} : Key{op.peer, op.owner, op.tag};
+}
+
+void ThreadGroup::check_alive(const ThreadOp& op) const {
+  if (failed_rank_ >= 0) {
+    throw Error(ErrorCode::kPeerFailed,
+                str_cat("rank ", op.owner, ": ", describe(op), " aborted because rank ",
+                        failed_rank_, " failed: ", failed_message_));
+  }
+  if (exited_[static_cast<size_t>(op.peer)]) {
+    throw Error(ErrorCode::kPeerFailed, str_cat("rank ", op.peer, " exited while rank ", op.owner,
+                                                " waits for its ", describe(op)));
+  }
+}
+
+bool ThreadGroup::finished(const ThreadOp& op, size_t& bytes) const {
+  switch (op.state) {
+    case ThreadOp::State::kDone:
+      bytes = op.transferred;
+      return true;
+    case ThreadOp::State::kFailed:
+      throw Error(ErrorCode::kCommunication, op.error);
+    case ThreadOp::State::kCancelled:
+      throw Error(ErrorCode::kInternal, str_cat("rank ", op.owner, ": wait on a cancelled ",
+                                                describe(op)));
+    default:
+      return false;
+  }
+}
+
+void ThreadGroup::post(ThreadOp& op) {
+  std::unique_lock lock(mu_);
+  check_alive(op);
+  const Key key = key_of(op);
+  Mailbox& box = mailboxes_[key];
+  std::deque<ThreadOp*>& opposite = op.is_send ? box.recvs : box.sends;
+  if (opposite.empty()) {
+    (op.is_send ? box.sends : box.recvs).push_back(&op);
+    return;
+  }
+  ThreadOp& match = *opposite.front();
+  opposite.pop_front();
+  if (box.sends.empty() && box.recvs.empty()) mailboxes_.erase(key);
+  ThreadOp& send = op.is_send ? op : match;
+  ThreadOp& recv = op.is_send ? match : op;
+  send.state = recv.state = ThreadOp::State::kCopying;
+  lock.unlock();
+
+  // Rendezvous: the one copy of the message, from the sender's buffer into the receiver's,
+  // outside the lock so that copies of different pairs run in parallel. Both buffers are pinned:
+  // wait() and cancel() of either op block while the state is kCopying.
+  const bool fits = send.bytes <= recv.bytes;
+  if (fits && send.bytes > 0) std::memcpy(recv.buffer, send.message, send.bytes);
+
+  lock.lock();
+  send.state = ThreadOp::State::kDone;
+  send.transferred = send.bytes;
+  if (fits) {
+    recv.state = ThreadOp::State::kDone;
+    recv.transferred = send.bytes;
+  } else {
+    // Like MPI, the send completes; the receiver gets the error.
+    recv.state = ThreadOp::State::kFailed;
+    recv.error = str_cat("rank ", recv.owner, ": message from rank ", send.owner, " (tag ",
+                         tag_name(send.tag), ") is ", send.bytes,
+                         " bytes, larger than the receive buffer of ", recv.bytes, " bytes");
+  }
+  wake_[static_cast<size_t>(match.owner)].notify_all();
+}
+
+bool ThreadGroup::test(ThreadOp& op) {
+  std::lock_guard lock(mu_);
+  size_t bytes = 0;
+  if (finished(op, bytes)) return true;
+  if (op.state == ThreadOp::State::kQueued) check_alive(op);
+  return false;
+}
+
+size_t ThreadGroup::wait(ThreadOp& op, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  std::condition_variable& wake = wake_[static_cast<size_t>(op.owner)];
+  for (;;) {
+    size_t bytes = 0;
+    if (finished(op, bytes)) return bytes;
+    if (op.state == ThreadOp::State::kCopying) {
+      // A copy is bounded work in another thread; no deadline applies.
+      wake.wait(lock);
+      continue;
+    }
+    check_alive(op);
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw Error(ErrorCode::kTimeout, str_cat("rank ", op.owner, ": timed out after ",
+                                               seconds(op.timeout), " s waiting for ",
+                                               describe(op)));
+    }
+    wake.wait_until(lock, deadline);
+  }
+}
+
+void ThreadGroup::cancel(ThreadOp& op) noexcept {
+  std::unique_lock lock(mu_);
+  std::condition_variable& wake = wake_[static_cast<size_t>(op.owner)];
+  while (op.state == ThreadOp::State::kCopying) wake.wait(lock);
+  if (op.state != ThreadOp::State::kQueued) return;
+  const Key key = key_of(op);
+  auto it = mailboxes_.find(key);
+  if (it != mailboxes_.end()) {
+    std::deque<ThreadOp*>& queue = op.is_send ? it->second.sends : it->second.recvs;
+    queue.erase(std::remove(queue.begin(), queue.end(), &op), queue.end());
+    if (it->second.sends.empty() && it->second.recvs.empty()) mailboxes_.erase(it);
+  }
+  op.state = ThreadOp::State::kCancelled;
+}
+
+void ThreadGroup::fail(int rank, const std::string& message) {
+  {
+    std::lock_guard lock(mu_);
+    if (failed_rank_ >= 0) return;
+    failed_rank_ = rank;
+    failed_message_ = message;
+  }
+  for (auto& w : wake_) w.notify_all();
+}
+
+void ThreadGroup::exited(int rank) {
+  {
+    std::lock_guard lock(mu_);
+    exited_[static_cast<size_t>(rank)] = true;
+  }
+  for (auto& w : wake_) w.notify_all();
+}
+
+int ThreadGroup::failed_rank() const {
+  std::lock_guard lock(mu_);
+  return failed_rank_;
+}
+
+}  // namespace cpattn::detail

@@ -1,0 +1,87 @@
+// The shared state of one group of in-process ranks: mailboxes matched per (src, dst, tag),
+// rendezvous copies, and the group's failure / exit flags that release waiting ranks.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace cpattn::detail {
+
+/// One posted isend or irecv. Owned by its request; the group holds a pointer while it is queued.
+struct ThreadOp {
+  enum class State {
+    kQueued,     // waiting in a mailbox for its match
+    kCopying,    // matched; a thread is copying between the two buffers outside the lock
+    kDone,       // transferred
+    kFailed,     // matched but unusable (message larger than the receive buffer)
+    kCancelled,  // removed from its mailbox unmatched
+  };
+  bool is_send = false;
+  int owner = 0;  // the rank that posted it (waits on its condition variable)
+  int peer = 0;
+  int tag = 0;
+  const std::byte* message = nullptr;  // send only
+  std::byte* buffer = nullptr;         // recv only
+  size_t bytes = 0;           // send: message size; recv: buffer capacity
+  std::chrono::milliseconds timeout{0};  // for the timeout message
+  State state = State::kQueued;
+  size_t transferred = 0;
+  std::string error;  // why, when kFailed
+};
+
+/// Mailboxes and failure state of a group. All methods are thread-safe.
+class ThreadGroup {
+ public:
+  explicit ThreadGroup(int size);
+
+  int size() const { return size_; }
+  /// Queues `op` or matches it with the oldest opposite op of the same (src, dst, tag) and copies
+  /// (in the calling thread). Throws Error(kPeerFailed) if the group failed or the peer exited.
+  void post(ThreadOp& op);
+  /// True once `op` transferred; throws as wait() would.
+  bool test(ThreadOp& op);
+  /// Blocks until `op` completes, the group fails, the peer exits or `deadline` passes.
+  size_t wait(ThreadOp& op, std::chrono::steady_clock::time_point deadline);
+  /// Unqueues `op` if unmatched, or waits for its copy to finish.
+  void cancel(ThreadOp& op) noexcept;
+
+  /// Records that `rank` threw `message` (the first failure wins) and wakes every rank.
+  void fail(int rank, const std::string& message);
+  /// Records that `rank` returned normally and wakes every rank.
+  void exited(int rank);
+  /// The first rank that failed, or -1.
+  int failed_rank() const;
+
+ private:
+  using Key = std::tuple<int, int, int>;  // (src, dst, tag)
+  struct Mailbox {
+    std::deque<ThreadOp*> sends;
+    std::deque<ThreadOp*> recvs;
+  };
+
+  // Throws if `op` (still queued) can never complete. Requires mu_.
+  void check_alive(const ThreadOp& op) const;
+  // True (bytes set) if `op` transferred; throws if it failed; false while pending. Requires mu_.
+  bool finished(const ThreadOp& op, size_t& bytes) const;
+  static Key key_of(const ThreadOp& op);
+
+  const int size_;
+  mutable std::mutex mu_;
+  std::vector<std::condition_variable> wake_;  // one per rank: its ops changed or the group did
+  std::map<Key, Mailbox> mailboxes_;
+  int failed_rank_ = -1;
+  std::string failed_message_;
+  std::vector<bool> exited_;
+};
+
+/// "isend to rank 3 (tag 7, 1024 bytes)" / "irecv from rank 3 (tag 7, buffer of 1024 bytes)".
+std::string describe(const ThreadOp& op);
+
+}  // namespace cpattn::detail

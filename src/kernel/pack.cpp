@@ -1,0 +1,71 @@
+// Tile packing (pack.h). Unit-stride rows (every BSHD/BHSD/SBHD view) take vectorisable copies;
+// other strides take the element loop.
+#include "kernel/pack.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernel/gemm.h"
+
+namespace cpattn::detail {
+
+void pack_rows(const ConstView& x, TileRows t, float mul, float* dst, int64_t ld) {
+  const int64_t dim = x.shape[3], sd = x.stride[3];
+  for (int64_t i = 0; i < t.rows; ++i) {
+    const float* src = &x(t.b, t.begin + i, t.h, 0);
+    float* row = dst + i * ld;
+    if (sd == 1 && mul == 1.0f) {
+      std::memcpy(row, src, static_cast<size_t>(dim) * sizeof(float));
+    } else if (sd == 1) {
+      for (int64_t d = 0; d < dim; ++d) row[d] = mul * src[d];
+    } else {
+      for (int64_t d = 0; d < dim; ++d) row[d] = mul * src[d * sd];
+    }
+  }
+}
+
+void pack_panels(const ConstView& x, TileRows t, float* dst) {
+  const int64_t dim = x.shape[3], sd = x.stride[3];
+  const int64_t dim_pad = round_up_nr(dim);
+  for (int64_t i = 0; i < t.rows; ++i) {
+    const float* src = &x(t.b, t.begin + i, t.h, 0);
+    for (int64_t d0 = 0; d0 < dim_pad; d0 += kNr) {
+      float* out = dst + d0 * t.rows + i * kNr;  // panel d0 / kNr, row i
+      const int64_t n = std::min(kNr, dim - d0);
+      if (sd == 1 && n == kNr) {
+        std::memcpy(out, src + d0, kNr * sizeof(float));
+      } else {
+        for (int64_t c = 0; c < kNr; ++c) out[c] = c < n ? src[(d0 + c) * sd] : 0.0f;
+      }
+    }
+  }
+}
+
+void pack_panels_transposed(const ConstView& x, TileRows t, float mul, float* dst) {
+  const int64_t dim = x.shape[3], sd = x.stride[3];
+  const int64_t rows_pad = round_up_nr(t.rows);
+  for (int64_t i0 = 0; i0 < rows_pad; i0 += kNr) {
+    // One panel: kNr rows read in parallel, written d-major so the stores are contiguous.
+    float* panel = dst + i0 * dim;
+    const int64_t n = std::min(kNr, t.rows - i0);
+    const float* src[kNr];
+    for (int64_t r = 0; r < n; ++r) src[r] = &x(t.b, t.begin + i0 + r, t.h, 0);
+    for (int64_t d = 0; d < dim; ++d) {
+      float* out = panel + d * kNr;
+      for (int64_t r = 0; r < n; ++r) out[r] = mul * src[r][d * sd];
+      for (int64_t r = n; r < kNr; ++r) out[r] = 0.0f;
+    }
+  }
+}
+
+void prefetch_rows(const ConstView& x, TileRows t) {
+  const int64_t dim = x.shape[3], sd = x.stride[3];
+  constexpr int64_t kLineFloats = 16;  // 64-byte cache lines
+  const int64_t step = sd == 1 ? kLineFloats : 1;
+  for (int64_t i = 0; i < t.rows; ++i) {
+    const float* src = &x(t.b, t.begin + i, t.h, 0);
+    for (int64_t d = 0; d < dim; d += step) __builtin_prefetch(src + d * sd, 0, 2);
+  }
+}
+
+}  // namespace cpattn::detail

@@ -1,0 +1,34 @@
+// Copies strided [B, S, H, D] tiles into contiguous scratch so the micro-kernel's inner loops are
+// unit-stride whatever the caller's layout (BSHD, BHSD, SBHD or any other strides).
+#pragma once
+
+#include <cstdint>
+
+#include "cpattn/tensor.h"
+
+namespace cpattn::detail {
+
+/// Which rows of which head of a view form a tile: x(b, begin + i, h, :) for i < rows.
+struct TileRows {
+  int64_t b, h, begin, rows;
+};
+
+/// Row-major A operand: dst[i * ld + d] = mul * x(b, begin + i, h, d) for d < D (ld >= D).
+void pack_rows(const ConstView& x, TileRows t, float mul, float* dst, int64_t ld);
+
+/// B operand with the sequence as K and the head dim as N (V for P*V, K for dS*K, Q for dS^T*Q,
+/// dO for P^T*dO): panels of kNr dims, dst[(d / kNr) * rows * kNr + i * kNr + d % kNr], dims
+/// past D zero-filled up to round_up_nr(D).
+void pack_panels(const ConstView& x, TileRows t, float* dst);
+
+/// B operand with the head dim as K and the sequence as N (Q^T for K*Q^T, dO^T for V*dO^T):
+/// dst[(i / kNr) * D * kNr + d * kNr + i % kNr] = mul * x(b, begin + i, h, d), rows past t.rows
+/// zero-filled up to round_up_nr(t.rows).
+void pack_panels_transposed(const ConstView& x, TileRows t, float mul, float* dst);
+
+/// Asks for the tile's rows to be brought into L2 while the current tile computes. With
+/// [B, S, H, D] layouts consecutive rows of one head sit a page or more apart, where hardware
+/// prefetchers stop, so without this every k/v tile load waits on L3/DRAM latency.
+void prefetch_rows(const ConstView& x, TileRows t);
+
+}  // namespace cpattn::detail

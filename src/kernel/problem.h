@@ -1,0 +1,44 @@
+// The plain description of one kernel call that the validation layer fills in (validate.h) and
+// the forward/backward drivers consume without re-checking anything.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "cpattn/kernel.h"
+
+namespace cpattn::detail {
+
+/// Sizes, views, positions and mask/dropout parameters of a forward call. Every field has been
+/// validated: shapes agree, strides are >= 0, positions >= 0, spans have the right lengths.
+struct Problem {
+  int64_t B = 0, Sq = 0, Sk = 0, Hq = 0, Hkv = 0, Dqk = 0, Dv = 0;
+  int64_t group = 1;  ///< Hq / Hkv: query heads sharing one kv head
+  ConstView q, k, v;
+  std::span<const int64_t> q_pos, k_pos;
+  std::span<const int64_t> q_doc, k_doc;  ///< both empty or both full length
+  bool has_docs = false;
+  float scale = 1.0f;
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+  float dropout_p = 0.0f;
+  RngState rng;
+  int num_threads = 1;
+};
+
+/// Forward call: the Problem plus where the results go.
+struct ForwardProblem : Problem {
+  View out;              ///< [B, Sq, Hq, Dv]
+  std::span<float> lse;  ///< [B, Hq, Sq]
+};
+
+/// Backward call: the Problem plus the saved forward results and the gradients to produce.
+struct BackwardProblem : Problem {
+  ConstView dout, out;             ///< [B, Sq, Hq, Dv]
+  std::span<const float> lse;      ///< [B, Hq, Sq]
+  std::span<const float> delta;    ///< [B, Hq, Sq] or empty (computed from dout and out)
+  View dq, dk, dv;                 ///< like q, k, v
+  bool accumulate = false;
+};
+
+}  // namespace cpattn::detail

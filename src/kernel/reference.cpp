@@ -1,0 +1,211 @@
+// The naive attention oracle: one score row at a time, explicit masks, explicit dropout mask from
+// its own Philox. Clarity over speed; only the dot products are unrolled so sweeps stay quick.
+#include "kernel/reference.h"
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+
+#include "cpattn/error.h"
+
+namespace cpattn::reference {
+
+std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,
+                                      std::array<uint32_t, 2> key) {
+  // Salmon et al. (SC'11), Philox4x32: each round computes hi/lo of M0 * c0 and M1 * c2, then
+  // c = {hi(M1 c2) ^ c1 ^ k0, lo(M1 c2), hi(M0 c0) ^ c3 ^ k1, lo(M0 c0)}; the key is bumped by
+  // the Weyl constants between rounds (no bump before the first round).
+  uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
+  uint32_t k0 = key[0], k1 = key[1];
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    const uint64_t prod0 = uint64_t{0xD2511F53u} * uint64_t{c0};
+    const uint64_t prod1 = uint64_t{0xCD9E8D57u} * uint64_t{c2};
+    const uint32_t hi0 = static_cast<uint32_t>(prod0 >> 32), lo0 = static_cast<uint32_t>(prod0);
+    const uint32_t hi1 = static_cast<uint32_t>(prod1 >> 32), lo1 = static_cast<uint32_t>(prod1);
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+  }
+  return {c0, c1, c2, c3};
+}
+
+uint32_t dropout_bits(RngState rng, int64_t b, int64_t h, int64_t num_heads_q, int64_t i,
+                      int64_t j) {
+  const auto lo32 = [](uint64_t x) { return static_cast<uint32_t>(x & 0xFFFFFFFFu); };
+  const auto hi32 = [](uint64_t x) { return static_cast<uint32_t>(x >> 32); };
+  const std::array<uint32_t, 2> key = {lo32(rng.seed), hi32(rng.seed) ^ hi32(rng.offset)};
+  const std::array<uint32_t, 4> counter = {
+      lo32(static_cast<uint64_t>(j / 4)), lo32(static_cast<uint64_t>(i)),
+      lo32(static_cast<uint64_t>(b * num_heads_q + h)), lo32(rng.offset)};
+  return reference::philox4x32_10(counter, key)[static_cast<size_t>(j % 4)];
+}
+
+bool dropout_keep(RngState rng, int64_t b, int64_t h, int64_t num_heads_q, int64_t i, int64_t j,
+                  float dropout_p) {
+  const double u = static_cast<double>(reference::dropout_bits(rng, b, h, num_heads_q, i, j) >> 8) /
+                   static_cast<double>(1u << 24);
+  return u >= static_cast<double>(dropout_p);
+}
+
+bool visible(const AttentionParams& params, int64_t q_pos, int64_t k_pos, int64_t q_doc,
+             int64_t k_doc) {
+  if (q_doc != k_doc) return false;
+  if (params.causal && k_pos > q_pos) return false;
+  if (params.window_left >= 0 && k_pos < q_pos - params.window_left) return false;
+  if (params.window_right >= 0 && k_pos > q_pos + params.window_right) return false;
+  return true;
+}
+
+double softmax_scale(const Problem& problem) {
+  if (problem.exact_scale) return *problem.exact_scale;
+  if (problem.params.softmax_scale) return static_cast<double>(*problem.params.softmax_scale);
+  return 1.0 / std::sqrt(static_cast<double>(problem.dims.Dqk));
+}
+
+namespace {
+
+void check_problem(const Problem& p, bool with_backward) {
+  const Dims& d = p.dims;
+  const auto n = [](std::initializer_list<int64_t> sizes) {
+    size_t total = 1;
+    for (int64_t s : sizes) total *= static_cast<size_t>(s);
+    return total;
+  };
+  CPATTN_CHECK(d.B >= 0 && d.Sq >= 0 && d.Sk >= 0 && d.Hq >= 1 && d.Hkv >= 1 && d.Dqk >= 1 &&
+                   d.Dv >= 1 && d.Hq % d.Hkv == 0,
+               ErrorCode::kInvalidArgument, "reference: invalid dims B=", d.B, " Sq=", d.Sq,
+               " Sk=", d.Sk, " Hq=", d.Hq, " Hkv=", d.Hkv, " Dqk=", d.Dqk, " Dv=", d.Dv);
+  const auto code = ErrorCode::kShapeMismatch;
+  CPATTN_CHECK_EQ(p.q.size(), n({d.B, d.Sq, d.Hq, d.Dqk}), code, "reference: q length");
+  CPATTN_CHECK_EQ(p.k.size(), n({d.B, d.Sk, d.Hkv, d.Dqk}), code, "reference: k length");
+  CPATTN_CHECK_EQ(p.v.size(), n({d.B, d.Sk, d.Hkv, d.Dv}), code, "reference: v length");
+  CPATTN_CHECK_EQ(p.q_pos.size(), static_cast<size_t>(d.Sq), code, "reference: q_pos length");
+  CPATTN_CHECK_EQ(p.k_pos.size(), static_cast<size_t>(d.Sk), code, "reference: k_pos length");
+  if (!p.q_doc.empty() || !p.k_doc.empty()) {
+    CPATTN_CHECK_EQ(p.q_doc.size(), static_cast<size_t>(d.Sq), code, "reference: q_doc length");
+    CPATTN_CHECK_EQ(p.k_doc.size(), static_cast<size_t>(d.Sk), code, "reference: k_doc length");
+  }
+  if (with_backward) {
+    CPATTN_CHECK_EQ(p.dout.size(), n({d.B, d.Sq, d.Hq, d.Dv}), code, "reference: dout length");
+  }
+}
+
+// sum_d a[d] * b[d] with four partial sums (breaks the add latency chain; still a plain sum).
+template <typename T>
+T dot(const T* a, const T* b, int64_t n) {
+  T acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;
+  int64_t d = 0;
+  for (; d + 4 <= n; d += 4) {
+    acc0 += a[d] * b[d];
+    acc1 += a[d + 1] * b[d + 1];
+    acc2 += a[d + 2] * b[d + 2];
+    acc3 += a[d + 3] * b[d + 3];
+  }
+  T sum = (acc0 + acc1) + (acc2 + acc3);
+  for (; d < n; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+// y += alpha * x
+template <typename T>
+void axpy(T alpha, const T* x, T* y, int64_t n) {
+  for (int64_t d = 0; d < n; ++d) y[d] += alpha * x[d];
+}
+
+template <typename T>
+std::vector<T> cast_to(const std::vector<double>& x) {
+  return std::vector<T>(x.begin(), x.end());
+}
+
+template <typename T>
+Outputs attention_impl(const Problem& problem, bool with_backward) {
+  with_backward = with_backward && !problem.dout.empty();
+  check_problem(problem, with_backward);
+  const Dims& d = problem.dims;
+  const std::vector<T> q = cast_to<T>(problem.q), k = cast_to<T>(problem.k),
+                       v = cast_to<T>(problem.v), dout = cast_to<T>(problem.dout);
+  const T scale = static_cast<T>(softmax_scale(problem));
+  const float p_drop = problem.params.dropout_p;
+  const T keep_scale =
+      T{1} / (T{1} - static_cast<T>(problem.exact_dropout_p.value_or(static_cast<double>(p_drop))));
+  const bool docs = !problem.q_doc.empty();
+  const int64_t group = d.Hq / d.Hkv;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+
+  std::vector<T> out(static_cast<size_t>(d.B * d.Sq * d.Hq * d.Dv), T{0});
+  std::vector<T> lse(static_cast<size_t>(d.B * d.Hq * d.Sq), neg_inf);
+  std::vector<T> dq, dk, dv;
+  if (with_backward) {
+    dq.assign(q.size(), T{0});
+    dk.assign(k.size(), T{0});
+    dv.assign(v.size(), T{0});
+  }
+  // Offsets of row (b, s, h) in a BSHD tensor with H heads of width D.
+  const auto at = [](int64_t b, int64_t s, int64_t h, int64_t S, int64_t H, int64_t D) {
+    return static_cast<size_t>(((b * S + s) * H + h) * D);
+  };
+  std::vector<T> score(static_cast<size_t>(d.Sk)), prob(static_cast<size_t>(d.Sk)),
+      zmask(static_cast<size_t>(d.Sk));
+  for (int64_t b = 0; b < d.B; ++b) {
+    for (int64_t h = 0; h < d.Hq; ++h) {
+      const int64_t hk = h / group;
+      for (int64_t i = 0; i < d.Sq; ++i) {
+        const T* qi = &q[at(b, i, h, d.Sq, d.Hq, d.Dqk)];
+        T row_max = neg_inf;
+        for (int64_t j = 0; j < d.Sk; ++j) {
+          const bool vis =
+              visible(problem.params, problem.q_pos[i], problem.k_pos[j],
+                      docs ? problem.q_doc[i] : 0, docs ? problem.k_doc[j] : 0);
+          score[j] = vis ? scale * dot(qi, &k[at(b, j, hk, d.Sk, d.Hkv, d.Dqk)], d.Dqk) : neg_inf;
+          if (score[j] > row_max) row_max = score[j];
+        }
+        if (row_max == neg_inf) continue;  // empty row: out 0, lse -inf, no gradient
+        T sum = 0;
+        for (int64_t j = 0; j < d.Sk; ++j) sum += std::exp(score[j] - row_max);
+        lse[static_cast<size_t>((b * d.Hq + h) * d.Sq + i)] = row_max + std::log(sum);
+        T* oi = &out[at(b, i, h, d.Sq, d.Hq, d.Dv)];
+        for (int64_t j = 0; j < d.Sk; ++j) {
+          prob[j] = std::exp(score[j] - row_max) / sum;
+          zmask[j] = p_drop == 0.0f ? T{1}
+                     : reference::dropout_keep(problem.rng, b, h, d.Hq, problem.q_pos[i], problem.k_pos[j],
+                                    p_drop)
+                         ? keep_scale
+                         : T{0};
+          axpy(zmask[j] * prob[j], &v[at(b, j, hk, d.Sk, d.Hkv, d.Dv)], oi, d.Dv);
+        }
+        if (!with_backward) continue;
+        const T* doi = &dout[at(b, i, h, d.Sq, d.Hq, d.Dv)];
+        const T delta = dot(doi, oi, d.Dv);
+        T* dqi = &dq[at(b, i, h, d.Sq, d.Hq, d.Dqk)];
+        for (int64_t j = 0; j < d.Sk; ++j) {
+          if (prob[j] == T{0}) continue;
+          const size_t kj = at(b, j, hk, d.Sk, d.Hkv, d.Dqk), vj = at(b, j, hk, d.Sk, d.Hkv, d.Dv);
+          const T dp = zmask[j] * dot(doi, &v[vj], d.Dv);
+          const T ds = prob[j] * (dp - delta);
+          axpy(zmask[j] * prob[j], doi, &dv[vj], d.Dv);
+          axpy(scale * ds, &k[kj], dqi, d.Dqk);
+          axpy(scale * ds, qi, &dk[kj], d.Dqk);
+        }
+      }
+    }
+  }
+  const auto widen = [](const std::vector<T>& x) { return std::vector<double>(x.begin(), x.end()); };
+  return {widen(out), widen(lse), widen(dq), widen(dk), widen(dv)};
+}
+
+}  // namespace
+
+Outputs attention(const Problem& problem, bool with_backward) {
+  return attention_impl<double>(problem, with_backward);
+}
+
+Outputs attention_fp32(const Problem& problem, bool with_backward) {
+  return attention_impl<float>(problem, with_backward);
+}
+
+}  // namespace cpattn::reference

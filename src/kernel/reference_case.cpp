@@ -1,0 +1,262 @@
+// Verification cases: spec -> random problem -> kernel run in a layout -> error row vs the oracle.
+#include "kernel/reference_case.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <utility>
+
+#include "cpattn/error.h"
+#include "cpattn/kernel.h"
+
+namespace cpattn::reference {
+
+const char* mask_kind_name(MaskKind kind) noexcept {
+  switch (kind) {
+    case MaskKind::kNone: return "Full";
+    case MaskKind::kCausal: return "Causal";
+    case MaskKind::kWindow: return "Window";
+    case MaskKind::kCausalWindow: return "CausalWindow";
+    case MaskKind::kDocs: return "Docs";
+    case MaskKind::kDocsCausal: return "DocsCausal";
+  }
+  return "?";
+}
+
+const char* position_kind_name(PositionKind kind) noexcept {
+  switch (kind) {
+    case PositionKind::kContiguous: return "Contiguous";
+    case PositionKind::kZigzag: return "Zigzag";
+    case PositionKind::kStriped: return "Striped";
+  }
+  return "?";
+}
+
+std::string case_name(const CaseSpec& spec) {
+  const Dims& d = spec.dims;
+  std::string heads = d.Hq == d.Hkv ? "MHA" + std::to_string(d.Hq)
+                                    : "GQA" + std::to_string(d.Hq) + "x" + std::to_string(d.Hkv);
+  char p[32];
+  std::snprintf(p, sizeof(p), "%g", static_cast<double>(spec.dropout_p));
+  std::string drop = p;
+  std::replace(drop.begin(), drop.end(), '.', 'p');
+  std::string name = std::string(mask_kind_name(spec.mask)) + "_" + heads + "_Sq" +
+                     std::to_string(d.Sq) + "_Sk" + std::to_string(d.Sk) + "_D" +
+                     std::to_string(d.Dqk) + "x" + std::to_string(d.Dv) + "_p" + drop + "_" +
+                     memory_layout_name(spec.layout);
+  if (spec.positions != PositionKind::kContiguous) {
+    name += std::string("_") + position_kind_name(spec.positions);
+  }
+  if (d.B != 1) name += "_B" + std::to_string(d.B);
+  return name;
+}
+
+std::array<std::vector<int64_t>, 2> make_positions(PositionKind kind, int64_t sq, int64_t sk,
+                                                   uint64_t seed) {
+  const int64_t n = std::max(sq, sk);
+  std::array<std::vector<int64_t>, 2> pos;
+  const std::array<int64_t, 2> len = {sq, sk};
+  for (size_t t = 0; t < 2; ++t) {
+    std::vector<int64_t>& p = pos[t];
+    const int64_t s = len[t];
+    p.resize(static_cast<size_t>(s));
+    switch (kind) {
+      case PositionKind::kContiguous:
+        for (int64_t i = 0; i < s; ++i) p[i] = n - s + i;
+        break;
+      case PositionKind::kZigzag: {
+        // Chunks of capacity c; this rank holds chunk 0 and chunk 3, each filled at its end.
+        const int64_t c = (n + 1) / 2, first = (s + 1) / 2, second = s - first;
+        for (int64_t i = 0; i < first; ++i) p[i] = c - first + i;
+        for (int64_t i = 0; i < second; ++i) p[first + i] = 4 * c - second + i;
+        break;
+      }
+      case PositionKind::kStriped: {
+        // Every 4th token (q on rank 1, k on rank 2), then a fixed shuffle: non-monotone.
+        const int64_t rank = t == 0 ? 1 : 2;
+        for (int64_t i = 0; i < s; ++i) p[i] = 4 * (n - s + i) + rank;
+        std::mt19937_64 gen(seed * 31 + t);
+        std::shuffle(p.begin(), p.end(), gen);
+        break;
+      }
+    }
+  }
+  return pos;
+}
+
+int64_t document_of(int64_t position) {
+  static constexpr std::array<int64_t, 9> kLengths = {1, 23, 5, 120, 64, 1, 300, 9, 511};
+  int64_t cycle = 0;
+  for (int64_t l : kLengths) cycle += l;
+  int64_t doc = (position / cycle) * static_cast<int64_t>(kLengths.size());
+  int64_t rest = position % cycle;
+  for (int64_t l : kLengths) {
+    if (rest < l) break;
+    rest -= l;
+    ++doc;
+  }
+  return doc;
+}
+
+Problem make_problem(const CaseSpec& spec) {
+  Problem p;
+  p.dims = spec.dims;
+  const Dims& d = p.dims;
+  switch (spec.mask) {
+    case MaskKind::kNone: break;
+    case MaskKind::kCausal: p.params.causal = true; break;
+    case MaskKind::kWindow:
+      p.params.window_left = 37;
+      p.params.window_right = 5;
+      break;
+    case MaskKind::kCausalWindow:
+      p.params.causal = true;
+      p.params.window_left = 100;
+      break;
+    case MaskKind::kDocs: break;
+    case MaskKind::kDocsCausal: p.params.causal = true; break;
+  }
+  p.params.dropout_p = spec.dropout_p;
+  // hi32(offset) != 0 so the key's second word is exercised too.
+  p.rng = {spec.seed * 0x9E3779B97F4A7C15ull + 12345, (spec.seed << 32) | 7};
+  auto [q_pos, k_pos] = make_positions(spec.positions, d.Sq, d.Sk, spec.seed);
+  p.q_pos = std::move(q_pos);
+  p.k_pos = std::move(k_pos);
+  if (spec.mask == MaskKind::kDocs || spec.mask == MaskKind::kDocsCausal) {
+    for (int64_t x : p.q_pos) p.q_doc.push_back(document_of(x));
+    for (int64_t x : p.k_pos) p.k_doc.push_back(document_of(x));
+  }
+  std::mt19937_64 gen(spec.seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const auto fill = [&](std::vector<double>& x, int64_t count) {
+    x.resize(static_cast<size_t>(count));
+    for (double& e : x) e = static_cast<double>(normal(gen));
+  };
+  fill(p.q, d.B * d.Sq * d.Hq * d.Dqk);
+  fill(p.k, d.B * d.Sk * d.Hkv * d.Dqk);
+  fill(p.v, d.B * d.Sk * d.Hkv * d.Dv);
+  fill(p.dout, d.B * d.Sq * d.Hq * d.Dv);
+  return p;
+}
+
+namespace {
+
+// The dims of a [B, S, H, D] tensor in the order `layout` stores them (Tensor's shape).
+std::vector<int64_t> storage_shape(const std::array<int64_t, 4>& s, MemoryLayout layout) {
+  switch (layout) {
+    case MemoryLayout::kBSHD: return {s[0], s[1], s[2], s[3]};
+    case MemoryLayout::kBHSD: return {s[0], s[2], s[1], s[3]};
+    case MemoryLayout::kSBHD: return {s[1], s[0], s[2], s[3]};
+  }
+  throw Error(ErrorCode::kInvalidArgument, "unknown MemoryLayout");
+}
+
+template <typename F>
+void for_each_index(const std::array<int64_t, 4>& s, F&& f) {
+  size_t flat = 0;
+  for (int64_t b = 0; b < s[0]; ++b)
+    for (int64_t x = 0; x < s[1]; ++x)
+      for (int64_t h = 0; h < s[2]; ++h)
+        for (int64_t d = 0; d < s[3]; ++d) f(b, x, h, d, flat++);
+}
+
+// A float tensor stored in `layout` holding the BSHD doubles x (rounded to float).
+Tensor to_tensor(const std::vector<double>& x, const std::array<int64_t, 4>& shape,
+                 MemoryLayout layout) {
+  Tensor t(storage_shape(shape, layout));
+  const View view = t.view(layout);
+  for_each_index(shape, [&](int64_t b, int64_t s, int64_t h, int64_t d, size_t flat) {
+    view(b, s, h, d) = static_cast<float>(x[flat]);
+  });
+  return t;
+}
+
+std::vector<double> to_doubles(ConstView view) {
+  std::vector<double> x(static_cast<size_t>(view.numel()));
+  for_each_index(view.shape, [&](int64_t b, int64_t s, int64_t h, int64_t d, size_t flat) {
+    x[flat] = static_cast<double>(view(b, s, h, d));
+  });
+  return x;
+}
+
+}  // namespace
+
+Outputs run_kernel(const Problem& p, const KernelRun& run) {
+  const Dims& d = p.dims;
+  const std::array<int64_t, 4> q_shape = {d.B, d.Sq, d.Hq, d.Dqk}, k_shape = {d.B, d.Sk, d.Hkv, d.Dqk},
+                               v_shape = {d.B, d.Sk, d.Hkv, d.Dv}, o_shape = {d.B, d.Sq, d.Hq, d.Dv};
+  const Tensor q = to_tensor(p.q, q_shape, run.layout), k = to_tensor(p.k, k_shape, run.layout),
+               v = to_tensor(p.v, v_shape, run.layout);
+  AttentionInputs in{q.view(run.layout), k.view(run.layout), v.view(run.layout),
+                     p.q_pos,            p.k_pos,            p.q_doc,
+                     p.k_doc};
+  Tensor out(storage_shape(o_shape, run.layout));
+  std::vector<float> lse(static_cast<size_t>(d.B * d.Hq * d.Sq));
+  KernelOptions options;
+  options.num_threads = run.num_threads;
+  attention_kernel_forward(in, p.params, p.rng, out.view(run.layout), lse, options);
+  Outputs result;
+  result.out = to_doubles(out.view(run.layout));
+  result.lse.assign(lse.begin(), lse.end());
+  if (!run.backward) return result;
+
+  const Tensor dout = to_tensor(p.dout, o_shape, run.layout);
+  Tensor dq(storage_shape(q_shape, run.layout)), dk(storage_shape(k_shape, run.layout)),
+      dv(storage_shape(v_shape, run.layout));
+  BackwardOptions backward_options;
+  backward_options.num_threads = run.num_threads;
+  attention_kernel_backward(in, p.params, p.rng, dout.view(run.layout),
+                            std::as_const(out).view(run.layout), lse, dq.view(run.layout),
+                            dk.view(run.layout), dv.view(run.layout), backward_options);
+  result.dq = to_doubles(dq.view(run.layout));
+  result.dk = to_doubles(dk.view(run.layout));
+  result.dv = to_doubles(dv.view(run.layout));
+  return result;
+}
+
+double max_abs_error(const std::vector<double>& a, const std::vector<double>& b) {
+  CPATTN_CHECK_EQ(b.size(), a.size(), ErrorCode::kShapeMismatch, "max_abs_error: lengths");
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;  // also equal infinities
+    const double e = std::fabs(a[i] - b[i]);
+    worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(worst, e);
+  }
+  return worst;
+}
+
+bool ErrorRow::pass() const {
+  for (size_t t = 0; t < err.size(); ++t) {
+    if (!(err[t] <= tol[t])) return false;
+  }
+  return true;
+}
+
+ErrorRow compare(std::string name, const Outputs& exact, const Outputs& fp32, const Outputs& got) {
+  ErrorRow row;
+  row.name = std::move(name);
+  const std::array<const std::vector<double>*, 5> e = {&exact.out, &exact.lse, &exact.dq,
+                                                       &exact.dk, &exact.dv};
+  const std::array<const std::vector<double>*, 5> f = {&fp32.out, &fp32.lse, &fp32.dq, &fp32.dk,
+                                                       &fp32.dv};
+  const std::array<const std::vector<double>*, 5> g = {&got.out, &got.lse, &got.dq, &got.dk,
+                                                       &got.dv};
+  for (size_t t = 0; t < 5; ++t) {
+    const bool skipped = t >= 2 && got.dq.empty();
+    row.err[t] = skipped ? 0.0 : max_abs_error(*e[t], *g[t]);
+    row.tol[t] = kTolFactor * (skipped ? 0.0 : max_abs_error(*e[t], *f[t])) + kTolAbs;
+  }
+  return row;
+}
+
+ErrorRow check_kernel_case(const CaseSpec& spec, int num_threads) {
+  const Problem problem = make_problem(spec);
+  const Outputs exact = attention(problem);
+  const Outputs fp32 = attention_fp32(problem);
+  const Outputs got = run_kernel(problem, {spec.layout, num_threads, true});
+  return compare(case_name(spec), exact, fp32, got);
+}
+
+}  // namespace cpattn::reference

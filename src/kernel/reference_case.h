@@ -1,0 +1,92 @@
+// Named verification cases for the kernel: build a random problem from a short spec, run the
+// kernel on it in any memory layout, and judge its error against the double reference.
+// Shared by the test suite and `cpattn verify`.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cpattn/tensor.h"
+#include "kernel/reference.h"
+
+namespace cpattn::reference {
+
+/// Mask families a case can use (window sizes are fixed per kind, see make_problem).
+enum class MaskKind { kNone, kCausal, kWindow, kCausalWindow, kDocs, kDocsCausal };
+const char* mask_kind_name(MaskKind kind) noexcept;
+
+/// How the global positions of the local q and k rows are laid out (Sq != Sk allowed):
+/// kContiguous: both runs end at the same position (bottom-right aligned, like a KV cache);
+/// kZigzag: rank 0 of a 2-rank zigzag split (chunks 0 and 3 of 4), two runs with a gap;
+/// kStriped: round-robin ranks 1 (q) and 2 (k) of 4, then shuffled, so positions are
+/// non-monotone.
+enum class PositionKind { kContiguous, kZigzag, kStriped };
+const char* position_kind_name(PositionKind kind) noexcept;
+
+/// A short description of one random attention problem and the layout to run it in.
+struct CaseSpec {
+  MaskKind mask = MaskKind::kNone;
+  Dims dims;
+  PositionKind positions = PositionKind::kContiguous;
+  float dropout_p = 0.0f;
+  MemoryLayout layout = MemoryLayout::kBSHD;
+  uint64_t seed = 1;  ///< inputs, positions and the dropout RngState derive from it
+};
+
+/// Readable unique name, e.g. "Causal_GQA8x2_Sq97_Sk1025_D192x128_p0p1_BHSD" (plus "_Zigzag",
+/// "_Striped" and "_B3" when not the defaults). Only letters, digits and '_'.
+std::string case_name(const CaseSpec& spec);
+
+/// Global positions (q_pos, k_pos) for Sq, Sk rows laid out as `kind` (see PositionKind).
+std::array<std::vector<int64_t>, 2> make_positions(PositionKind kind, int64_t sq, int64_t sk,
+                                                   uint64_t seed);
+
+/// Document id of a global position for packed sequences whose lengths cycle through
+/// {1, 23, 5, 120, 64, 1, 300, 9, 511} (length-1 documents included on purpose).
+int64_t document_of(int64_t position);
+
+/// The problem a spec describes: inputs ~ N(0, 1) rounded to float (so the kernel sees exactly
+/// the reference's inputs), dout ~ N(0, 1), masks per MaskKind (window: left 37, right 5;
+/// causal+window: left 100), documents from document_of, RngState derived from the seed.
+Problem make_problem(const CaseSpec& spec);
+
+/// How run_kernel calls the kernel.
+struct KernelRun {
+  MemoryLayout layout = MemoryLayout::kBSHD;
+  int num_threads = 1;
+  bool backward = true;
+};
+
+/// Runs attention_kernel_forward (and backward) on the problem with fp32 tensors stored in
+/// run.layout; returns the results as flat BSHD doubles (gradients empty without backward).
+Outputs run_kernel(const Problem& problem, const KernelRun& run);
+
+/// Max |a - b| over two equally long vectors; equal infinities count as 0, NaN as +inf.
+/// Throws Error(kShapeMismatch) when the lengths differ.
+double max_abs_error(const std::vector<double>& a, const std::vector<double>& b);
+
+/// The five tensors every row reports, in this order.
+inline constexpr std::array<const char*, 5> kTensorNames = {"out", "lse", "dq", "dk", "dv"};
+
+/// Tolerance rule: a tensor passes when err <= kTolFactor * err_fp32 + kTolAbs, where err is its
+/// max abs error vs the double reference and err_fp32 that of the plain fp32 implementation.
+inline constexpr double kTolFactor = 2.0;
+inline constexpr double kTolAbs = 1e-6;
+
+/// The verdict on one case: per tensor (kTensorNames order) the error and its tolerance.
+struct ErrorRow {
+  std::string name;
+  std::array<double, 5> err{};
+  std::array<double, 5> tol{};
+  bool pass() const;
+};
+
+/// Applies the tolerance rule to `got` (gradients skipped when got has none).
+ErrorRow compare(std::string name, const Outputs& exact, const Outputs& fp32, const Outputs& got);
+
+/// make_problem + both references + run_kernel (spec.layout, num_threads) + compare.
+ErrorRow check_kernel_case(const CaseSpec& spec, int num_threads = 1);
+
+}  // namespace cpattn::reference

@@ -1,0 +1,175 @@
+// Argument checks of the kernel API (validate.h): every message names what was expected and what
+// came, e.g. "k must have shape [B, Sk, Hkv, Dqk] = [2, 97, 2, 64], got [2, 97, 2, 40]".
+#include "kernel/validate.h"
+
+#include <array>
+#include <cmath>
+#include <string>
+
+#include "cpattn/error.h"
+
+namespace cpattn::detail {
+namespace {
+
+using Shape = std::array<int64_t, 4>;
+
+std::string shape_string(const Shape& s) {
+  return str_cat("[", s[0], ", ", s[1], ", ", s[2], ", ", s[3], "]");
+}
+
+// Checks one strided operand: exact shape, non-negative strides, data present when non-empty.
+template <typename T>
+void check_view(const StridedView<T>& view, const char* name, const char* dims,
+                const Shape& expected) {
+  CPATTN_CHECK(view.shape == expected, ErrorCode::kShapeMismatch, name, " must have shape ", dims,
+               " = ", shape_string(expected), ", got ", shape_string(view.shape));
+  for (int i = 0; i < 4; ++i) {
+    CPATTN_CHECK(view.stride[i] >= 0, ErrorCode::kShapeMismatch, name,
+                 " strides must be >= 0, got ", shape_string(view.stride));
+  }
+  CPATTN_CHECK(view.data != nullptr || view.numel() == 0, ErrorCode::kInvalidArgument, name,
+               " has shape ", shape_string(view.shape), " but a null data pointer");
+}
+
+// The first operand fixes B, Sq, Hq, Dqk; its own dims only need to be >= 0.
+void check_dims_nonnegative(const Shape& s, const char* name) {
+  for (int64_t d : s) {
+    CPATTN_CHECK(d >= 0, ErrorCode::kShapeMismatch, name, " dimensions must be >= 0, got ",
+                 shape_string(s));
+  }
+}
+
+void check_positions(std::span<const int64_t> pos, int64_t expected_len, const char* name,
+                     const char* len_name) {
+  CPATTN_CHECK(static_cast<int64_t>(pos.size()) == expected_len, ErrorCode::kShapeMismatch, name,
+               " must have length ", len_name, " = ", expected_len, ", got ", pos.size());
+  for (size_t i = 0; i < pos.size(); ++i) {
+    CPATTN_CHECK(pos[i] >= 0, ErrorCode::kInvalidArgument, name, "[", i,
+                 "] must be a position >= 0, got ", pos[i]);
+  }
+}
+
+// Everything shared by forward and backward: q/k/v, positions, documents, params, threads.
+void fill_problem(const AttentionInputs& in, const AttentionParams& params, RngState rng,
+                  const KernelOptions& options, Problem& p) {
+  check_dims_nonnegative(in.q.shape, "q");
+  check_dims_nonnegative(in.k.shape, "k");
+  check_dims_nonnegative(in.v.shape, "v");
+  p.B = in.q.shape[0];
+  p.Sq = in.q.shape[1];
+  p.Hq = in.q.shape[2];
+  p.Dqk = in.q.shape[3];
+  p.Sk = in.k.shape[1];
+  p.Hkv = in.k.shape[2];
+  p.Dv = in.v.shape[3];
+  check_view(in.q, "q", "[B, Sq, Hq, Dqk]", {p.B, p.Sq, p.Hq, p.Dqk});
+  check_view(in.k, "k", "[B, Sk, Hkv, Dqk]", {p.B, p.Sk, p.Hkv, p.Dqk});
+  check_view(in.v, "v", "[B, Sk, Hkv, Dv]", {p.B, p.Sk, p.Hkv, p.Dv});
+  CPATTN_CHECK(p.Hkv > 0 || p.Hq == 0, ErrorCode::kShapeMismatch,
+               "k/v need at least one head when q has Hq = ", p.Hq, " heads, got Hkv = 0");
+  CPATTN_CHECK(p.Hkv == 0 || p.Hq % p.Hkv == 0, ErrorCode::kShapeMismatch,
+               "Hq must be a multiple of Hkv (GQA/MQA), got Hq = ", p.Hq, ", Hkv = ", p.Hkv);
+  p.group = p.Hkv > 0 ? p.Hq / p.Hkv : 1;
+  p.q = in.q;
+  p.k = in.k;
+  p.v = in.v;
+
+  check_positions(in.q_pos, p.Sq, "q_pos", "Sq");
+  check_positions(in.k_pos, p.Sk, "k_pos", "Sk");
+  p.q_pos = in.q_pos;
+  p.k_pos = in.k_pos;
+  const bool has_q_doc = !in.q_doc.empty(), has_k_doc = !in.k_doc.empty();
+  // A zero-length sequence has an empty doc span either way, so "both or neither" only binds
+  // when both sides have tokens.
+  CPATTN_CHECK(has_q_doc == has_k_doc || p.Sq == 0 || p.Sk == 0, ErrorCode::kInvalidArgument,
+               "q_doc and k_doc must be given together, got q_doc length ", in.q_doc.size(),
+               " and k_doc length ", in.k_doc.size());
+  if (has_q_doc || has_k_doc) {
+    CPATTN_CHECK(static_cast<int64_t>(in.q_doc.size()) == p.Sq, ErrorCode::kShapeMismatch,
+                 "q_doc must have length Sq = ", p.Sq, ", got ", in.q_doc.size());
+    CPATTN_CHECK(static_cast<int64_t>(in.k_doc.size()) == p.Sk, ErrorCode::kShapeMismatch,
+                 "k_doc must have length Sk = ", p.Sk, ", got ", in.k_doc.size());
+    p.has_docs = p.Sq > 0 && p.Sk > 0;
+    p.q_doc = in.q_doc;
+    p.k_doc = in.k_doc;
+  }
+
+  if (params.softmax_scale.has_value()) {
+    p.scale = *params.softmax_scale;
+  } else {
+    CPATTN_CHECK(p.Dqk > 0, ErrorCode::kInvalidArgument,
+                 "the default softmax_scale 1/sqrt(Dqk) needs Dqk > 0, got Dqk = ", p.Dqk);
+    p.scale = 1.0f / std::sqrt(static_cast<float>(p.Dqk));
+  }
+  CPATTN_CHECK(std::isfinite(p.scale), ErrorCode::kInvalidArgument,
+               "softmax_scale must be finite, got ", p.scale);
+  CPATTN_CHECK(params.dropout_p >= 0.0f && params.dropout_p < 1.0f, ErrorCode::kInvalidArgument,
+               "dropout_p must be in [0, 1), got ", params.dropout_p);
+  CPATTN_CHECK(params.window_left >= -1, ErrorCode::kInvalidArgument,
+               "window_left must be >= -1 (-1 = unbounded), got ", params.window_left);
+  CPATTN_CHECK(params.window_right >= -1, ErrorCode::kInvalidArgument,
+               "window_right must be >= -1 (-1 = unbounded), got ", params.window_right);
+  CPATTN_CHECK(options.num_threads >= 1, ErrorCode::kInvalidArgument,
+               "num_threads must be >= 1, got ", options.num_threads);
+  p.causal = params.causal;
+  p.window_left = params.window_left;
+  p.window_right = params.window_right;
+  p.dropout_p = params.dropout_p;
+  p.rng = rng;
+  p.num_threads = options.num_threads;
+}
+
+void check_row_stats(size_t got, const Problem& p, const char* name) {
+  const int64_t expected = p.B * p.Hq * p.Sq;
+  CPATTN_CHECK(static_cast<int64_t>(got) == expected, ErrorCode::kShapeMismatch, name,
+               " must have length B * Hq * Sq = ", p.B, " * ", p.Hq, " * ", p.Sq, " = ", expected,
+               ", got ", got);
+}
+
+}  // namespace
+
+Problem validate_inputs(const AttentionInputs& in, const AttentionParams& params, RngState rng,
+                        const KernelOptions& options) {
+  Problem p;
+  fill_problem(in, params, rng, options, p);
+  return p;
+}
+
+ForwardProblem validate_forward(const AttentionInputs& in, const AttentionParams& params,
+                                RngState rng, View out, std::span<float> lse,
+                                const KernelOptions& options) {
+  ForwardProblem p;
+  fill_problem(in, params, rng, options, p);
+  check_view(out, "out", "[B, Sq, Hq, Dv]", {p.B, p.Sq, p.Hq, p.Dv});
+  check_row_stats(lse.size(), p, "lse");
+  p.out = out;
+  p.lse = lse;
+  return p;
+}
+
+BackwardProblem validate_backward(const AttentionInputs& in, const AttentionParams& params,
+                                  RngState rng, ConstView dout, ConstView out,
+                                  std::span<const float> lse, View dq, View dk, View dv,
+                                  const BackwardOptions& options) {
+  BackwardProblem p;
+  fill_problem(in, params, rng, options, p);
+  check_view(dout, "dout", "[B, Sq, Hq, Dv]", {p.B, p.Sq, p.Hq, p.Dv});
+  check_view(out, "out", "[B, Sq, Hq, Dv]", {p.B, p.Sq, p.Hq, p.Dv});
+  check_row_stats(lse.size(), p, "lse");
+  // An empty delta means "compute it from dout and out"; a given one must cover every row.
+  if (!options.delta.empty()) check_row_stats(options.delta.size(), p, "delta");
+  check_view(dq, "dq", "[B, Sq, Hq, Dqk]", {p.B, p.Sq, p.Hq, p.Dqk});
+  check_view(dk, "dk", "[B, Sk, Hkv, Dqk]", {p.B, p.Sk, p.Hkv, p.Dqk});
+  check_view(dv, "dv", "[B, Sk, Hkv, Dv]", {p.B, p.Sk, p.Hkv, p.Dv});
+  p.dout = dout;
+  p.out = out;
+  p.lse = lse;
+  p.delta = options.delta;
+  p.dq = dq;
+  p.dk = dk;
+  p.dv = dv;
+  p.accumulate = options.accumulate;
+  return p;
+}
+
+}  // namespace cpattn::detail

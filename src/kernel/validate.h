@@ -1,0 +1,29 @@
+// The kernel's one validation layer: checks every argument of a public kernel call and returns
+// the plain Problem the drivers run on (kernels never re-check).
+#pragma once
+
+#include "kernel/problem.h"
+
+namespace cpattn::detail {
+
+/// Validates the inputs, params and options shared by forward and backward (q/k/v shapes and
+/// strides, positions, documents, scale, window, dropout_p, num_threads). Throws like
+/// validate_forward.
+Problem validate_inputs(const AttentionInputs& in, const AttentionParams& params, RngState rng,
+                        const KernelOptions& options);
+
+/// Validates a forward call. Throws Error(kShapeMismatch) for a wrong shape, stride or span length
+/// and Error(kInvalidArgument) for a bad value (negative position, NaN scale, dropout_p outside
+/// [0, 1), window < -1, num_threads < 1, null data with non-zero size), naming expected vs got.
+ForwardProblem validate_forward(const AttentionInputs& in, const AttentionParams& params,
+                                RngState rng, View out, std::span<float> lse,
+                                const KernelOptions& options);
+
+/// Validates a backward call like validate_forward, plus dout/out/dq/dk/dv shapes and the lse and
+/// delta span lengths.
+BackwardProblem validate_backward(const AttentionInputs& in, const AttentionParams& params,
+                                  RngState rng, ConstView dout, ConstView out,
+                                  std::span<const float> lse, View dq, View dk, View dv,
+                                  const BackwardOptions& options);
+
+}  // namespace cpattn::detail

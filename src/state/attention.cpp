@@ -1,0 +1,78 @@
+// attention_forward / attention_backward: the ring plus explicit, checked forward state.
+#include "cpattn/attention.h"
+
+#include <utility>
+
+#include "cpattn/error.h"
+
+namespace cpattn {
+
+ForwardResult::ForwardResult(Tensor out_in, Tensor lse_in, RngState rng_in, Fingerprint fp,
+                             MemoryCounter& counter)
+    : out(std::move(out_in)),
+      lse(std::move(lse_in)),
+      rng(rng_in),
+      fingerprint(std::move(fp)),
+      counter_(&counter) {
+  counter_->add_forward_results(1);
+}
+
+ForwardResult::ForwardResult(ForwardResult&& other) noexcept
+    : out(std::move(other.out)),
+      lse(std::move(other.lse)),
+      rng(other.rng),
+      fingerprint(std::move(other.fingerprint)),
+      counter_(std::exchange(other.counter_, nullptr)) {}
+
+ForwardResult& ForwardResult::operator=(ForwardResult&& other) noexcept {
+  if (this != &other) {
+    if (counter_ != nullptr) counter_->add_forward_results(-1);
+    out = std::move(other.out);
+    lse = std::move(other.lse);
+    rng = other.rng;
+    fingerprint = std::move(other.fingerprint);
+    counter_ = std::exchange(other.counter_, nullptr);
+  }
+  return *this;
+}
+
+ForwardResult::~ForwardResult() {
+  if (counter_ != nullptr) counter_->add_forward_results(-1);
+}
+
+namespace {
+void check_group(const Communicator& comm, const SequenceSharding& seq) {
+  CPATTN_CHECK(seq.cp_size == comm.size() && seq.cp_rank == comm.rank(),
+               ErrorCode::kInvalidArgument, "SequenceSharding is for cp_rank ", seq.cp_rank, " of ",
+               seq.cp_size, " but the communicator is rank ", comm.rank(), " of ", comm.size());
+}
+}  // namespace
+
+ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
+                                const SequenceSharding& seq, const AttentionParams& params,
+                                RngState rng, const RingOptions& options) {
+  check_group(comm, seq);
+  RingForwardResult r = ring_attention_forward(comm, q, k, v, seq, params, rng, options);
+  Fingerprint fp = make_fingerprint(comm.rank(), comm.size(), q, k, v, seq, params, rng);
+  return ForwardResult(std::move(r.out), std::move(r.lse), r.rng, std::move(fp), comm.memory());
+}
+
+AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q,
+                                      ConstView k, ConstView v, const ForwardResult& state,
+                                      const SequenceSharding& seq, const AttentionParams& params,
+                                      const RingOptions& options) {
+  const Fingerprint called =
+      make_fingerprint(comm.rank(), comm.size(), q, k, v, seq, params, state.rng);
+  const std::vector<std::string> diffs = state.fingerprint.differences(called);
+  if (!diffs.empty()) {
+    std::string message = "attention_backward: the ForwardResult does not belong to this call: ";
+    for (size_t i = 0; i < diffs.size(); ++i) message += (i ? "; " : "") + diffs[i];
+    throw Error(ErrorCode::kStateMismatch, message);
+  }
+  check_group(comm, seq);
+  RingGradients g = ring_attention_backward(comm, dout, q, k, v, state.out.view(),
+                                            state.lse.span(), seq, params, state.rng, options);
+  return {std::move(g.dq), std::move(g.dk), std::move(g.dv)};
+}
+
+}  // namespace cpattn

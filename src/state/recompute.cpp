@@ -1,0 +1,62 @@
+// Recompute (activation checkpointing) with replay checks.
+#include "cpattn/recompute.h"
+
+#include "cpattn/digest.h"
+#include "cpattn/error.h"
+
+namespace cpattn {
+
+namespace {
+uint64_t output_digest(const ForwardResult& state) {
+  return Digest().view(state.out.view()).values(state.lse.span()).finish();
+}
+std::string rng_text(RngState r) {
+  return detail::str_cat("{seed=", r.seed, ", offset=", r.offset, "}");
+}
+}  // namespace
+
+AttentionCheckpoint make_checkpoint(const ForwardResult& state) {
+  return {state.fingerprint, output_digest(state)};
+}
+
+ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& checkpoint,
+                                RngState replayed, ConstView q, ConstView k, ConstView v,
+                                const SequenceSharding& seq, const AttentionParams& params,
+                                const RecomputeOptions& options) {
+  const Fingerprint& recorded = checkpoint.fingerprint;
+  CPATTN_CHECK(replayed == recorded.rng, ErrorCode::kRecomputeDiverged,
+               "recompute diverged: replayed RngState ", rng_text(replayed),
+               " differs from the recorded ", rng_text(recorded.rng),
+               " (restore the generator state before recomputing; otherwise dropout masks and "
+               "gradients would be silently wrong)");
+  const Fingerprint called = make_fingerprint(comm.rank(), comm.size(), q, k, v, seq, params,
+                                              replayed);
+  const std::vector<std::string> diffs = recorded.differences(called);
+  if (!diffs.empty()) {
+    std::string message = "recompute diverged: the recomputed call differs from the first forward: ";
+    for (size_t i = 0; i < diffs.size(); ++i) message += (i ? "; " : "") + diffs[i];
+    throw Error(ErrorCode::kRecomputeDiverged, message);
+  }
+  ForwardResult state = attention_forward(comm, q, k, v, seq, params, replayed, options.ring);
+  if (options.strict) {
+    const uint64_t again = output_digest(state);
+    CPATTN_CHECK(again == checkpoint.output_digest, ErrorCode::kRecomputeDiverged,
+                 "recompute diverged: recomputed out/lse digest ", digest_hex(again),
+                 " differs from the first forward's ", digest_hex(checkpoint.output_digest),
+                 " although inputs and RngState match (non-deterministic kernel settings, e.g. a "
+                 "different thread count?)");
+  }
+  return state;
+}
+
+AttentionGradients recompute_backward(Communicator& comm, const AttentionCheckpoint& checkpoint,
+                                      RngState replayed, ConstView dout, ConstView q, ConstView k,
+                                      ConstView v, const SequenceSharding& seq,
+                                      const AttentionParams& params,
+                                      const RecomputeOptions& options) {
+  const ForwardResult state =
+      recompute_forward(comm, checkpoint, replayed, q, k, v, seq, params, options);
+  return attention_backward(comm, dout, q, k, v, state, seq, params, options.ring);
+}
+
+}  // namespace cpattn

@@ -1,0 +1,98 @@
+// AdamW update, learning-rate schedule and gradient clipping.
+#include "train/adamw.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "cpattn/error.h"
+
+namespace cpattn::train {
+
+void validate_adamw(const AdamWConfig& c) {
+  constexpr auto kArg = ErrorCode::kInvalidArgument;
+  CPATTN_CHECK(std::isfinite(c.lr) && c.lr >= 0.0, kArg, "AdamW lr must be finite and >= 0, got ",
+               c.lr);
+  CPATTN_CHECK(c.beta1 >= 0.0 && c.beta1 < 1.0, kArg, "AdamW beta1 must be in [0, 1), got ",
+               c.beta1);
+  CPATTN_CHECK(c.beta2 >= 0.0 && c.beta2 < 1.0, kArg, "AdamW beta2 must be in [0, 1), got ",
+               c.beta2);
+  CPATTN_CHECK(c.eps > 0.0, kArg, "AdamW eps must be > 0, got ", c.eps);
+  CPATTN_CHECK(c.weight_decay >= 0.0, kArg, "AdamW weight_decay must be >= 0, got ",
+               c.weight_decay);
+  CPATTN_CHECK(c.warmup_steps >= 0, kArg, "AdamW warmup_steps must be >= 0, got ",
+               c.warmup_steps);
+  CPATTN_CHECK(c.total_steps >= 1, kArg, "AdamW total_steps must be >= 1, got ", c.total_steps);
+  CPATTN_CHECK(c.min_lr_ratio >= 0.0 && c.min_lr_ratio <= 1.0, kArg,
+               "AdamW min_lr_ratio must be in [0, 1], got ", c.min_lr_ratio);
+}
+
+double learning_rate(const AdamWConfig& c, int64_t step) {
+  CPATTN_CHECK(step >= 0, ErrorCode::kInvalidArgument, "learning_rate step must be >= 0, got ",
+               step);
+  if (step < c.warmup_steps) {
+    return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
+  }
+  const double span = static_cast<double>(std::max<int64_t>(1, c.total_steps - c.warmup_steps));
+  const double p = std::min(1.0, static_cast<double>(step - c.warmup_steps) / span);
+  const double r = c.min_lr_ratio;
+  return c.lr * (r + (1.0 - r) * 0.5 * (1.0 + std::cos(std::numbers::pi * p)));
+}
+
+double grad_norm(const ModelGrads& grads) {
+  double ss = 0.0;
+  for (float g : grads.flat()) ss += static_cast<double>(g) * g;
+  return std::sqrt(ss);
+}
+
+double clip_grad_norm(ModelGrads& grads, double max_norm) {
+  CPATTN_CHECK(max_norm > 0.0, ErrorCode::kInvalidArgument,
+               "clip_grad_norm max_norm must be > 0, got ", max_norm);
+  const double norm = grad_norm(grads);
+  if (norm > max_norm) {
+    const auto scale = static_cast<float>(max_norm / norm);
+    for (float& g : grads.flat()) g *= scale;
+  }
+  return norm;
+}
+
+AdamW::AdamW(const ModelConfig& model, const AdamWConfig& config, MemoryCounter* counter)
+    : config_(config) {
+  validate_adamw(config);
+  const std::vector<ParamInfo> table = param_table(model);
+  const int64_t numel = table.back().offset + table.back().numel;
+  m_ = Tensor({numel}, counter);
+  v_ = Tensor({numel}, counter);
+}
+
+double AdamW::step(ModelParams& params, const ModelGrads& grads) {
+  CPATTN_CHECK(params.numel() == m_.numel() && grads.numel() == m_.numel(),
+               ErrorCode::kShapeMismatch, "AdamW::step: params and grads must hold ", m_.numel(),
+               " floats (the optimizer's model), got ", params.numel(), " and ", grads.numel());
+  const int64_t t = t_ + 1;
+  const double lr = learning_rate(config_, t - 1);
+  const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(t));
+  const auto step_size = static_cast<float>(lr / bc1);
+  const auto inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  const auto b1 = static_cast<float>(config_.beta1);
+  const auto b2 = static_cast<float>(config_.beta2);
+  const auto eps = static_cast<float>(config_.eps);
+  const auto decay = static_cast<float>(1.0 - lr * config_.weight_decay);
+  float* p = params.flat().data();
+  const float* g = grads.flat().data();
+  float* m = m_.data();
+  float* v = v_.data();
+  for (const ParamInfo& info : params.infos()) {
+    const float keep = info.decay ? decay : 1.0f;
+    for (int64_t i = info.offset; i < info.offset + info.numel; ++i) {
+      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+      p[i] = p[i] * keep - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+    }
+  }
+  t_ = t;
+  return lr;
+}
+
+}  // namespace cpattn::train

@@ -1,0 +1,29 @@
+// Next-token cross-entropy over LM-head logits, normalised by a caller-given GLOBAL token count so
+// that the per-rank values of a CP shard sum (all-reduce) to the exact mean over the sequence.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace cpattn::train {
+
+/// Computes: sum_n (lse_n - logits[n, targets[n]]) / total_count,
+///   lse_n = m_n + log sum_v exp(logits[n, v] - m_n),  m_n = max_v logits[n, v]
+/// in double (log-sum-exp, stable for any finite logits), rows summed in order.
+/// \param[in] logits   [N, vocab]
+/// \param[in] targets  [N] ids in [0, vocab)
+/// \param total_count  tokens in the GLOBAL mean (>= 1 and >= N): the whole batch's count when
+///                     this call sees only one rank's shard of it.
+/// Throws Error(kInvalidArgument) on a target outside [0, vocab), total_count < max(1, N) or
+/// bad sizes; kShapeMismatch when a span's size disagrees.
+double cross_entropy_forward(int64_t vocab, std::span<const float> logits,
+                             std::span<const int32_t> targets, int64_t total_count);
+
+/// Backward of cross_entropy_forward scaled by dloss (dL/d(loss), usually 1):
+///   dlogits[n, v] = dloss * (softmax(logits[n])_v - [v == targets[n]]) / total_count
+/// dlogits [N, vocab] is overwritten and may alias logits. Throws like cross_entropy_forward.
+void cross_entropy_backward(int64_t vocab, std::span<const float> logits,
+                            std::span<const int32_t> targets, int64_t total_count, float dloss,
+                            std::span<float> dlogits);
+
+}  // namespace cpattn::train

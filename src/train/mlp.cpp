@@ -1,0 +1,73 @@
+// GELU (tanh) and the MLP block built from two Linear calls around it.
+#include "train/mlp.h"
+
+#include <cmath>
+
+#include "cpattn/error.h"
+#include "train/check.h"
+#include "train/linear.h"
+
+namespace cpattn::train {
+
+namespace {
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+void check_same(const char* op, const char* name, size_t got, size_t want) {
+  CPATTN_CHECK(got == want, ErrorCode::kShapeMismatch, op, ": ", name, " must hold ", want,
+               " floats (the size of x), got ", got);
+}
+
+void check_dims(const char* op, const MlpDims& d) {
+  detail::check_at_least(op, "N", d.n, 0);
+  detail::check_at_least(op, "d_model", d.d_model, 1);
+  detail::check_at_least(op, "hidden", d.hidden, 1);
+}
+}  // namespace
+
+void gelu_forward(std::span<const float> x, std::span<float> y) {
+  check_same("gelu_forward", "y", y.size(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float v = x[i];
+    const float t = std::tanh(kGeluC * (v + kGeluA * v * v * v));
+    y[i] = 0.5f * v * (1.0f + t);
+  }
+}
+
+void gelu_backward(std::span<const float> dy, std::span<const float> x, std::span<float> dx) {
+  check_same("gelu_backward", "dy", dy.size(), x.size());
+  check_same("gelu_backward", "dx", dx.size(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float v = x[i];
+    const float t = std::tanh(kGeluC * (v + kGeluA * v * v * v));
+    const float du = kGeluC * (1.0f + 3.0f * kGeluA * v * v);
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  }
+}
+
+MlpCache mlp_forward(MlpDims d, std::span<const float> x, std::span<const float> w1,
+                     std::span<const float> w2, std::span<float> y, MemoryCounter* counter) {
+  check_dims("mlp_forward", d);
+  MlpCache cache{Tensor({d.n, d.hidden}, counter), Tensor({d.n, d.hidden}, counter)};
+  linear_forward({d.n, d.d_model, d.hidden}, x, w1, {}, cache.pre.span());
+  gelu_forward(cache.pre.span(), cache.act.span());
+  linear_forward({d.n, d.hidden, d.d_model}, cache.act.span(), w2, {}, y);
+  return cache;
+}
+
+void mlp_backward(MlpDims d, std::span<const float> dy, std::span<const float> x,
+                  std::span<const float> w1, std::span<const float> w2, const MlpCache& cache,
+                  std::span<float> dx, std::span<float> dw1, std::span<float> dw2,
+                  MemoryCounter* counter) {
+  constexpr const char* kOp = "mlp_backward";
+  check_dims(kOp, d);
+  detail::check_matrix(kOp, "cache.pre", "[N, hidden]", cache.pre.span().size(), d.n, d.hidden);
+  detail::check_matrix(kOp, "cache.act", "[N, hidden]", cache.act.span().size(), d.n, d.hidden);
+  Tensor grad_hidden({d.n, d.hidden}, counter);  // dact, then dpre in place
+  linear_backward({d.n, d.hidden, d.d_model}, dy, cache.act.span(), w2, grad_hidden.span(), dw2,
+                  {});
+  gelu_backward(grad_hidden.span(), cache.pre.span(), grad_hidden.span());
+  linear_backward({d.n, d.d_model, d.hidden}, grad_hidden.span(), x, w1, dx, dw1, {});
+}
+
+}  // namespace cpattn::train

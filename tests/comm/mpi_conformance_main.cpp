@@ -1,0 +1,128 @@
+// The conformance suite under mpirun (registered for 1..4 processes in tests.cmake), plus the
+// MPI-only checks: timeouts, chunked messages and errors as cpattn::Error. Every process runs
+// every test; rank 0 prints the GoogleTest report, other ranks print only their failures.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "comm/conformance.h"
+#include "cpattn/error.h"
+#include "cpattn/mpi_communicator.h"
+
+namespace cpattn::testing {
+namespace {
+
+// The communicator every test uses (collective construction happens once, in main).
+MpiCommunicator* g_comm = nullptr;
+
+class MpiConformance : public ::testing::TestWithParam<ConformanceCase> {};
+
+TEST_P(MpiConformance, Run) {
+  // Keep ranks in lockstep between cases so a failure in one cannot leak into the next.
+  GetParam().run(*g_comm);
+  g_comm->barrier();
+}
+
+INSTANTIATE_TEST_SUITE_P(Mpi, MpiConformance, ::testing::ValuesIn(conformance_cases()),
+                         [](const ::testing::TestParamInfo<ConformanceCase>& p) {
+                           return p.param.name;
+                         });
+
+TEST(MpiCommunicator, SilentPeerTimesOutNamingRankPeerTagBytes) {
+  Communicator& comm = *g_comm;
+  const auto saved = comm.timeout();
+  comm.set_timeout(std::chrono::milliseconds(200));
+  std::vector<std::byte> buf(24);
+  const int peer = (comm.rank() + 1) % comm.size();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    comm.irecv(std::span<std::byte>(buf), peer, 4242).wait();
+    ADD_FAILURE() << "a receive nobody sends did not time out";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+    const std::string expected =
+        detail::str_cat("rank ", comm.rank(), ": timed out after 0.2 s waiting for irecv from rank ",
+                        peer, " (tag 4242, buffer of 24 bytes)");
+    EXPECT_EQ(std::string(e.what()), expected);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2000));
+  comm.set_timeout(saved);
+  comm.barrier();
+}
+
+TEST(MpiCommunicator, ChunkedMessagesOfAnySizeArriveWhole) {
+  // chunk_bytes 1000: 0, 999, 1000 (a full chunk plus an empty one) and 4500 bytes.
+  MpiOptions options;
+  options.chunk_bytes = 1000;
+  MpiCommunicator comm(MPI_COMM_WORLD, options);
+  const int next = (comm.rank() + 1) % comm.size();
+  const int prev = (comm.rank() + comm.size() - 1) % comm.size();
+  for (size_t n : {size_t{0}, size_t{999}, size_t{1000}, size_t{4500}}) {
+    const auto out = message_bytes(comm.rank(), next, 1, n);
+    std::vector<std::byte> in(n + 1000);  // capacity beyond the message must not matter
+    Request r = comm.irecv(std::span<std::byte>(in), prev, 1);
+    Request s = comm.isend(std::span<const std::byte>(out), next, 1);
+    EXPECT_EQ(r.wait(), n);
+    EXPECT_EQ(s.wait(), n);
+    in.resize(n);
+    EXPECT_EQ(in, message_bytes(prev, comm.rank(), 1, n)) << n << " bytes";
+  }
+  // A chunked message larger than the buffer is still an error.
+  const auto out = message_bytes(comm.rank(), next, 2, 2500);
+  std::vector<std::byte> in(1500);
+  Request r = comm.irecv(std::span<std::byte>(in), prev, 2);
+  Request s = comm.isend(std::span<const std::byte>(out), next, 2);
+  EXPECT_THROW(r.wait(), Error);
+  s.wait();
+  comm.barrier();
+}
+
+TEST(MpiCommunicator, ArgumentsAreChecked) {
+  Communicator& comm = *g_comm;
+  std::vector<int> v(4);
+  EXPECT_THROW(comm.irecv(std::span<int>(v), comm.size(), 0).wait(), Error);
+  EXPECT_THROW(comm.isend(std::span<const int>(v), 0, -3).wait(), Error);
+  std::vector<std::byte> odd(comm.size() * 3 + 1);
+  EXPECT_THROW(comm.all_to_all(std::span<const std::byte>(odd), std::span<std::byte>(odd)), Error);
+}
+
+// Prints only failed assertions, prefixed with the rank (for ranks other than 0).
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_,
+                 result.file_name() != nullptr ? result.file_name() : "?", result.line_number(),
+                 result.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+}  // namespace cpattn::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  return cpattn::mpi_main(argc, argv, [](cpattn::MpiCommunicator& comm) {
+    comm.set_timeout(std::chrono::seconds(30));  // a bug fails the job instead of hanging it
+    cpattn::testing::g_comm = &comm;
+    if (comm.rank() != 0) {
+      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+      delete listeners.Release(listeners.default_result_printer());
+      listeners.Append(new cpattn::testing::RankFailurePrinter(comm.rank()));
+    }
+    int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+    // The job passes only if every rank passed.
+    double any = failed;
+    comm.allreduce_sum(std::span<double>(&any, 1));
+    if (any > 0 && comm.rank() == 0 && failed == 0) {
+      std::fprintf(stderr, "a test failed on another rank (see its [rank N] lines)\n");
+    }
+    return any > 0 ? 1 : 0;
+  });
+}

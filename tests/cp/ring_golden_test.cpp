@@ -1,0 +1,43 @@
+// The golden cases of tests/data/cpattn_vectors.json, sharded over P in {2, 3} in every layout:
+// tokens are split by index and keep their given positions and document ids.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+
+#include "cp/ring_harness.h"
+#include "support/metrics.h"
+#include "support/vectors.h"
+
+namespace cpattn::testing {
+namespace {
+
+class RingGolden : public ::testing::TestWithParam<std::tuple<int, Layout>> {};
+
+TEST_P(RingGolden, EveryCaseMatchesItsKnownAnswer) {
+  const auto [cp_size, layout] = GetParam();
+  for (const GoldenCase& g : load_golden_cases()) {
+    SCOPED_TRACE(g.name);
+    const reference::Problem p = problem_of(g);
+    const reference::Outputs got = run_ring(p, {cp_size, layout});
+    reference::Outputs want;
+    want.out = g.out;
+    want.lse = g.lse;
+    want.dq = g.dq;
+    want.dk = g.dk;
+    want.dv = g.dv;
+    EXPECT_TRUE(outputs_near(got, want, 1e-5));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Golden, RingGolden,
+    ::testing::Combine(::testing::Values(2, 3),
+                       ::testing::Values(Layout::kContiguous, Layout::kZigzag, Layout::kStriped)),
+    [](const auto& tp) {
+      return std::string(layout_name(std::get<1>(tp.param))) + "_cp" +
+             std::to_string(std::get<0>(tp.param));
+    });
+
+}  // namespace
+}  // namespace cpattn::testing

@@ -1,0 +1,162 @@
+// Test harness of the ring: shards a whole reference::Problem over P in-process ranks, runs the
+// ring forward and backward on each, and gathers the pieces back into whole-sequence Outputs.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cpattn/layout.h"
+#include "cpattn/ring.h"
+#include "cpattn/thread_communicator.h"
+#include "kernel/reference.h"
+#include "support/vectors.h"
+
+namespace cpattn::testing {
+
+/// How run_ring runs a problem.
+struct RingRun {
+  int cp_size = 1;
+  Layout layout = Layout::kContiguous;
+  MemoryLayout memory = MemoryLayout::kBSHD;  ///< storage order of every rank's inputs
+  int num_threads = 1;
+  bool backward = true;
+};
+
+/// A dense float tensor of logical shape `shape` stored in `layout` order, holding the flat BSHD
+/// doubles x (rounded to float).
+inline Tensor float_tensor(const std::vector<double>& x, const std::array<int64_t, 4>& shape) {
+  Tensor t({shape[0], shape[1], shape[2], shape[3]});
+  for (size_t i = 0; i < x.size(); ++i) t.data()[i] = static_cast<float>(x[i]);
+  return t;
+}
+
+/// src copied into a new tensor stored in `layout` order (charged to `mem`).
+inline Tensor restride(ConstView src, MemoryLayout layout, MemoryCounter* mem) {
+  const auto& s = src.shape;
+  std::vector<int64_t> storage;
+  switch (layout) {
+    case MemoryLayout::kBSHD: storage = {s[0], s[1], s[2], s[3]}; break;
+    case MemoryLayout::kBHSD: storage = {s[0], s[2], s[1], s[3]}; break;
+    case MemoryLayout::kSBHD: storage = {s[1], s[0], s[2], s[3]}; break;
+  }
+  Tensor t(storage, mem);
+  const View dst = t.view(layout);
+  for (int64_t b = 0; b < s[0]; ++b)
+    for (int64_t i = 0; i < s[1]; ++i)
+      for (int64_t h = 0; h < s[2]; ++h)
+        for (int64_t d = 0; d < s[3]; ++d) dst(b, i, h, d) = src(b, i, h, d);
+  return t;
+}
+
+/// Writes a rank's [B, S_r, H, D] piece into the whole flat BSHD doubles at token rows idx.
+inline void scatter_rows(ConstView piece, const std::vector<int64_t>& idx, int64_t seq_len,
+                         std::vector<double>& whole) {
+  const auto& s = piece.shape;
+  for (int64_t b = 0; b < s[0]; ++b)
+    for (int64_t i = 0; i < s[1]; ++i)
+      for (int64_t h = 0; h < s[2]; ++h)
+        for (int64_t d = 0; d < s[3]; ++d)
+          whole[static_cast<size_t>(((b * seq_len + idx[static_cast<size_t>(i)]) * s[2] + h) *
+                                        s[3] +
+                                    d)] = piece(b, i, h, d);
+}
+
+/// The sharding of a problem's q (is_q) or k/v sequence on `rank`. Identity positions are left
+/// empty so both the implicit and the explicit position paths get exercised.
+inline SequenceSharding problem_sharding(const reference::Problem& p, bool is_q, const RingRun& run,
+                                         int rank) {
+  SequenceSharding s;
+  s.layout = run.layout;
+  s.seq_len = is_q ? p.dims.Sq : p.dims.Sk;
+  s.cp_size = run.cp_size;
+  s.cp_rank = rank;
+  const std::vector<int64_t>& pos = is_q ? p.q_pos : p.k_pos;
+  bool identity = true;
+  for (size_t i = 0; i < pos.size(); ++i) identity = identity && pos[i] == static_cast<int64_t>(i);
+  if (!identity) s.positions = pos;
+  s.docs = is_q ? p.q_doc : p.k_doc;
+  return s;
+}
+
+/// Runs the ring on every rank of a ThreadCommunicator group and gathers the results.
+/// `wrap` (optional) may decorate each rank's communicator (counting, fault injection).
+inline reference::Outputs run_ring(
+    const reference::Problem& p, const RingRun& run,
+    const std::function<void(Communicator&, const std::function<void(Communicator&)>&)>& wrap =
+        {}) {
+  const reference::Dims& d = p.dims;
+  const Tensor q = float_tensor(p.q, {d.B, d.Sq, d.Hq, d.Dqk});
+  const Tensor k = float_tensor(p.k, {d.B, d.Sk, d.Hkv, d.Dqk});
+  const Tensor v = float_tensor(p.v, {d.B, d.Sk, d.Hkv, d.Dv});
+  const Tensor dout = float_tensor(p.dout, {d.B, d.Sq, d.Hq, d.Dv});
+  reference::Outputs all;
+  all.out.resize(static_cast<size_t>(d.B * d.Sq * d.Hq * d.Dv));
+  all.lse.resize(static_cast<size_t>(d.B * d.Hq * d.Sq));
+  if (run.backward) {
+    all.dq.resize(static_cast<size_t>(d.B * d.Sq * d.Hq * d.Dqk));
+    all.dk.resize(static_cast<size_t>(d.B * d.Sk * d.Hkv * d.Dqk));
+    all.dv.resize(static_cast<size_t>(d.B * d.Sk * d.Hkv * d.Dv));
+  }
+  const auto body = [&](Communicator& comm) {
+    const int r = comm.rank();
+    MemoryCounter* mem = &comm.memory();
+    const SequenceSharding qs = problem_sharding(p, true, run, r);
+    const SequenceSharding ks = problem_sharding(p, false, run, r);
+    const auto m = run.memory;
+    const Tensor q_r = restride(shard_tensor(q.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
+    const Tensor k_r = restride(shard_tensor(k.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
+    const Tensor v_r = restride(shard_tensor(v.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
+    RingOptions options;
+    options.num_threads = run.num_threads;
+    RingForwardResult fwd = ring_attention_forward(comm, q_r.view(m), k_r.view(m), v_r.view(m), qs,
+                                                   ks, p.params, p.rng, options);
+    const std::vector<int64_t> q_idx = shard_token_indices(run.layout, d.Sq, run.cp_size, r);
+    const std::vector<int64_t> k_idx = shard_token_indices(run.layout, d.Sk, run.cp_size, r);
+    scatter_rows(fwd.out.view(), q_idx, d.Sq, all.out);
+    const int64_t sr = static_cast<int64_t>(q_idx.size());
+    for (int64_t bh = 0; bh < d.B * d.Hq; ++bh)
+      for (int64_t i = 0; i < sr; ++i)
+        all.lse[static_cast<size_t>(bh * d.Sq + q_idx[static_cast<size_t>(i)])] =
+            fwd.lse.data()[bh * sr + i];
+    if (!run.backward) return;
+    const Tensor dout_r =
+        restride(shard_tensor(dout.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
+    const RingGradients g =
+        ring_attention_backward(comm, dout_r.view(m), q_r.view(m), k_r.view(m), v_r.view(m),
+                                fwd.out.view(), fwd.lse.span(), qs, ks, p.params, fwd.rng, options);
+    scatter_rows(g.dq.view(), q_idx, d.Sq, all.dq);
+    scatter_rows(g.dk.view(), k_idx, d.Sk, all.dk);
+    scatter_rows(g.dv.view(), k_idx, d.Sk, all.dv);
+  };
+  run_ranks(run.cp_size, [&](Communicator& comm) {
+    if (wrap) {
+      wrap(comm, body);
+    } else {
+      body(comm);
+    }
+  });
+  return all;
+}
+
+/// A golden case of tests/data/cpattn_vectors.json as a reference::Problem.
+inline reference::Problem problem_of(const GoldenCase& g) {
+  reference::Problem p;
+  p.dims = {g.B, g.Sq, g.Sk, g.Hq, g.Hkv, g.Dqk, g.Dv};
+  p.params = g.params;
+  p.rng = g.rng;
+  p.q_pos = g.q_pos;
+  p.k_pos = g.k_pos;
+  p.q_doc = g.q_doc;
+  p.k_doc = g.k_doc;
+  p.q = g.q;
+  p.k = g.k;
+  p.v = g.v;
+  p.dout = g.dout;
+  return p;
+}
+
+}  // namespace cpattn::testing

@@ -1,0 +1,196 @@
+// Misuse of forward state must fail loudly (cpattn::Error naming what differs), never return
+// numbers: a state from another layer, shape, dropout_p, rank or CP size; a recompute that
+// replays another RngState or other inputs; a recompute whose output diverges.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cpattn/error.h"
+#include "state/stack_harness.h"
+
+namespace cpattn::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Runs fn on `cp` ranks and returns the error run_ranks rethrows (every rank fails alike).
+Error expect_error(int cp, const std::function<void(Communicator&)>& fn) {
+  try {
+    run_ranks(cp, fn);
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected a cpattn::Error";
+  return Error(ErrorCode::kInternal, "none");
+}
+
+struct Fixture {
+  StackProblem p{1, 20, 2, 8, 31};
+  AttentionParams params;
+  Fixture() {
+    params.causal = true;
+    params.dropout_p = 0.1f;
+  }
+};
+
+TEST(Misuse, StateFromAnotherLayer) {
+  Fixture f;
+  const Error e = expect_error(2, [&](Communicator& comm) {
+    const SequenceSharding seq = f.p.sharding(2, comm.rank());
+    const Tensor x0 = shard_tensor(f.p.x.view(), f.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x1 = shard_tensor(f.p.w.view(), f.p.layout, 2, comm.rank(), &comm.memory());
+    Generator gen(1);
+    const ForwardResult layer0 =
+        attention_forward(comm, x0.view(), x0.view(), x0.view(), seq, f.params, gen.next());
+    const ForwardResult layer1 =
+        attention_forward(comm, x1.view(), x1.view(), x1.view(), seq, f.params, gen.next());
+    attention_backward(comm, x1.view(), x1.view(), x1.view(), x1.view(), layer0, seq, f.params);
+  });
+  EXPECT_EQ(e.code(), ErrorCode::kStateMismatch);
+  EXPECT_THAT(e.what(), HasSubstr("q/k/v inputs digest"));
+}
+
+TEST(Misuse, StateOfAnotherShape) {
+  Fixture f;
+  const StackProblem other(1, 20, 2, 16, 4);
+  const Error e = expect_error(1, [&](Communicator& comm) {
+    const SequenceSharding seq = f.p.sharding(1, 0);
+    const ConstView x = f.p.x.view(), y = other.x.view();
+    const ForwardResult state = attention_forward(comm, x, x, x, seq, f.params, {1, 0});
+    attention_backward(comm, y, y, y, y, state, seq, f.params);
+  });
+  EXPECT_EQ(e.code(), ErrorCode::kStateMismatch);
+  EXPECT_THAT(e.what(), HasSubstr("q shape=[1, 20, 2, 8], backward called with q shape=[1, 20, 2, 16]"));
+}
+
+TEST(Misuse, StateWithAnotherDropout) {
+  Fixture f;
+  const Error e = expect_error(1, [&](Communicator& comm) {
+    const SequenceSharding seq = f.p.sharding(1, 0);
+    const ConstView x = f.p.x.view();
+    const ForwardResult state = attention_forward(comm, x, x, x, seq, f.params, {1, 0});
+    AttentionParams eval = f.params;
+    eval.dropout_p = 0.0f;
+    attention_backward(comm, x, x, x, x, state, seq, eval);
+  });
+  EXPECT_EQ(e.code(), ErrorCode::kStateMismatch);
+  EXPECT_THAT(e.what(), HasSubstr("produced with dropout_p=0.1, backward called with dropout_p=0"));
+}
+
+TEST(Misuse, StateOfAnotherRank) {
+  Fixture f;
+  constexpr int kCp = 4;
+  std::vector<std::optional<ForwardResult>> states(kCp);
+  const Error e = expect_error(kCp, [&](Communicator& comm) {
+    const int r = comm.rank();
+    const SequenceSharding seq = f.p.sharding(kCp, r);
+    // Every rank holds 5 tokens, so only the rank (and data) tell the states apart.
+    const Tensor x = shard_tensor(f.p.x.view(), f.p.layout, kCp, r, &comm.memory());
+    states[static_cast<size_t>(r)] =
+        attention_forward(comm, x.view(), x.view(), x.view(), seq, f.params, {1, 0});
+    comm.barrier();
+    const ForwardResult& wrong = *states[static_cast<size_t>((r + 1) % kCp)];
+    attention_backward(comm, x.view(), x.view(), x.view(), x.view(), wrong, seq, f.params);
+  });
+  states.clear();
+  EXPECT_EQ(e.code(), ErrorCode::kStateMismatch);
+  EXPECT_THAT(e.what(), HasSubstr("ForwardResult was produced for cp_rank "));
+  EXPECT_THAT(e.what(), HasSubstr(" of 4, backward called on cp_rank "));
+}
+
+TEST(Misuse, StateOfAnotherCpSize) {
+  Fixture f;
+  f.p = StackProblem(1, 10, 2, 8, 8);
+  std::optional<ForwardResult> from_cp1;
+  run_ranks(1, [&](Communicator& comm) {
+    const ConstView x = f.p.x.view();
+    from_cp1 = attention_forward(comm, x, x, x, f.p.sharding(1, 0), f.params, {1, 0});
+  });
+  const Error e = expect_error(2, [&](Communicator& comm) {
+    const SequenceSharding seq = f.p.sharding(2, comm.rank());
+    const Tensor x = shard_tensor(f.p.x.view(), f.p.layout, 2, comm.rank(), &comm.memory());
+    attention_backward(comm, x.view(), x.view(), x.view(), x.view(), *from_cp1, seq, f.params);
+  });
+  EXPECT_EQ(e.code(), ErrorCode::kStateMismatch);
+  EXPECT_THAT(e.what(), HasSubstr("produced for cp_rank 0 of 1, backward called on cp_rank"));
+}
+
+TEST(Misuse, RecomputeWithoutRestoringTheGenerator) {
+  Fixture f;
+  const Error e = expect_error(2, [&](Communicator& comm) {
+    const SequenceSharding seq = f.p.sharding(2, comm.rank());
+    const Tensor x = shard_tensor(f.p.x.view(), f.p.layout, 2, comm.rank(), &comm.memory());
+    Generator gen(3);
+    const AttentionCheckpoint ckpt = make_checkpoint(
+        attention_forward(comm, x.view(), x.view(), x.view(), seq, f.params, gen.next()));
+    // The buggy loop draws a fresh state instead of replaying {3, 0}.
+    recompute_forward(comm, ckpt, gen.next(), x.view(), x.view(), x.view(), seq, f.params);
+  });
+  EXPECT_EQ(e.code(), ErrorCode::kRecomputeDiverged);
+  EXPECT_THAT(e.what(), HasSubstr("replayed RngState {seed=3, offset=1} differs from the recorded "
+                                  "{seed=3, offset=0}"));
+}
+
+TEST(Misuse, RecomputeWithOtherInputs) {
+  Fixture f;
+  const Error e = expect_error(2, [&](Communicator& comm) {
+    const SequenceSharding seq = f.p.sharding(2, comm.rank());
+    const Tensor x = shard_tensor(f.p.x.view(), f.p.layout, 2, comm.rank(), &comm.memory());
+    Tensor changed = x.clone();
+    if (changed.numel() > 0) changed.data()[0] += 1e-3f;
+    const AttentionCheckpoint ckpt = make_checkpoint(
+        attention_forward(comm, x.view(), x.view(), x.view(), seq, f.params, {3, 0}));
+    recompute_forward(comm, ckpt, {3, 0}, changed.view(), x.view(), x.view(), seq, f.params);
+  });
+  EXPECT_EQ(e.code(), ErrorCode::kRecomputeDiverged);
+  EXPECT_THAT(e.what(), HasSubstr("recompute diverged"));
+  EXPECT_THAT(e.what(), HasSubstr("q/k/v inputs digest"));
+}
+
+TEST(Misuse, StrictRecomputeDetectsADivergedOutput) {
+  Fixture f;
+  for (const bool strict : {true, false}) {
+    std::string error;
+    try {
+      run_ranks(1, [&](Communicator& comm) {
+        const ConstView x = f.p.x.view();
+        const SequenceSharding seq = f.p.sharding(1, 0);
+        AttentionCheckpoint ckpt =
+            make_checkpoint(attention_forward(comm, x, x, x, seq, f.params, {3, 0}));
+        ckpt.output_digest ^= 1;  // as if the first forward had produced other numbers
+        RecomputeOptions options;
+        options.strict = strict;
+        recompute_forward(comm, ckpt, {3, 0}, x, x, x, seq, f.params, options);
+      });
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    if (strict) {
+      EXPECT_THAT(error, HasSubstr("recompute diverged: recomputed out/lse digest"));
+    } else {
+      EXPECT_EQ(error, "");
+    }
+  }
+}
+
+TEST(Misuse, FingerprintListsEveryDifference) {
+  Fingerprint a, b;
+  b.window_left = 16;
+  b.causal = true;
+  const auto diffs = a.differences(b);
+  ASSERT_EQ(diffs.size(), 2u);
+  EXPECT_EQ(diffs[0], "ForwardResult was produced with causal=false, backward called with causal=true");
+  EXPECT_EQ(diffs[1], "ForwardResult was produced with window_left=-1, backward called with window_left=16");
+}
+
+TEST(Generator, AdvancesOffsetByOnePerCallAndReplays) {
+  Generator gen(99, 5);
+  EXPECT_EQ(gen.next(), (RngState{99, 5}));
+  EXPECT_EQ(gen.next(), (RngState{99, 6}));
+  const RngState saved = gen.state();
+  gen.next();
+  gen.set_state(saved);
+  EXPECT_EQ(gen.next(), (RngState{99, 7}));
+}
+
+}  // namespace
+}  // namespace cpattn::testing

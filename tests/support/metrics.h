@@ -1,0 +1,30 @@
+// Error metrics and GoogleTest assertions for comparing attention results.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernel/reference_case.h"
+
+namespace cpattn::testing {
+
+/// Largest |x| over the finite entries (0 for an empty or all-infinite vector).
+double max_magnitude(const std::vector<double>& x);
+
+/// max |got - want| / max(max_magnitude(want), 1e-30); equal infinities count as exact.
+double relative_error(const std::vector<double>& got, const std::vector<double>& want);
+
+/// Succeeds when every tensor present in both (out, lse, dq, dk, dv) has relative_error <= tol;
+/// the failure message lists each tensor's error.
+::testing::AssertionResult outputs_near(const reference::Outputs& got,
+                                        const reference::Outputs& want, double tol);
+
+/// Succeeds when every tensor of the row is within its tolerance; the message is the whole row.
+::testing::AssertionResult row_passes(const reference::ErrorRow& row);
+
+/// "out err 1.2e-07 tol 3.0e-07, lse ..." for failure messages.
+std::string describe(const reference::ErrorRow& row);
+
+}  // namespace cpattn::testing

@@ -1,0 +1,90 @@
+// Cross-entropy: double reference, stability for huge logits, finite-difference backward, and the
+// CP property that shards normalised by the global count sum to the full mean.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cpattn/error.h"
+#include "grad_check.h"
+#include "train/cross_entropy.h"
+
+namespace cpattn::train {
+namespace {
+
+using testing::expect_grad_near;
+using testing::numeric_grad;
+using testing::random_vector;
+
+double reference_mean(int64_t vocab, const std::vector<float>& logits,
+                      const std::vector<int32_t>& targets) {
+  double sum = 0.0;
+  for (size_t r = 0; r < targets.size(); ++r) {
+    double z = 0.0;
+    for (int64_t v = 0; v < vocab; ++v) z += std::exp(static_cast<double>(logits[r * vocab + v]));
+    sum += std::log(z) - logits[r * vocab + targets[r]];
+  }
+  return sum / static_cast<double>(targets.size());
+}
+
+TEST(CrossEntropy, MatchesReferenceAndUniformLogitsGiveLogVocab) {
+  const int64_t vocab = 11;
+  const auto logits = random_vector(5 * vocab, 1, -3.0f, 3.0f);
+  const std::vector<int32_t> targets = {0, 10, 3, 3, 7};
+  EXPECT_NEAR(cross_entropy_forward(vocab, logits, targets, 5),
+              reference_mean(vocab, logits, targets), 1e-12);
+  const std::vector<float> flat(3 * 256, 0.25f);
+  const std::vector<int32_t> t3 = {1, 200, 255};
+  EXPECT_NEAR(cross_entropy_forward(256, flat, t3, 3), std::log(256.0), 1e-12);
+}
+
+TEST(CrossEntropy, StableForHugeLogits) {
+  std::vector<float> logits = {1e4f, 1e4f - 1.0f, -1e4f};
+  const std::vector<int32_t> target = {1};
+  const double want = std::log(std::exp(1.0) + 1.0);  // lse - l1, l0 = l1 + 1, l2 negligible
+  EXPECT_NEAR(cross_entropy_forward(3, logits, target, 1), want, 1e-9);
+  std::vector<float> g(3);
+  cross_entropy_backward(3, logits, target, 1, 1.0f, g);
+  for (float v : g) EXPECT_TRUE(std::isfinite(v));
+  EXPECT_NEAR(g[0] + g[1] + g[2], 0.0, 1e-6);
+}
+
+TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
+  const int64_t vocab = 9;
+  auto logits = random_vector(4 * vocab, 2, -2.0f, 2.0f);
+  const std::vector<int32_t> targets = {8, 0, 4, 4};
+  const int64_t total = 10;  // this call is a shard of a 10-token batch
+  const float dloss = 0.75f;
+  auto loss = [&] { return dloss * cross_entropy_forward(vocab, logits, targets, total); };
+  std::vector<float> g(logits.size());
+  cross_entropy_backward(vocab, logits, targets, total, dloss, g);
+  expect_grad_near(g, numeric_grad(logits, loss), 1e-3, "dlogits");
+  // In place (dlogits aliasing logits) gives the same bits.
+  std::vector<float> inplace = logits;
+  cross_entropy_backward(vocab, inplace, targets, total, dloss, inplace);
+  EXPECT_EQ(inplace, g);
+}
+
+TEST(CrossEntropy, ShardsWithGlobalCountSumToTheFullMean) {
+  const int64_t vocab = 6, n = 7;
+  const auto logits = random_vector(static_cast<size_t>(n * vocab), 3);
+  const std::vector<int32_t> targets = {1, 5, 0, 2, 2, 3, 4};
+  const double full = cross_entropy_forward(vocab, logits, targets, n);
+  const std::span<const float> l(logits);
+  const std::span<const int32_t> t(targets);
+  const double a = cross_entropy_forward(vocab, l.first(3 * vocab), t.first(3), n);
+  const double b = cross_entropy_forward(vocab, l.subspan(3 * vocab), t.subspan(3), n);
+  EXPECT_NEAR(a + b, full, 1e-12);
+  EXPECT_EQ(cross_entropy_forward(vocab, {}, {}, n), 0.0);  // an empty shard contributes 0
+}
+
+TEST(CrossEntropy, ArgumentErrors) {
+  const std::vector<float> logits(8);
+  const std::vector<int32_t> bad = {1, 4};
+  EXPECT_THROW(cross_entropy_forward(4, logits, bad, 2), Error);
+  const std::vector<int32_t> ok = {1, 3};
+  EXPECT_THROW(cross_entropy_forward(4, logits, ok, 1), Error);   // total < N
+  EXPECT_THROW(cross_entropy_forward(3, logits, ok, 2), Error);   // size
+}
+
+}  // namespace
+}  // namespace cpattn::train

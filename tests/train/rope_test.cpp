@@ -1,0 +1,125 @@
+// RoPE: known rotations, backward = inverse (and matches finite differences), relative-position
+// invariance of q.k, and in-place rotation of the q/k parts of a fused QKV row only.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "cpattn/error.h"
+#include "grad_check.h"
+#include "train/rope.h"
+
+namespace cpattn::train {
+namespace {
+
+using testing::expect_grad_near;
+using testing::numeric_grad;
+using testing::random_vector;
+using testing::weighted_sum;
+
+constexpr double kBase = 10000.0;
+
+TEST(Rope, PositionZeroIsIdentityAndPairsRotateByTheirFrequency) {
+  // head_dim 4: pair 0 turns by pos rad, pair 1 by pos / sqrt(base) rad.
+  std::vector<float> x = {1.0f, 0.0f, 0.0f, 1.0f, 1.0f, 0.0f, 0.0f, 1.0f};
+  const std::vector<int64_t> pos = {0, 3};
+  rope_forward({2, 1, 4, 4}, x, pos, kBase);
+  EXPECT_EQ(x[0], 1.0f);
+  EXPECT_EQ(x[3], 1.0f);
+  const double a0 = 3.0, a1 = 3.0 / std::sqrt(kBase);
+  EXPECT_NEAR(x[4], std::cos(a0), 1e-7);
+  EXPECT_NEAR(x[5], std::sin(a0), 1e-7);
+  EXPECT_NEAR(x[6], -std::sin(a1), 1e-7);
+  EXPECT_NEAR(x[7], std::cos(a1), 1e-7);
+}
+
+TEST(Rope, LargePositionsStayAccurate) {
+  std::vector<float> x = {1.0f, 0.0f};
+  const std::vector<int64_t> pos = {1000003};
+  rope_forward({1, 1, 2, 2}, x, pos, kBase);
+  EXPECT_NEAR(x[0], std::cos(1000003.0), 1e-7);
+  EXPECT_NEAR(x[1], std::sin(1000003.0), 1e-7);
+}
+
+struct RopeCase {
+  int64_t n, heads, head_dim;
+};
+
+class RopeTest : public ::testing::TestWithParam<RopeCase> {};
+
+TEST_P(RopeTest, BackwardIsTheInverseAndMatchesFiniteDifferences) {
+  const auto [n, heads, hd] = GetParam();
+  const int64_t stride = heads * hd + 3;  // padded rows
+  auto x = random_vector(static_cast<size_t>(n * stride), 1);
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) pos[r] = 7 * r * r + 5;  // any order / gaps are fine
+  const RopeDims dims{n, heads, hd, stride};
+  std::vector<float> y = x;
+  rope_forward(dims, y, pos, kBase);
+  std::vector<float> back = y;
+  rope_backward(dims, back, pos, kBase);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(back[i], x[i], 1e-6) << i;
+
+  const auto w = random_vector(x.size(), 2);
+  auto loss = [&] {
+    y = x;
+    rope_forward(dims, y, pos, kBase);
+    return weighted_sum(y, w);
+  };
+  std::vector<float> grad = w;
+  rope_backward(dims, grad, pos, kBase);
+  // Padding columns pass through untouched: their gradient is w itself.
+  expect_grad_near(grad, numeric_grad(x, loss), 1e-3, "dx");
+}
+
+TEST_P(RopeTest, DotProductDependsOnlyOnRelativePosition) {
+  const auto [n, heads, hd] = GetParam();
+  (void)n;
+  const auto q = random_vector(static_cast<size_t>(heads * hd), 3);
+  const auto k = random_vector(static_cast<size_t>(heads * hd), 4);
+  auto dot_at = [&](int64_t pq, int64_t pk) {
+    std::vector<float> a = q, b = k;
+    const std::vector<int64_t> p1 = {pq}, p2 = {pk};
+    rope_forward({1, heads, hd, heads * hd}, a, p1, kBase);
+    rope_forward({1, heads, hd, heads * hd}, b, p2, kBase);
+    return std::inner_product(a.begin(), a.end(), b.begin(), 0.0);
+  };
+  EXPECT_NEAR(dot_at(10, 4), dot_at(1010, 1004), 1e-4);
+  EXPECT_NEAR(dot_at(3, 3), dot_at(0, 0), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, RopeTest,
+                         ::testing::Values(RopeCase{1, 1, 2}, RopeCase{5, 3, 6},
+                                           RopeCase{9, 2, 16}, RopeCase{4, 4, 40}),
+                         [](const ::testing::TestParamInfo<RopeCase>& p) {
+                           return detail::str_cat("N", p.param.n, "_H", p.param.heads, "_D",
+                                                  p.param.head_dim);
+                         });
+
+TEST(Rope, RotatesOnlyTheSelectedHeadsOfAFusedQkvRow) {
+  // qkv rows: [q: 2 heads x 4 | k: 1 head x 4 | v: 1 head x 4] = 16 floats.
+  const int64_t n = 3, qkv = 16;
+  const auto orig = random_vector(static_cast<size_t>(n * qkv), 5);
+  std::vector<float> x = orig;
+  const std::vector<int64_t> pos = {4, 9, 2};
+  rope_forward({n, 2, 4, qkv}, x, pos, kBase);
+  rope_forward({n, 1, 4, qkv}, std::span(x).subspan(8), pos, kBase);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 12; c < 16; ++c) EXPECT_EQ(x[r * qkv + c], orig[r * qkv + c]);
+    EXPECT_NE(x[r * qkv], orig[r * qkv]);
+    EXPECT_NE(x[r * qkv + 8], orig[r * qkv + 8]);
+  }
+}
+
+TEST(Rope, ArgumentErrors) {
+  std::vector<float> x(12);
+  const std::vector<int64_t> pos = {0, 1};
+  EXPECT_THROW(rope_forward({2, 1, 3, 6}, x, pos, kBase), Error);   // odd head_dim
+  EXPECT_THROW(rope_forward({2, 2, 4, 6}, x, pos, kBase), Error);   // stride < heads*D
+  EXPECT_THROW(rope_forward({3, 1, 4, 4}, x, pos, kBase), Error);   // positions too short
+  EXPECT_THROW(rope_forward({2, 1, 4, 9}, x, pos, kBase), Error);   // x too short (13 > 12)
+  EXPECT_THROW(rope_forward({2, 1, 4, 4}, x, pos, 1.0), Error);     // base
+}
+
+}  // namespace
+}  // namespace cpattn::train
