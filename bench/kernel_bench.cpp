@@ -66,8 +66,12 @@ void fill_random(Tensor& t, uint32_t seed) {
 // BSHD operands of one B = 1 attention call with contiguous positions.
 struct Problem {
   Problem(int64_t s, int64_t hkv, int64_t d)
-      : q({1, s, kHeadsQ, d}), k({1, s, hkv, d}), v({1, s, hkv, d}), out({1, s, kHeadsQ, d}),
-        lse({1, kHeadsQ, s}), pos(static_cast<size_t>(s)) {
+      : q({1, s, kHeadsQ, d}),
+        k({1, s, hkv, d}),
+        v({1, s, hkv, d}),
+        out({1, s, kHeadsQ, d}),
+        lse({1, kHeadsQ, s}),
+        pos(static_cast<size_t>(s)) {
     fill_random(q, 1);
     fill_random(k, 2);
     fill_random(v, 3);
@@ -138,23 +142,24 @@ void BM_NaiveForward(benchmark::State& state) {
   std::vector<float> scores(static_cast<size_t>(s * s));
   const int ld = int(kHeadsQ * d), n = int(s);
   const float scale = 1.0f / std::sqrt(float(d));
-  timed_loop(state, "naive/D" + std::to_string(d) + "/S" + std::to_string(s),
-             attention_flops(s, d, false), [&] {
-    for (int64_t h = 0; h < kHeadsQ; ++h) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, int(d), scale,
-                  p.q.data() + h * d, ld, p.k.data() + h * d, ld, 0.0f, scores.data(), n);
-      for (int64_t i = 0; i < s; ++i) {
-        float* row = scores.data() + i * s;
-        const float mx = *std::max_element(row, row + s);
-        float sum = 0.0f;
-        for (int64_t j = 0; j < s; ++j) sum += row[j] = std::exp(row[j] - mx);
-        for (int64_t j = 0; j < s; ++j) row[j] /= sum;
-      }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(d), n, 1.0f, scores.data(), n,
-                  p.v.data() + h * d, ld, 0.0f, p.out.data() + h * d, ld);
-    }
-    benchmark::DoNotOptimize(p.out.data());
-  });
+  timed_loop(
+      state, "naive/D" + std::to_string(d) + "/S" + std::to_string(s), attention_flops(s, d, false),
+      [&] {
+        for (int64_t h = 0; h < kHeadsQ; ++h) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, int(d), scale,
+                      p.q.data() + h * d, ld, p.k.data() + h * d, ld, 0.0f, scores.data(), n);
+          for (int64_t i = 0; i < s; ++i) {
+            float* row = scores.data() + i * s;
+            const float mx = *std::max_element(row, row + s);
+            float sum = 0.0f;
+            for (int64_t j = 0; j < s; ++j) sum += row[j] = std::exp(row[j] - mx);
+            for (int64_t j = 0; j < s; ++j) row[j] /= sum;
+          }
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(d), n, 1.0f, scores.data(),
+                      n, p.v.data() + h * d, ld, 0.0f, p.out.data() + h * d, ld);
+        }
+        benchmark::DoNotOptimize(p.out.data());
+      });
 }
 
 int64_t status_kib(const char* field) {
@@ -228,8 +233,7 @@ void print_summary() {
   if (timings().count("sgemm")) std::printf("  sgemm 2048^3: %.1f GFLOPS\n", sgemm_gflops());
   for (int64_t hkv : {8, 2}) {
     for (const char* dir : {"fwd", "bwd"}) {
-      const double flops =
-          (dir[0] == 'b' ? 2.5 : 1.0) * attention_flops(4096, 128, false);
+      const double flops = (dir[0] == 'b' ? 2.5 : 1.0) * attention_flops(4096, 128, false);
       const std::string key = case_key(dir, hkv, 128, 4096, false);
       print_ratio((key + " GFLOPS / sgemm").c_str(), flops / median_of(key) / 1e9 / sgemm_gflops(),
                   dir[0] == 'f' ? ">= 0.50" : ">= 0.35");
@@ -249,9 +253,10 @@ void print_summary() {
                 median_of(naive) / median_of(case_key("fwd", 8, d, 4096, false)), ">= 1.5");
   }
   if (memory_results().count("counted")) {
-    std::printf("  forward S=65536 D=64 Hq=8 extra memory: counted %.1f MiB, RSS %.1f MiB "
-                "(target < 64 MiB)\n",
-                memory_results()["counted"], memory_results()["rss"]);
+    std::printf(
+        "  forward S=65536 D=64 Hq=8 extra memory: counted %.1f MiB, RSS %.1f MiB "
+        "(target < 64 MiB)\n",
+        memory_results()["counted"], memory_results()["rss"]);
   }
 }
 

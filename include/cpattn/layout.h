@@ -1,5 +1,6 @@
-// Sequence layouts of context parallelism (DESIGN.md section 5): which global tokens each of P ranks
-// holds, and shard/unshard helpers between a whole [B, S, H, D] tensor and the per-rank pieces.
+// Sequence layouts of context parallelism (DESIGN.md section 5): which global tokens each of P
+// ranks holds, and shard/unshard helpers between a whole [B, S, H, D] tensor and the per-rank
+// pieces.
 #pragma once
 
 #include <cstdint>

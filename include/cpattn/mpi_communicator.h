@@ -88,7 +88,9 @@ class MpiCommunicator final : public Communicator {
 int mpi_abort_on_error(const std::function<int()>& fn) noexcept;
 
 /// A main() for MPI programs: MpiSession, an MpiCommunicator on MPI_COMM_WORLD, and
-/// mpi_abort_on_error around fn. Returns fn's exit status.
+/// mpi_abort_on_error around fn, then a barrier under the communicator's deadline before MPI is
+/// finalized (a rank that returns while its peers still wait for it ends the job after the
+/// timeout instead of hanging). Returns fn's exit status.
 int mpi_main(int argc, char** argv, const std::function<int(MpiCommunicator&)>& fn);
 
 }  // namespace cpattn

@@ -23,10 +23,10 @@ namespace cpattn {
 ///   step 3: kv_block 2, no relay (rank 2 owns it);        grad: recv acc(2) from 0, send to 2
 ///   after the ring: receive its own block's finished dk/dv (acc(1)) from 0.
 struct RingStep {
-  int kv_block = -1;        ///< (r - s) mod P: the rank whose k/v block is computed at this step
-  int kv_send_to = -1;      ///< relay kv_block here, posted before compute; -1 at the last step
-  int kv_recv_from = -1;    ///< next step's block arrives from here; -1 at the last step
-  int next_kv_block = -1;   ///< (r - s - 1) mod P: the block that arrives; -1 at the last step
+  int kv_block = -1;       ///< (r - s) mod P: the rank whose k/v block is computed at this step
+  int kv_send_to = -1;     ///< relay kv_block here, posted before compute; -1 at the last step
+  int kv_recv_from = -1;   ///< next step's block arrives from here; -1 at the last step
+  int next_kv_block = -1;  ///< (r - s - 1) mod P: the block that arrives; -1 at the last step
   /// Backward: the dk/dv accumulator of kv_block (sum of the shares of ranks kv_block .. r-1, in
   /// that order) arrives from here; -1 at step 0 (the accumulator starts at this rank's share).
   int grad_recv_from = -1;
@@ -94,9 +94,9 @@ struct RingGradients {
 /// position and document ranges) are not computed.
 /// \param comm         the CP group; comm.size() == P and comm.rank() == cp_rank of the shardings
 /// \param q            [B, Sq_r, Hq, Dqk], any strides, Sq_r = q_sharding.local_length()
-/// \param k, v         [B, Sk_r, Hkv, Dqk] and [B, Sk_r, Hkv, Dv], Sk_r = kv_sharding.local_length()
-/// \param q_sharding   how the query sequence is split (positions, documents)
-/// \param kv_sharding  how the key/value sequence is split; same cp_size and cp_rank
+/// \param k, v         [B, Sk_r, Hkv, Dqk] and [B, Sk_r, Hkv, Dv], Sk_r =
+/// kv_sharding.local_length() \param q_sharding   how the query sequence is split (positions,
+/// documents) \param kv_sharding  how the key/value sequence is split; same cp_size and cp_rank
 /// Allocations are charged to comm.memory(). Messages per rank: P - 1 sends, P - 1 receives.
 /// Throws Error(kShapeMismatch | kInvalidArgument) on bad arguments (before any message), and the
 /// communicator's kTimeout / kPeerFailed when another rank fails.
@@ -119,17 +119,16 @@ RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstV
 /// and reaches its home rank after step P - 1. The reduction order is fixed, so two runs are
 /// bitwise identical. Messages per rank: P - 1 k/v sends + P dk/dv sends (0 when P == 1), the
 /// same number of receives. Throws like the forward.
-RingGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q,
-                                      ConstView k, ConstView v, ConstView out,
-                                      std::span<const float> lse,
+RingGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                                      ConstView v, ConstView out, std::span<const float> lse,
                                       const SequenceSharding& q_sharding,
                                       const SequenceSharding& kv_sharding,
                                       const AttentionParams& params, RngState rng,
                                       const RingOptions& options = {});
 /// Self-attention: q, k and v are split alike by `sharding`.
-RingGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q,
-                                      ConstView k, ConstView v, ConstView out,
-                                      std::span<const float> lse, const SequenceSharding& sharding,
+RingGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                                      ConstView v, ConstView out, std::span<const float> lse,
+                                      const SequenceSharding& sharding,
                                       const AttentionParams& params, RngState rng,
                                       const RingOptions& options = {});
 

@@ -3,6 +3,6 @@
 
 namespace cpattn::cli {
 
-std::vector<Command> all_commands() { return {verify_command()}; }
+std::vector<Command> all_commands() { return {train_command(), verify_command()}; }
 
 }  // namespace cpattn::cli

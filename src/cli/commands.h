@@ -16,6 +16,9 @@ struct Command {
   std::function<int()> add_to(CLI::App& app) const { return add(app); }
 };
 
+/// `cpattn train`: trains a byte-level transformer with context-parallel attention (src/cli/train.cpp).
+Command train_command();
+
 /// `cpattn verify`: kernel (and, with --cp, ring) against the double reference.
 Command verify_command();
 

@@ -31,6 +31,15 @@ void check_mpi(int rc, int rank, const char* call) {
                               : str_cat("MPI error ", rc)));
 }
 
+MpiLock MpiState::lock() {
+  // Lock order: global before state, everywhere.
+  static std::mutex global_mpi;
+  MpiLock l;
+  if (serialize) l.global = std::unique_lock<std::mutex>(global_mpi);
+  l.state = std::unique_lock<std::mutex>(mu);
+  return l;
+}
+
 MpiState::~MpiState() {
   if (!mpi_active()) return;
   if (p2p != MPI_COMM_NULL) MPI_Comm_free(&p2p);
@@ -93,7 +102,11 @@ int mpi_main(int argc, char** argv, const std::function<int(MpiCommunicator&)>& 
   }
   return mpi_abort_on_error([&] {
     MpiCommunicator comm;
-    return fn(comm);
+    const int status = fn(comm);
+    // Leave together, under the deadline: MPI_Finalize is a fence with no timeout, and OpenMPI's
+    // mpirun can hang when one rank sits in it while another aborts.
+    comm.barrier();
+    return status;
   });
 }
 

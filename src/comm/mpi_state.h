@@ -4,12 +4,24 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <deque>
+#include <map>
 #include <mutex>
+#include <tuple>
 
 namespace cpattn::detail {
 
-/// The duplicated communicators of one MpiCommunicator. Freed when the communicator and all its
-/// requests are gone (and only while MPI is still initialised).
+class MpiRequest;
+
+/// Held while a request touches MPI or the receive queues: the state's mutex, plus the process-wide
+/// MPI mutex when MPI lacks MPI_THREAD_MULTIPLE (then no two MPI calls may overlap anywhere).
+struct MpiLock {
+  std::unique_lock<std::mutex> global;
+  std::unique_lock<std::mutex> state;
+};
+
+/// The duplicated communicators of one MpiCommunicator and its pending receives. Freed when the
+/// communicator and all its requests are gone (and only while MPI is still initialised).
 struct MpiState {
   MPI_Comm p2p = MPI_COMM_NULL;   // user isend/irecv
   MPI_Comm coll = MPI_COMM_NULL;  // collectives (tag 0)
@@ -17,18 +29,19 @@ struct MpiState {
   int size = 1;
   int tag_ub = 32767;  // MPI guarantees at least this
   size_t chunk_bytes = size_t{1} << 30;
-  bool serialize = false;  // MPI lacks MPI_THREAD_MULTIPLE: one MPI call at a time
+  bool serialize = false;  // MPI lacks MPI_THREAD_MULTIPLE
   std::mutex mu;
+  /// Pending receives per (communicator, source, tag) in posting order. Only the head of a queue
+  /// probes and receives, so messages match receives in posting order whatever order they are
+  /// waited on (a receive is matched by MPI_Improbe only once its size is known to fit).
+  std::map<std::tuple<MPI_Comm, int, int>, std::deque<MpiRequest*>> recv_queues;
 
   MpiState() = default;
   MpiState(const MpiState&) = delete;
   MpiState& operator=(const MpiState&) = delete;
   ~MpiState();
 
-  /// Holds mu while an MPI call runs if MPI is not thread-multiple.
-  std::unique_lock<std::mutex> lock() {
-    return serialize ? std::unique_lock<std::mutex>(mu) : std::unique_lock<std::mutex>();
-  }
+  MpiLock lock();
 };
 
 /// True while MPI calls are allowed (initialised and not finalized).

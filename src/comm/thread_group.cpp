@@ -61,7 +61,7 @@ bool ThreadGroup::finished(const ThreadOp& op, size_t& bytes) const {
 }
 
 void ThreadGroup::post(ThreadOp& op) {
-  std::unique_lock lock(mu_);
+  std::lock_guard lock(mu_);
   check_alive(op);
   const Key key = key_of(op);
   Mailbox& box = mailboxes_[key];
@@ -73,14 +73,22 @@ void ThreadGroup::post(ThreadOp& op) {
   ThreadOp& match = *opposite.front();
   opposite.pop_front();
   if (box.sends.empty() && box.recvs.empty()) mailboxes_.erase(key);
-  ThreadOp& send = op.is_send ? op : match;
-  ThreadOp& recv = op.is_send ? match : op;
+  op.match = &match;
+  match.match = &op;
+  op.state = match.state = ThreadOp::State::kMatched;
+  wake_[static_cast<size_t>(match.owner)].notify_all();
+}
+
+void ThreadGroup::transfer(std::unique_lock<std::mutex>& lock, ThreadOp& op) {
+  ThreadOp& send = op.is_send ? op : *op.match;
+  ThreadOp& recv = op.is_send ? *op.match : op;
   send.state = recv.state = ThreadOp::State::kCopying;
   lock.unlock();
 
-  // Rendezvous: the one copy of the message, from the sender's buffer into the receiver's,
-  // outside the lock so that copies of different pairs run in parallel. Both buffers are pinned:
-  // wait() and cancel() of either op block while the state is kCopying.
+  // Rendezvous: the one copy of the message, from the sender's buffer into the receiver's, done
+  // by whichever owner waits first (in a ring each rank copies its own incoming block, so the
+  // copies run in parallel) and outside the lock. Both buffers are pinned: wait() and cancel()
+  // of either op block while the state is kCopying.
   const bool fits = send.bytes <= recv.bytes;
   if (fits && send.bytes > 0) std::memcpy(recv.buffer, send.message, send.bytes);
 
@@ -97,11 +105,13 @@ void ThreadGroup::post(ThreadOp& op) {
                          tag_name(send.tag), ") is ", send.bytes,
                          " bytes, larger than the receive buffer of ", recv.bytes, " bytes");
   }
-  wake_[static_cast<size_t>(match.owner)].notify_all();
+  wake_[static_cast<size_t>(send.owner)].notify_all();
+  wake_[static_cast<size_t>(recv.owner)].notify_all();
 }
 
 bool ThreadGroup::test(ThreadOp& op) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  if (op.state == ThreadOp::State::kMatched) transfer(lock, op);
   size_t bytes = 0;
   if (finished(op, bytes)) return true;
   if (op.state == ThreadOp::State::kQueued) check_alive(op);
@@ -114,6 +124,10 @@ size_t ThreadGroup::wait(ThreadOp& op, std::chrono::steady_clock::time_point dea
   for (;;) {
     size_t bytes = 0;
     if (finished(op, bytes)) return bytes;
+    if (op.state == ThreadOp::State::kMatched) {
+      transfer(lock, op);
+      continue;
+    }
     if (op.state == ThreadOp::State::kCopying) {
       // A copy is bounded work in another thread; no deadline applies.
       wake.wait(lock);
@@ -132,16 +146,30 @@ size_t ThreadGroup::wait(ThreadOp& op, std::chrono::steady_clock::time_point dea
 void ThreadGroup::cancel(ThreadOp& op) noexcept {
   std::unique_lock lock(mu_);
   std::condition_variable& wake = wake_[static_cast<size_t>(op.owner)];
-  while (op.state == ThreadOp::State::kCopying) wake.wait(lock);
-  if (op.state != ThreadOp::State::kQueued) return;
-  const Key key = key_of(op);
-  auto it = mailboxes_.find(key);
-  if (it != mailboxes_.end()) {
-    std::deque<ThreadOp*>& queue = op.is_send ? it->second.sends : it->second.recvs;
-    queue.erase(std::remove(queue.begin(), queue.end(), &op), queue.end());
-    if (it->second.sends.empty() && it->second.recvs.empty()) mailboxes_.erase(it);
+  for (;;) {
+    switch (op.state) {
+      case ThreadOp::State::kMatched:
+        // The peer's buffer is pinned by the match; finishing the copy releases both.
+        transfer(lock, op);
+        break;
+      case ThreadOp::State::kCopying:
+        wake.wait(lock);
+        break;
+      case ThreadOp::State::kQueued: {
+        const Key key = key_of(op);
+        auto it = mailboxes_.find(key);
+        if (it != mailboxes_.end()) {
+          std::deque<ThreadOp*>& queue = op.is_send ? it->second.sends : it->second.recvs;
+          queue.erase(std::remove(queue.begin(), queue.end(), &op), queue.end());
+          if (it->second.sends.empty() && it->second.recvs.empty()) mailboxes_.erase(it);
+        }
+        op.state = ThreadOp::State::kCancelled;
+        return;
+      }
+      default:
+        return;
+    }
   }
-  op.state = ThreadOp::State::kCancelled;
 }
 
 void ThreadGroup::fail(int rank, const std::string& message) {

@@ -18,7 +18,8 @@ namespace cpattn::detail {
 struct ThreadOp {
   enum class State {
     kQueued,     // waiting in a mailbox for its match
-    kCopying,    // matched; a thread is copying between the two buffers outside the lock
+    kMatched,    // paired with `match`; the first of the two owners to wait (or cancel) copies
+    kCopying,    // a thread is copying between the two buffers outside the lock
     kDone,       // transferred
     kFailed,     // matched but unusable (message larger than the receive buffer)
     kCancelled,  // removed from its mailbox unmatched
@@ -32,6 +33,7 @@ struct ThreadOp {
   size_t bytes = 0;           // send: message size; recv: buffer capacity
   std::chrono::milliseconds timeout{0};  // for the timeout message
   State state = State::kQueued;
+  ThreadOp* match = nullptr;  // the opposite op, once matched
   size_t transferred = 0;
   std::string error;  // why, when kFailed
 };
@@ -42,14 +44,14 @@ class ThreadGroup {
   explicit ThreadGroup(int size);
 
   int size() const { return size_; }
-  /// Queues `op` or matches it with the oldest opposite op of the same (src, dst, tag) and copies
-  /// (in the calling thread). Throws Error(kPeerFailed) if the group failed or the peer exited.
+  /// Queues `op` or pairs it with the oldest opposite op of the same (src, dst, tag). Throws
+  /// Error(kPeerFailed) if the group failed or the peer exited.
   void post(ThreadOp& op);
   /// True once `op` transferred; throws as wait() would.
   bool test(ThreadOp& op);
   /// Blocks until `op` completes, the group fails, the peer exits or `deadline` passes.
   size_t wait(ThreadOp& op, std::chrono::steady_clock::time_point deadline);
-  /// Unqueues `op` if unmatched, or waits for its copy to finish.
+  /// Unqueues `op` if unmatched, else finishes its transfer (copying it or waiting for the copy).
   void cancel(ThreadOp& op) noexcept;
 
   /// Records that `rank` threw `message` (the first failure wins) and wakes every rank.
@@ -66,6 +68,8 @@ class ThreadGroup {
     std::deque<ThreadOp*> recvs;
   };
 
+  // Copies a kMatched pair (unlocking `lock` meanwhile) and completes both ops.
+  void transfer(std::unique_lock<std::mutex>& lock, ThreadOp& op);
   // Throws if `op` (still queued) can never complete. Requires mu_.
   void check_alive(const ThreadOp& op) const;
   // True (bytes set) if `op` transferred; throws if it failed; false while pending. Requires mu_.

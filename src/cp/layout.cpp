@@ -108,9 +108,9 @@ void copy_rows(ConstView src, View dst, const std::vector<int64_t>& map, bool ga
 Tensor shard_tensor(ConstView global, Layout layout, int cp_size, int rank,
                     MemoryCounter* counter) {
   const auto idx = shard_token_indices(layout, global.shape[1], cp_size, rank);
-  Tensor piece({global.shape[0], static_cast<int64_t>(idx.size()), global.shape[2],
-                global.shape[3]},
-               counter);
+  Tensor piece(
+      {global.shape[0], static_cast<int64_t>(idx.size()), global.shape[2], global.shape[3]},
+      counter);
   copy_rows(global, piece.view(), idx, /*gather=*/true);
   return piece;
 }

@@ -32,9 +32,9 @@ Tensor row_dot(ConstView dout, ConstView out, MemoryCounter* mem) {
 
 void check_like_out(const char* name, ConstView t, const std::array<int64_t, 4>& want) {
   CPATTN_CHECK(t.shape == want, ErrorCode::kShapeMismatch, name,
-               " must have shape [B, Sq_local, Hq, Dv] = [", want[0], ", ", want[1], ", ",
-               want[2], ", ", want[3], "], got [", t.shape[0], ", ", t.shape[1], ", ",
-               t.shape[2], ", ", t.shape[3], "]");
+               " must have shape [B, Sq_local, Hq, Dv] = [", want[0], ", ", want[1], ", ", want[2],
+               ", ", want[3], "], got [", t.shape[0], ", ", t.shape[1], ", ", t.shape[2], ", ",
+               t.shape[3], "]");
 }
 
 std::span<float> first(Tensor& t, int64_t n) { return t.span().first(static_cast<size_t>(n)); }
@@ -44,9 +44,8 @@ std::span<const float> first(const Tensor& t, int64_t n) {
 
 }  // namespace
 
-RingGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q,
-                                      ConstView k, ConstView v, ConstView out,
-                                      std::span<const float> lse,
+RingGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                                      ConstView v, ConstView out, std::span<const float> lse,
                                       const SequenceSharding& q_sharding,
                                       const SequenceSharding& kv_sharding,
                                       const AttentionParams& params, RngState rng,
@@ -113,15 +112,14 @@ RingGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstV
     const bool hidden = detail::block_hidden(q_pos, k_pos, q_doc, k_doc, params);
     if (!hidden) {
       if (s > 0) std::fill_n(target.data(), floats, 0.0f);
-      const AttentionInputs in{q, pk.k(kv[cur].data(), len), pk.v(kv[cur].data(), len),
-                               q_pos, k_pos, q_doc, k_doc};
+      const AttentionInputs in{
+          q, pk.k(kv[cur].data(), len), pk.v(kv[cur].data(), len), q_pos, k_pos, q_doc, k_doc};
       const detail::ScopedSeconds t(options.stats ? &options.stats->kernel_seconds : nullptr);
       attention_kernel_backward(in, params, rng, dout, out, lse, g.dq.view(),
-                                pk.k(target.data(), len), pk.v(target.data(), len),
-                                kernel_options);
+                                pk.k(target.data(), len), pk.v(target.data(), len), kernel_options);
     }
-    if (options.stats != nullptr) ++(hidden ? options.stats->blocks_skipped
-                                            : options.stats->blocks_computed);
+    if (options.stats != nullptr)
+      ++(hidden ? options.stats->blocks_skipped : options.stats->blocks_computed);
     if (s > 0) {
       channel.wait_recv(grad_recv, floats, "ring backward: floats of the dk/dv accumulator");
       if (!hidden) {
@@ -154,9 +152,9 @@ RingGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstV
   return g;
 }
 
-RingGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q,
-                                      ConstView k, ConstView v, ConstView out,
-                                      std::span<const float> lse, const SequenceSharding& sharding,
+RingGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                                      ConstView v, ConstView out, std::span<const float> lse,
+                                      const SequenceSharding& sharding,
                                       const AttentionParams& params, RngState rng,
                                       const RingOptions& options) {
   return ring_attention_backward(comm, dout, q, k, v, out, lse, sharding, sharding, params, rng,

@@ -25,9 +25,8 @@ void check_shape(const char* name, const char* dims, ConstView t,
 }  // namespace
 
 RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
-                            const SequenceSharding& q_sharding,
-                            const SequenceSharding& kv_sharding, const AttentionParams& params,
-                            const RingOptions& options) {
+                            const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
+                            const AttentionParams& params, const RingOptions& options) {
   q_sharding.validate();
   kv_sharding.validate();
   RingDims d;
@@ -70,7 +69,8 @@ RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, 
                "Hq must be a multiple of Hkv >= 1, got Hq ", d.Hq, ", Hkv ", d.Hkv);
   CPATTN_CHECK(d.Dqk >= 1 && d.Dv >= 1, ErrorCode::kShapeMismatch,
                "head dims must be >= 1, got Dqk ", d.Dqk, ", Dv ", d.Dv);
-  for (int r = 0; r < d.world; ++r) d.max_block = std::max(d.max_block, kv_sharding.local_length(r));
+  for (int r = 0; r < d.world; ++r)
+    d.max_block = std::max(d.max_block, kv_sharding.local_length(r));
   return d;
 }
 

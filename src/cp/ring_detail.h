@@ -23,9 +23,8 @@ struct RingDims {
 /// The single validation layer of the ring: group vs shardings, shapes vs local lengths, and the
 /// kernel's shape rules. Throws Error(kShapeMismatch | kInvalidArgument) naming expected vs got.
 RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
-                            const SequenceSharding& q_sharding,
-                            const SequenceSharding& kv_sharding, const AttentionParams& params,
-                            const RingOptions& options);
+                            const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
+                            const AttentionParams& params, const RingOptions& options);
 
 /// Message tags: one kind per stream, the step in the low bits (unique per call and readable in
 /// timeout messages: "tag 4098" = k/v of the backward, step 2).

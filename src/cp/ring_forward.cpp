@@ -21,8 +21,7 @@ RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstV
   detail::RingChannel channel(comm, options.stats);
   MemoryCounter* mem = &comm.memory();
   RingForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, mem), Tensor({d.B, d.Hq, d.Sq}, mem), rng};
-  std::fill(res.lse.span().begin(), res.lse.span().end(),
-            -std::numeric_limits<float>::infinity());
+  std::fill(res.lse.span().begin(), res.lse.span().end(), -std::numeric_limits<float>::infinity());
   // Per-step partial result, merged into res after each kernel call.
   Tensor part_out({d.B, d.Sq, d.Hq, d.Dv}, mem);
   Tensor part_lse({d.B, d.Hq, d.Sq}, mem);
@@ -50,8 +49,8 @@ RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstV
       channel.wait_if_pending(sends[1 - cur]);
       const int tag = detail::ring_tag(detail::RingStream::kForwardKv, s);
       const std::span<const float> block = std::as_const(buf[cur]).span();
-      sends[cur] = channel.send(block.first(static_cast<size_t>(pk.floats(len))),
-                                step.kv_send_to, tag);
+      sends[cur] =
+          channel.send(block.first(static_cast<size_t>(pk.floats(len))), step.kv_send_to, tag);
       const int64_t next = pk.floats(kv_sharding.local_length(step.next_kv_block));
       recv = channel.recv(buf[1 - cur].span().first(static_cast<size_t>(next)), step.kv_recv_from,
                           tag);
@@ -62,8 +61,8 @@ RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstV
       if (options.stats != nullptr) ++options.stats->blocks_skipped;
       continue;
     }
-    const AttentionInputs in{q, pk.k(buf[cur].data(), len), pk.v(buf[cur].data(), len),
-                             q_pos, k_pos, q_doc, k_doc};
+    const AttentionInputs in{
+        q, pk.k(buf[cur].data(), len), pk.v(buf[cur].data(), len), q_pos, k_pos, q_doc, k_doc};
     {
       const detail::ScopedSeconds t(options.stats ? &options.stats->kernel_seconds : nullptr);
       attention_kernel_forward(in, params, rng, part_out.view(), part_lse.span(), kernel_options);

@@ -10,8 +10,9 @@ int mod(int a, int p) { return ((a % p) + p) % p; }
 
 RingStep ring_step(int rank, int world, int step) {
   CPATTN_CHECK(world >= 1 && rank >= 0 && rank < world && step >= 0 && step < world,
-               ErrorCode::kInvalidArgument, "ring_step: expected 0 <= rank, step < world, got rank ",
-               rank, ", step ", step, ", world ", world);
+               ErrorCode::kInvalidArgument,
+               "ring_step: expected 0 <= rank, step < world, got rank ", rank, ", step ", step,
+               ", world ", world);
   RingStep s;
   s.kv_block = mod(rank - step, world);
   // The block computed at the last step belongs to rank + 1, so it is not relayed further.

@@ -1,7 +1,6 @@
 // The public kernel entry points (kernel.h): validate once, then run the forward or backward
 // driver; the allocating overloads return BSHD-contiguous, counted Tensors.
 #include "cpattn/kernel.h"
-
 #include "kernel/backward.h"
 #include "kernel/forward.h"
 #include "kernel/validate.h"
@@ -41,8 +40,8 @@ KernelGradients attention_kernel_backward(const AttentionInputs& in, const Atten
                     Tensor({p.B, p.Sk, p.Hkv, p.Dv})};
   BackwardOptions bwd;
   bwd.num_threads = options.num_threads;
-  attention_kernel_backward(in, params, rng, dout, out, lse, g.dq.view(), g.dk.view(),
-                            g.dv.view(), bwd);
+  attention_kernel_backward(in, params, rng, dout, out, lse, g.dq.view(), g.dk.view(), g.dv.view(),
+                            bwd);
   return g;
 }
 

@@ -27,7 +27,6 @@ namespace {
 constexpr int64_t kTileQ = 64;
 constexpr int64_t kTileK = 64;
 
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
 
@@ -35,22 +34,22 @@ constexpr float kPosInf = std::numeric_limits<float>::infinity();
 // ([keys][queries]) so that K and V rows are the broadcast operands of S^T = K Q^T and
 // dP^T = V dO^T, and per-query lse/D load as vectors along a row.
 struct Scratch {
-  float* qt;    // [kTileQ/16][Dqk][16]      Q^T panels  (B of S^T = K Q^T)
-  float* ot;    // [kTileQ/16][Dv][16]       dO^T panels (B of dP^T = V dO^T)
-  float* qp;    // [Dqk_pad/16][kTileQ][16]  Q panels    (B of dK += dS^T Q)
-  float* op;    // [Dv_pad/16][kTileQ][16]   dO panels   (B of dV += (Z P)^T dO)
-  float* dq;    // [kTileQ][Dqk_pad]         dQ accumulator of the q tile
-  float* kr;    // [kTileK][Dqk]             K rows      (A of S^T)
-  float* kp;    // [Dqk_pad/16][kTileK][16]  K panels    (B of dQ += dS K)
-  float* vr;    // [kTileK][Dv]              V rows      (A of dP^T)
-  float* st;    // [kTileK][kTileQ]          P^T
-  float* dst;   // [kTileK][kTileQ]          dP^T, then scale * dS^T
-  float* pzt;   // [kTileK][kTileQ]          (Z P)^T (dropout only)
-  float* z;     // [kTileK]                  dropout multipliers of one query
-  float* lse2;  // [kTileQ]                  lse in log2 units (+inf for empty and pad rows)
-  float* dd;    // [kTileQ]                  D_i = <dout_i, out_i>
-  float* dk;    // [chunk keys][Dqk_pad]     dK accumulators of the item's k tiles
-  float* dv;    // [chunk keys][Dv_pad]      dV accumulators
+  float* qt;        // [kTileQ/16][Dqk][16]      Q^T panels  (B of S^T = K Q^T)
+  float* ot;        // [kTileQ/16][Dv][16]       dO^T panels (B of dP^T = V dO^T)
+  float* qp;        // [Dqk_pad/16][kTileQ][16]  Q panels    (B of dK += dS^T Q)
+  float* op;        // [Dv_pad/16][kTileQ][16]   dO panels   (B of dV += (Z P)^T dO)
+  float* dq;        // [kTileQ][Dqk_pad]         dQ accumulator of the q tile
+  float* kr;        // [kTileK][Dqk]             K rows      (A of S^T)
+  float* kp;        // [Dqk_pad/16][kTileK][16]  K panels    (B of dQ += dS K)
+  float* vr;        // [kTileK][Dv]              V rows      (A of dP^T)
+  float* st;        // [kTileK][kTileQ]          P^T
+  float* dst;       // [kTileK][kTileQ]          dP^T, then scale * dS^T
+  float* pzt;       // [kTileK][kTileQ]          (Z P)^T (dropout only)
+  float* z;         // [kTileK]                  dropout multipliers of one query
+  float* lse_safe;  // [kTileQ]             lse, +inf for empty rows and padding
+  float* dd;        // [kTileQ]                  D_i = <dout_i, out_i>
+  float* dk;        // [chunk keys][Dqk_pad]     dK accumulators of the item's k tiles
+  float* dv;        // [chunk keys][Dv_pad]      dV accumulators
 };
 
 class BackwardRunner {
@@ -106,8 +105,8 @@ class BackwardRunner {
     s.dst = s.st + kTileK * kTileQ;
     s.pzt = s.dst + kTileK * kTileQ;
     s.z = s.pzt + kTileK * kTileQ;
-    s.lse2 = s.z + kTileK;
-    s.dd = s.lse2 + kTileQ;
+    s.lse_safe = s.z + kTileK;
+    s.dd = s.lse_safe + kTileQ;
     s.dk = s.dd + kTileQ;
     s.dv = s.dk + tiles_per_chunk_ * kTileK * dqk_pad_;
     return s;
@@ -174,8 +173,8 @@ class BackwardRunner {
     const int64_t row0 = (b * p_.Hq + h) * p_.Sq + qt.begin;
     for (int64_t i = 0; i < kTileQ; ++i) {
       const float lse = i < qt.size ? p_.lse[static_cast<size_t>(row0 + i)] : kNegInf;
-      // Empty rows (lse = -inf) and padding columns must give P = 0: exp2(s - (+inf)) = 0.
-      w.lse2[i] = lse == kNegInf ? kPosInf : lse * kLog2e;
+      // Empty rows (lse = -inf) and padding columns must give P = 0: exp(s - (+inf)) = 0.
+      w.lse_safe[i] = lse == kNegInf ? kPosInf : lse;
       w.dd[i] = i < qt.size ? delta_[static_cast<size_t>(row0 + i)] : 0.0f;
     }
   }
@@ -188,12 +187,13 @@ class BackwardRunner {
     pack_panels(p_.k, rows, w.kp);
     pack_rows(p_.v, rows, 1.0f, w.vr, p_.Dv);
 
-    gemm_tile(nk, nq_pad, {w.kr, p_.Dqk, 1}, {w.qt, p_.Dqk}, w.st, kTileQ, false);   // S^T
-    gemm_tile(nk, nq_pad, {w.vr, p_.Dv, 1}, {w.ot, p_.Dv}, w.dst, kTileQ, false);    // dP^T
-    const V8 c = splat8(p_.scale * kLog2e);
+    gemm_tile(nk, nq_pad, {w.kr, p_.Dqk, 1}, {w.qt, p_.Dqk}, w.st, kTileQ, false);  // S^T
+    gemm_tile(nk, nq_pad, {w.vr, p_.Dv, 1}, {w.ot, p_.Dv}, w.dst, kTileQ, false);   // dP^T
+    const V8 c = splat8(p_.scale);
     for (int64_t j = 0; j < nk; ++j) {
       float* s = w.st + j * kTileQ;
-      for (int64_t i = 0; i < nq_pad; i += kLanes) store8(s + i, load8(s + i) * c - load8(w.lse2 + i));
+      for (int64_t i = 0; i < nq_pad; i += kLanes)
+        store8(s + i, load8(s + i) * c - load8(w.lse_safe + i));
     }
     if (kind == TileKind::kPartial) {
       for (int64_t i = 0; i < nq; ++i) mask_.mask_keys(qt.begin + i, kv, w.st + i, kTileQ);
@@ -209,7 +209,7 @@ class BackwardRunner {
         std::fill(w.pzt + j * kTileQ + nq, w.pzt + j * kTileQ + nq_pad, 0.0f);
       }
     }
-    // P = exp2(s - lse2); dS = P (Z dP' - D) with dP' = dO V^T (Z enters dP and dV).
+    // P = exp(scale s - lse); dS = P (Z dP' - D) with dP' = dO V^T (Z enters dP and dV).
     const V8 scale = splat8(p_.scale);
     for (int64_t j = 0; j < nk; ++j) {
       float* s = w.st + j * kTileQ;
@@ -217,7 +217,7 @@ class BackwardRunner {
       if (dropout) {
         float* pz = w.pzt + j * kTileQ;
         for (int64_t i = 0; i < nq_pad; i += kLanes) {
-          const V8 p = exp2_8(load8(s + i));
+          const V8 p = exp_8(load8(s + i));
           const V8 z = load8(pz + i);
           store8(s + i, p);
           store8(pz + i, p * z);
@@ -225,7 +225,7 @@ class BackwardRunner {
         }
       } else {
         for (int64_t i = 0; i < nq_pad; i += kLanes) {
-          const V8 p = exp2_8(load8(s + i));
+          const V8 p = exp_8(load8(s + i));
           store8(s + i, p);
           store8(ds + i, p * (load8(ds + i) - load8(w.dd + i)) * scale);
         }

@@ -20,23 +20,25 @@
 namespace cpattn::detail {
 namespace {
 
-// Tile sizes (measured on Zen 3, docs/performance.md): a q tile of 96 rows is 16 micro-kernel
-// row blocks, so each packed K^T / V panel (<= 16 KiB) is reused 16 times from L1; k tiles of
-// 128 keys keep the score tile (48 KiB) and K/V tiles (64 KiB each at D = 128) in L2 while
-// amortising the per-row softmax bookkeeping (max, rescale of O) over 128 keys.
+// Tile sizes (chosen by measurement, docs/performance.md). The k loop's S^T product has the
+// keys as rows (128 = 21 micro-kernel row blocks) and the queries as columns (96 = 6 panels of
+// 16), so each packed Q^T panel (Dqk x 16 floats, 8 KiB at D = 128) is reused 22 times from L1.
+// A k tile of 128 keys amortises the per-query bookkeeping (max, rescale of O) over 128 keys;
+// the working set (S^T 48 KiB, K rows and V panels 64 KiB each, Q^T and O 48 KiB each per head
+// at D = 128) stays in the 512 KiB L2. Larger q tiles (192) measured no faster: K/V reuse grows
+// but the per-head state then spills L2.
 constexpr int64_t kTileQ = 96;
 constexpr int64_t kTileK = 128;
 // Query heads of one kv group handled by one work item (they share each packed K/V tile).
 constexpr int64_t kMaxHeadsPerItem = 4;
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// The score tile is computed transposed, S^T = K (Q scale log2e)^T ([keys][queries]): K rows are
-// the broadcast operand (a plain row copy per k tile) and Q^T is packed once per work item, so
-// no transpose sits in the k loop. The softmax statistics then run down columns, 8 queries per
-// vector: max, exp2 and sums need no horizontal reductions.
+// The score tile is computed transposed, S^T = K Q^T ([keys][queries], scaled in the softmax pass
+// the way the backward recomputes it): K rows are the broadcast operand (a plain row copy per k
+// tile) and Q^T is packed once per work item, so no transpose sits in the k loop. The softmax
+// statistics then run down columns, 8 queries per vector: max, exp and sums need no horizontal
+// reductions.
 class ForwardRunner {
  public:
   explicit ForwardRunner(const ForwardProblem& p)
@@ -53,9 +55,9 @@ class ForwardRunner {
     //   vp [Dv_pad/16][kTileK][16]  V panels of the current k tile
     //   st [kTileK][kTileQ]         S^T scores, then probabilities
     //   z  [kTileK]                 dropout multipliers of one query
-    //   al [kTileQ]                 per-query rescale factors exp2(m_old - m_new)
-    //   per head of the item: qt [kTileQ/16][Dqk][16] Q^T panels (q * scale * log2 e),
-    //     o [kTileQ][Dv_pad] accumulator, m [kTileQ] running max (log2 units), l [kTileQ] sum
+    //   al [kTileQ]                 per-query rescale factors exp(m_old - m_new)
+    //   per head of the item: qt [kTileQ/16][Dqk][16] Q^T panels,
+    //     o [kTileQ][Dv_pad] accumulator, m [kTileQ] running max, l [kTileQ] running sum
     head_floats_ = kTileQ * (p.Dqk + dv_pad_ + 2);
     scratch_floats_ =
         kTileK * (p.Dqk + dv_pad_ + kTileQ + 1) + kTileQ + heads_per_item_ * head_floats_;
@@ -106,10 +108,10 @@ class ForwardRunner {
     float* heads = alpha + kTileQ;
     for (int64_t hh = 0; hh < nh; ++hh) {
       float* qtp = heads + hh * head_floats_;
-      pack_panels_transposed(p_.q, {b, h0 + hh, qt.begin, qt.size}, p_.scale * kLog2e, qtp);
+      pack_panels_transposed(p_.q, {b, h0 + hh, qt.begin, qt.size}, 1.0f, qtp);
       float* o = qtp + kTileQ * p_.Dqk;
       std::fill(o, o + kTileQ * dv_pad_, 0.0f);
-      std::fill(o + kTileQ * dv_pad_, o + kTileQ * (dv_pad_ + 1), kNegInf);    // m
+      std::fill(o + kTileQ * dv_pad_, o + kTileQ * (dv_pad_ + 1), kNegInf);     // m
       std::fill(o + kTileQ * (dv_pad_ + 1), o + kTileQ * (dv_pad_ + 2), 0.0f);  // l
     }
 
@@ -134,10 +136,15 @@ class ForwardRunner {
         float* m = o + kTileQ * dv_pad_;
         float* l = m + kTileQ;
         gemm_tile(kv.size, nq_pad, {kr, p_.Dqk, 1}, {qtp, p_.Dqk}, st, kTileQ, false);
+        float scale = p_.scale;
         if (kind == TileKind::kPartial) {
+          // Scale first so that masked -inf stays -inf whatever the sign of the scale.
+          const V8 sc = splat8(scale);
+          for (int64_t e = 0; e < kv.size * kTileQ; e += kLanes) store8(st + e, load8(st + e) * sc);
+          scale = 1.0f;
           for (int64_t i = 0; i < qt.size; ++i) mask_.mask_keys(qt.begin + i, kv, st + i, kTileQ);
         }
-        softmax_columns(kv.size, nq_pad, st, m, l, alpha);
+        softmax_columns(kv.size, nq_pad, scale, st, m, l, alpha);
         for (int64_t i = 0; i < qt.size; ++i) {
           if (alpha[i] == 1.0f) continue;
           const V8 a = splat8(alpha[i]);
@@ -162,33 +169,36 @@ class ForwardRunner {
     }
   }
 
-  // Online softmax down the columns of S^T (log2 units), 8 queries per vector: m_new =
-  // max(m, max_j s_ji), s_ji <- exp2(s_ji - m_new), l <- l * exp2(m - m_new) + sum_j, and
-  // alpha = exp2(m - m_new) for rescaling O. Masked scores are -inf and give exactly 0; a
+  // Online softmax down the columns of S^T, 8 queries per vector: m_new = max(m, max_j s_ji),
+  // s_ji <- exp(s_ji - m_new), l <- l * exp(m - m_new) + sum_j, and alpha = exp(m - m_new) for
+  // rescaling O. Masked scores are -inf and give exactly 0; a
   // column that has seen only masked keys keeps m = -inf and subtracts 0 instead (no NaN).
-  static void softmax_columns(int64_t nk, int64_t nq_pad, float* st, float* m, float* l,
-                              float* alpha) {
-    const V8 neg_inf = splat8(kNegInf);
+  static void softmax_columns(int64_t nk, int64_t nq_pad, float scale, float* st, float* m,
+                              float* l, float* alpha) {
+    const V8 neg_inf = splat8(kNegInf), sc = splat8(scale);
     for (int64_t c = 0; c < nq_pad; c += 2 * kLanes) {
       float* col = st + c;
       const V8 m_old0 = load8(m + c), m_old1 = load8(m + c + kLanes);
       V8 mx0 = m_old0, mx1 = m_old1;
       for (int64_t j = 0; j < nk; ++j) {
-        mx0 = max8(mx0, load8(col + j * kTileQ));
-        mx1 = max8(mx1, load8(col + j * kTileQ + kLanes));
+        const V8 s0 = load8(col + j * kTileQ) * sc, s1 = load8(col + j * kTileQ + kLanes) * sc;
+        store8(col + j * kTileQ, s0);
+        store8(col + j * kTileQ + kLanes, s1);
+        mx0 = max8(mx0, s0);
+        mx1 = max8(mx1, s1);
       }
       const V8 ref0 = mx0 == neg_inf ? V8{} : mx0;
       const V8 ref1 = mx1 == neg_inf ? V8{} : mx1;
       V8 sum0{}, sum1{};
       for (int64_t j = 0; j < nk; ++j) {
-        const V8 p0 = exp2_8(load8(col + j * kTileQ) - ref0);
-        const V8 p1 = exp2_8(load8(col + j * kTileQ + kLanes) - ref1);
+        const V8 p0 = exp_8(load8(col + j * kTileQ) - ref0);
+        const V8 p1 = exp_8(load8(col + j * kTileQ + kLanes) - ref1);
         store8(col + j * kTileQ, p0);
         store8(col + j * kTileQ + kLanes, p1);
         sum0 += p0;
         sum1 += p1;
       }
-      const V8 a0 = exp2_8(m_old0 - ref0), a1 = exp2_8(m_old1 - ref1);
+      const V8 a0 = exp_8(m_old0 - ref0), a1 = exp_8(m_old1 - ref1);
       store8(l + c, load8(l + c) * a0 + sum0);
       store8(l + c + kLanes, load8(l + c + kLanes) * a1 + sum1);
       store8(m + c, mx0);
@@ -209,7 +219,7 @@ class ForwardRunner {
       if (l[i] > 0.0f) {
         const float inv = 1.0f / l[i];
         for (int64_t d = 0; d < p_.Dv; ++d) dst[d * sd] = src[d] * inv;
-        lse[qt.begin + i] = m[i] * kLn2 + std::log(l[i]);
+        lse[qt.begin + i] = m[i] + std::log(l[i]);
       } else {
         for (int64_t d = 0; d < p_.Dv; ++d) dst[d * sd] = 0.0f;
         lse[qt.begin + i] = kNegInf;

@@ -9,8 +9,8 @@ namespace {
 
 // C[0:MR, 0:16] (+)= A[0:MR, 0:K] * panel[0:K, 0:16]. MR < kMr handles the last row block.
 template <int MR, bool kAccumulate>
-void micro_kernel(int64_t k_len, const float* a, int64_t rs, int64_t ks, const float* b,
-                  float* c, int64_t ldc) {
+void micro_kernel(int64_t k_len, const float* a, int64_t rs, int64_t ks, const float* b, float* c,
+                  int64_t ldc) {
   V8 lo[MR], hi[MR];
 #pragma GCC unroll 6
   for (int m = 0; m < MR; ++m) {
@@ -48,12 +48,23 @@ void gemm_tile_impl(int64_t m, int64_t n, AOperand a, PackedB b, float* c, int64
     const float* a_rest = a.data + m0 * a.row_stride;
     float* c_rest = c_col + m0 * ldc;
     switch (m - m0) {
-      case 1: micro_kernel<1, kAccumulate>(b.k, a_rest, a.row_stride, a.k_stride, panel, c_rest, ldc); break;
-      case 2: micro_kernel<2, kAccumulate>(b.k, a_rest, a.row_stride, a.k_stride, panel, c_rest, ldc); break;
-      case 3: micro_kernel<3, kAccumulate>(b.k, a_rest, a.row_stride, a.k_stride, panel, c_rest, ldc); break;
-      case 4: micro_kernel<4, kAccumulate>(b.k, a_rest, a.row_stride, a.k_stride, panel, c_rest, ldc); break;
-      case 5: micro_kernel<5, kAccumulate>(b.k, a_rest, a.row_stride, a.k_stride, panel, c_rest, ldc); break;
-      default: break;
+      case 1:
+        micro_kernel<1, kAccumulate>(b.k, a_rest, a.row_stride, a.k_stride, panel, c_rest, ldc);
+        break;
+      case 2:
+        micro_kernel<2, kAccumulate>(b.k, a_rest, a.row_stride, a.k_stride, panel, c_rest, ldc);
+        break;
+      case 3:
+        micro_kernel<3, kAccumulate>(b.k, a_rest, a.row_stride, a.k_stride, panel, c_rest, ldc);
+        break;
+      case 4:
+        micro_kernel<4, kAccumulate>(b.k, a_rest, a.row_stride, a.k_stride, panel, c_rest, ldc);
+        break;
+      case 5:
+        micro_kernel<5, kAccumulate>(b.k, a_rest, a.row_stride, a.k_stride, panel, c_rest, ldc);
+        break;
+      default:
+        break;
     }
   }
 }

@@ -35,7 +35,6 @@ struct AOperand {
 
 /// C[m][n] = (accumulate ? C[m][n] : 0) + sum_{k < K} A[m][k] * B[k][n], for m < M and n < N,
 /// where N is a multiple of kNr and K = b.k. C is row-major with leading dimension ldc.
-void gemm_tile(int64_t m, int64_t n, AOperand a, PackedB b, float* c, int64_t ldc,
-               bool accumulate);
+void gemm_tile(int64_t m, int64_t n, AOperand a, PackedB b, float* c, int64_t ldc, bool accumulate);
 
 }  // namespace cpattn::detail

@@ -34,10 +34,10 @@ struct ForwardProblem : Problem {
 
 /// Backward call: the Problem plus the saved forward results and the gradients to produce.
 struct BackwardProblem : Problem {
-  ConstView dout, out;             ///< [B, Sq, Hq, Dv]
-  std::span<const float> lse;      ///< [B, Hq, Sq]
-  std::span<const float> delta;    ///< [B, Hq, Sq] or empty (computed from dout and out)
-  View dq, dk, dv;                 ///< like q, k, v
+  ConstView dout, out;           ///< [B, Sq, Hq, Dv]
+  std::span<const float> lse;    ///< [B, Hq, Sq]
+  std::span<const float> delta;  ///< [B, Hq, Sq] or empty (computed from dout and out)
+  View dq, dk, dv;               ///< like q, k, v
   bool accumulate = false;
 };
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <utility>
 
 #include "cpattn/error.h"
 
@@ -123,7 +124,7 @@ std::vector<T> cast_to(const std::vector<double>& x) {
 }
 
 template <typename T>
-Outputs attention_impl(const Problem& problem, bool with_backward) {
+Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magnitudes) {
   with_backward = with_backward && !problem.dout.empty();
   check_problem(problem, with_backward);
   const Dims& d = problem.dims;
@@ -145,6 +146,16 @@ Outputs attention_impl(const Problem& problem, bool with_backward) {
     dk.assign(k.size(), T{0});
     dv.assign(v.size(), T{0});
   }
+  // Magnitudes: the same sums over absolute values of their terms (see reference.h).
+  Outputs mag;
+  if (magnitudes != nullptr) {
+    if (with_backward) {
+      mag.dq.assign(q.size(), 0.0);
+      mag.dk.assign(k.size(), 0.0);
+      mag.dv.assign(v.size(), 0.0);
+    }
+  }
+  const double abs_scale = std::fabs(static_cast<double>(scale));
   // Offsets of row (b, s, h) in a BSHD tensor with H heads of width D.
   const auto at = [](int64_t b, int64_t s, int64_t h, int64_t S, int64_t H, int64_t D) {
     return static_cast<size_t>(((b * S + s) * H + h) * D);
@@ -190,22 +201,35 @@ Outputs attention_impl(const Problem& problem, bool with_backward) {
           axpy(zmask[j] * prob[j], doi, &dv[vj], d.Dv);
           axpy(scale * ds, &k[kj], dqi, d.Dqk);
           axpy(scale * ds, qi, &dk[kj], d.Dqk);
+          if (magnitudes != nullptr) {
+            // dS = P (dP - D) cancels; its magnitude is that of the two terms.
+            const double zp = static_cast<double>(zmask[j] * prob[j]);
+            const double ds_mag = static_cast<double>(prob[j]) *
+                                  (std::fabs(static_cast<double>(dp)) + std::fabs(delta));
+            const size_t qrow = at(b, i, h, d.Sq, d.Hq, d.Dqk);
+            for (int64_t e = 0; e < d.Dv; ++e) mag.dv[vj + e] += zp * std::fabs(doi[e]);
+            for (int64_t e = 0; e < d.Dqk; ++e) {
+              mag.dq[qrow + e] += abs_scale * ds_mag * std::fabs(k[kj + e]);
+              mag.dk[kj + e] += abs_scale * ds_mag * std::fabs(qi[e]);
+            }
+          }
         }
       }
     }
   }
+  if (magnitudes != nullptr) *magnitudes = std::move(mag);
   const auto widen = [](const std::vector<T>& x) { return std::vector<double>(x.begin(), x.end()); };
   return {widen(out), widen(lse), widen(dq), widen(dk), widen(dv)};
 }
 
 }  // namespace
 
-Outputs attention(const Problem& problem, bool with_backward) {
-  return attention_impl<double>(problem, with_backward);
+Outputs attention(const Problem& problem, bool with_backward, Outputs* magnitudes) {
+  return attention_impl<double>(problem, with_backward, magnitudes);
 }
 
 Outputs attention_fp32(const Problem& problem, bool with_backward) {
-  return attention_impl<float>(problem, with_backward);
+  return attention_impl<float>(problem, with_backward, nullptr);
 }
 
 }  // namespace cpattn::reference

@@ -1,5 +1,5 @@
 // 8-lane fp32 vectors (GCC/Clang vector extensions: AVX2 registers with -march=native, split into
-// SSE or scalar code elsewhere) and the vectorised exp2 the softmax runs on.
+// SSE or scalar code elsewhere) and the vectorised exp the softmax runs on.
 #pragma once
 
 #include <cstdint>
@@ -35,41 +35,38 @@ inline float hsum8(V8 x) {
   return a + b;
 }
 
-/// 2^x for each lane, relative error ~1.5e-7 (Cephes exp2f: round-to-nearest range reduction
-/// x = n + f, |f| <= 1/2, degree-6 minimax polynomial for 2^f, 2^n built in the exponent bits).
-/// Lanes with x < -125 (including -inf) give exactly 0, so masked scores cost no branch (the
-/// flushed values are below 2^-125, invisible next to the row maximum's 2^0). x > 127 and NaN
-/// give unspecified values; the softmax only passes x <= 0 after subtracting the row maximum.
-inline V8 exp2_8(V8 x) {
-  const V8i keep = x >= splat8(-125.0f);
-  x = max8(x, splat8(-125.0f));  // keeps the exponent of p * 2^n normal for flushed lanes
-  // Adding 1.5 * 2^23 rounds x to the nearest integer in the low mantissa bits (no float->int
-  // conversion instruction on the critical path).
+/// e^x for each lane, within ~1 ulp (Cephes expf: x = n ln 2 + r with n = round(x log2 e) and
+/// r reduced in two steps (Cody-Waite, ln 2 = C1 + C2 with C1 exact in 9 bits) so |r| <= ln2/2
+/// carries no rounding from the reduction; degree-7 polynomial for e^r; 2^n added to the
+/// exponent bits). Lanes with x < -86 (including -inf) give exactly 0, so masked scores cost no
+/// branch (the flushed values are below e^-86 ~ 1e-37, invisible next to the row maximum's
+/// e^0). x > 88 and NaN give unspecified values; the softmax only passes x <= 0.
+inline V8 exp_8(V8 x) {
+  const V8i keep = x >= splat8(-86.0f);
+  x = max8(x, splat8(-86.0f));  // keeps the exponent of p * 2^n normal for flushed lanes
+  // Adding 1.5 * 2^23 rounds to the nearest integer in the low mantissa bits (no float->int
+  // conversion on the critical path).
   const V8 magic = splat8(12582912.0f);
-  const V8 t = x + magic;
+  const V8 t = x * 1.44269504088896341f + magic;
   const V8 n = t - magic;
-  const V8 f = x - n;
-  V8 p = splat8(1.535336188319500e-4f);
-  p = p * f + 1.339887440266574e-3f;
-  p = p * f + 9.618437357674640e-3f;
-  p = p * f + 5.550332471162809e-2f;
-  p = p * f + 2.402264791363012e-1f;
-  p = p * f + 6.931472028550421e-1f;
-  p = p * f + 1.0f;
+  const V8 r = x - n * 0.693359375f - n * -2.12194440e-4f;
+  V8 p = splat8(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
   V8i bits;
   std::memcpy(&bits, &t, sizeof bits);
-  // The integer n sits in the low mantissa bits of t (which are 0x4B400000 + n); p * 2^n is
-  // p with n added to its exponent field.
+  // t's low mantissa bits hold 0x4B400000 + n; p * 2^n is p with n added to its exponent field.
   const V8i n_exp = (bits - 0x4B400000) << 23;
   V8i pbits;
   std::memcpy(&pbits, &p, sizeof pbits);
   pbits = (pbits + n_exp) & keep;
-  V8 r;
-  std::memcpy(&r, &pbits, sizeof r);
-  return r;
+  V8 out;
+  std::memcpy(&out, &pbits, sizeof out);
+  return out;
 }
-
-/// Scalar 2^x with the same polynomial (row tails and tests).
-inline float exp2_1(float x) { return exp2_8(splat8(x))[0]; }
 
 }  // namespace cpattn::detail

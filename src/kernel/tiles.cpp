@@ -54,8 +54,8 @@ TileKind MaskRule::classify(const TileRange& q, const TileRange& k) const {
   if (has_docs_ && (q.doc_max < k.doc_min || k.doc_max < q.doc_min)) return TileKind::kSkip;
   const KeyBounds first = bounds(q.pos_min), last = bounds(q.pos_max);
   if (last.hi < k.pos_min || first.lo > k.pos_max) return TileKind::kSkip;
-  const bool one_doc = !has_docs_ || (q.doc_min == q.doc_max && k.doc_min == k.doc_max &&
-                                      q.doc_min == k.doc_min);
+  const bool one_doc =
+      !has_docs_ || (q.doc_min == q.doc_max && k.doc_min == k.doc_max && q.doc_min == k.doc_min);
   if (one_doc && first.hi >= k.pos_max && last.lo <= k.pos_min) return TileKind::kFull;
   return TileKind::kPartial;
 }

@@ -20,8 +20,7 @@ void validate_adamw(const AdamWConfig& c) {
   CPATTN_CHECK(c.eps > 0.0, kArg, "AdamW eps must be > 0, got ", c.eps);
   CPATTN_CHECK(c.weight_decay >= 0.0, kArg, "AdamW weight_decay must be >= 0, got ",
                c.weight_decay);
-  CPATTN_CHECK(c.warmup_steps >= 0, kArg, "AdamW warmup_steps must be >= 0, got ",
-               c.warmup_steps);
+  CPATTN_CHECK(c.warmup_steps >= 0, kArg, "AdamW warmup_steps must be >= 0, got ", c.warmup_steps);
   CPATTN_CHECK(c.total_steps >= 1, kArg, "AdamW total_steps must be >= 1, got ", c.total_steps);
   CPATTN_CHECK(c.min_lr_ratio >= 0.0 && c.min_lr_ratio <= 1.0, kArg,
                "AdamW min_lr_ratio must be in [0, 1], got ", c.min_lr_ratio);

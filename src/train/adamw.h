@@ -28,11 +28,12 @@ struct AdamWConfig {
 /// min_lr_ratio outside [0, 1].
 void validate_adamw(const AdamWConfig& config);
 
-/// Learning rate of 0-based update `step`:
-///   step < W:       lr * (step + 1) / W                                  (linear warmup)
-///   otherwise:      lr * (r + (1 - r) * 0.5 * (1 + cos(pi * p))),  p = min(1, (step - W) / max(1, T - W))
-/// with W = warmup_steps, T = total_steps, r = min_lr_ratio: cosine from lr down to r * lr at
-/// step T, constant after. Throws Error(kInvalidArgument) when step < 0.
+/// Learning rate of 0-based update `step`, with W = warmup_steps, T = total_steps,
+/// r = min_lr_ratio:
+///   step < W:   lr * (step + 1) / W                                (linear warmup)
+///   otherwise:  lr * (r + (1 - r) * 0.5 * (1 + cos(pi * p))),
+///               p = min(1, (step - W) / max(1, T - W))             (cosine down to r * lr at T)
+/// and r * lr after T. Throws Error(kInvalidArgument) when step < 0.
 double learning_rate(const AdamWConfig& config, int64_t step);
 
 /// sqrt(sum g^2) over every gradient, accumulated in double in flat order (deterministic).

@@ -10,8 +10,8 @@
 namespace cpattn::train {
 
 namespace {
-void check_args(const char* op, int64_t vocab, size_t logits_size,
-                std::span<const int32_t> targets, int64_t total_count) {
+void check_args(const char* op, int64_t vocab, size_t logits_size, std::span<const int32_t> targets,
+                int64_t total_count) {
   detail::check_at_least(op, "vocab", vocab, 1);
   const auto n = static_cast<int64_t>(targets.size());
   detail::check_matrix(op, "logits", "[N, vocab]", logits_size, n, vocab);

@@ -18,8 +18,8 @@ void check_args(const char* op, int64_t vocab, int64_t d, std::span<const int32_
   detail::check_matrix(op, rows_name, "[N, d]", rows_size, n, d);
   for (int64_t r = 0; r < n; ++r) {
     const int32_t t = tokens[static_cast<size_t>(r)];
-    CPATTN_CHECK(t >= 0 && t < vocab, ErrorCode::kInvalidArgument, op, ": token ", t, " at row ",
-                 r, " is outside [0, ", vocab, ")");
+    CPATTN_CHECK(t >= 0 && t < vocab, ErrorCode::kInvalidArgument, op, ": token ", t, " at row ", r,
+                 " is outside [0, ", vocab, ")");
   }
 }
 }  // namespace

@@ -51,9 +51,9 @@ void linear_forward(LinearDims d, std::span<const float> x, std::span<const floa
     beta = 1.0f;
   }
   // y[N, out] = x[N, in] * w[out, in]^T
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, to_blas(d.n), to_blas(d.out),
-              to_blas(d.in), 1.0f, x.data(), to_blas(d.in), w.data(), to_blas(d.in), beta,
-              y.data(), to_blas(d.out));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, to_blas(d.n), to_blas(d.out), to_blas(d.in),
+              1.0f, x.data(), to_blas(d.in), w.data(), to_blas(d.in), beta, y.data(),
+              to_blas(d.out));
 }
 
 void linear_backward(LinearDims d, std::span<const float> dy, std::span<const float> x,
@@ -75,9 +75,9 @@ void linear_backward(LinearDims d, std::span<const float> dy, std::span<const fl
                 dx.data(), to_blas(d.in));
   }
   // dw[out, in] += dy[N, out]^T * x[N, in]
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, to_blas(d.out), to_blas(d.in),
-              to_blas(d.n), 1.0f, dy.data(), to_blas(d.out), x.data(), to_blas(d.in), 1.0f,
-              dw.data(), to_blas(d.in));
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, to_blas(d.out), to_blas(d.in), to_blas(d.n),
+              1.0f, dy.data(), to_blas(d.out), x.data(), to_blas(d.in), 1.0f, dw.data(),
+              to_blas(d.in));
   if (!db.empty()) {
     // Row order is fixed (r ascending), so db is deterministic run to run.
     for (int64_t r = 0; r < d.n; ++r) {

@@ -20,8 +20,8 @@ struct ParamInfo {
   std::vector<int64_t> shape;  ///< [out, in] for Linear weights, [vocab, d_model], [d_model]
   int64_t offset = 0;          ///< floats from the start of the flat buffer
   int64_t numel = 0;
-  bool decay = false;      ///< AdamW weight decay applies (every matrix, incl. embedding/LM head)
-  double init_std = 0.0;   ///< N(0, init_std^2) init; 0 means a gain initialised to 1
+  bool decay = false;     ///< AdamW weight decay applies (every matrix, incl. embedding/LM head)
+  double init_std = 0.0;  ///< N(0, init_std^2) init; 0 means a gain initialised to 1
 };
 
 /// The slices of one transformer layer. T is float or const float.
@@ -91,8 +91,8 @@ class ParamSet {
 };
 
 /// The model's weights, initialised deterministically from config.seed: each tensor draws from
-/// its own SplitMix64 stream seeded by (seed, cpattn::Digest of its name), so the init of one tensor
-/// does not depend on the others (or on their order). Gains start at 1.
+/// its own SplitMix64 stream seeded by (seed, cpattn::Digest of its name), so the init of one
+/// tensor does not depend on the others (or on their order). Gains start at 1.
 class ModelParams : public ParamSet {
  public:
   explicit ModelParams(const ModelConfig& config, MemoryCounter* counter = nullptr);

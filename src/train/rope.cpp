@@ -23,8 +23,7 @@ void check_args(const char* op, const RopeDims& d, size_t x_size, size_t pos_siz
   detail::check_matrix(op, "positions", "[1, n]", pos_size, 1, d.n);
   const int64_t need = d.n == 0 ? 0 : (d.n - 1) * d.row_stride + d.heads * d.head_dim;
   CPATTN_CHECK(static_cast<int64_t>(x_size) >= need, ErrorCode::kShapeMismatch, op,
-               ": x must hold (n-1)*row_stride + heads*head_dim = ", need, " floats, got ",
-               x_size);
+               ": x must hold (n-1)*row_stride + heads*head_dim = ", need, " floats, got ", x_size);
 }
 
 // sign = +1 rotates by +angle (forward), -1 by -angle (backward).

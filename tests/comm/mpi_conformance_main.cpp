@@ -84,8 +84,14 @@ TEST(MpiCommunicator, ArgumentsAreChecked) {
   std::vector<int> v(4);
   EXPECT_THROW(comm.irecv(std::span<int>(v), comm.size(), 0).wait(), Error);
   EXPECT_THROW(comm.isend(std::span<const int>(v), 0, -3).wait(), Error);
-  std::vector<std::byte> odd(comm.size() * 3 + 1);
-  EXPECT_THROW(comm.all_to_all(std::span<const std::byte>(odd), std::span<std::byte>(odd)), Error);
+  std::vector<std::byte> send(static_cast<size_t>(comm.size()) * 3);
+  std::vector<std::byte> recv(send.size() + static_cast<size_t>(comm.size()));
+  EXPECT_THROW(comm.all_to_all(std::span<const std::byte>(send), std::span<std::byte>(recv)), Error);
+  if (comm.size() > 1) {
+    std::vector<std::byte> odd(static_cast<size_t>(comm.size()) * 3 + 1);
+    EXPECT_THROW(comm.all_to_all(std::span<const std::byte>(odd), std::span<std::byte>(odd)),
+                 Error);
+  }
 }
 
 // Prints only failed assertions, prefixed with the rank (for ranks other than 0).

@@ -1,4 +1,6 @@
 // Sequence layouts: token assignment tables, coverage for any (S, P), shard/unshard round trips.
+#include "cpattn/layout.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "cpattn/error.h"
-#include "cpattn/layout.h"
 
 namespace cpattn {
 namespace {
@@ -87,16 +88,16 @@ TEST_P(LayoutCoverage, EveryTokenExactlyOnce) {
   EXPECT_LE(hi - lo, layout == Layout::kZigzag ? 2 : 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllSizes, LayoutCoverage,
-    ::testing::Combine(::testing::Values(Layout::kContiguous, Layout::kZigzag, Layout::kStriped),
-                       ::testing::Values(0, 1, 3, 7, 16, 97, 1025),
-                       ::testing::Values(1, 2, 3, 4, 8)),
-    [](const auto& tp) {
-      return std::string(layout_name(std::get<0>(tp.param))) + "_S" +
-             std::to_string(std::get<1>(tp.param)) + "_cp" +
-             std::to_string(std::get<2>(tp.param));
-    });
+INSTANTIATE_TEST_SUITE_P(AllSizes, LayoutCoverage,
+                         ::testing::Combine(::testing::Values(Layout::kContiguous, Layout::kZigzag,
+                                                              Layout::kStriped),
+                                            ::testing::Values(0, 1, 3, 7, 16, 97, 1025),
+                                            ::testing::Values(1, 2, 3, 4, 8)),
+                         [](const auto& tp) {
+                           return std::string(layout_name(std::get<0>(tp.param))) + "_S" +
+                                  std::to_string(std::get<1>(tp.param)) + "_cp" +
+                                  std::to_string(std::get<2>(tp.param));
+                         });
 
 TEST(LayoutName, RoundTripsAndRejectsUnknown) {
   for (Layout l : {Layout::kContiguous, Layout::kZigzag, Layout::kStriped}) {
@@ -165,7 +166,8 @@ TEST(ShardTensor, ReadsStridedInput) {
       for (int64_t h = 0; h < H; ++h)
         for (int64_t d = 0; d < D; ++d) dst(b, s, h, d) = src(b, s, h, d);
   const Tensor a = shard_tensor(bshd.view(), Layout::kZigzag, 2, 1);
-  const Tensor c = shard_tensor(std::as_const(bhsd).view(MemoryLayout::kBHSD), Layout::kZigzag, 2, 1);
+  const Tensor c =
+      shard_tensor(std::as_const(bhsd).view(MemoryLayout::kBHSD), Layout::kZigzag, 2, 1);
   EXPECT_TRUE(std::equal(a.span().begin(), a.span().end(), c.span().begin()));
 }
 
@@ -179,8 +181,7 @@ TEST(ShardTensor, UnshardRejectsWrongPieceShape) {
     FAIL() << "expected an Error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kShapeMismatch);
-    EXPECT_NE(std::string(e.what()).find("piece 1 expected shape [1, 3, 1, 2]"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("piece 1 expected shape [1, 3, 1, 2]"), std::string::npos)
         << e.what();
   }
 }

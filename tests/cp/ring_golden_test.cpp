@@ -30,14 +30,14 @@ TEST_P(RingGolden, EveryCaseMatchesItsKnownAnswer) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Golden, RingGolden,
-    ::testing::Combine(::testing::Values(2, 3),
-                       ::testing::Values(Layout::kContiguous, Layout::kZigzag, Layout::kStriped)),
-    [](const auto& tp) {
-      return std::string(layout_name(std::get<1>(tp.param))) + "_cp" +
-             std::to_string(std::get<0>(tp.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Golden, RingGolden,
+                         ::testing::Combine(::testing::Values(2, 3),
+                                            ::testing::Values(Layout::kContiguous, Layout::kZigzag,
+                                                              Layout::kStriped)),
+                         [](const auto& tp) {
+                           return std::string(layout_name(std::get<1>(tp.param))) + "_cp" +
+                                  std::to_string(std::get<0>(tp.param));
+                         });
 
 }  // namespace
 }  // namespace cpattn::testing

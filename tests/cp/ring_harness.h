@@ -60,9 +60,9 @@ inline void scatter_rows(ConstView piece, const std::vector<int64_t>& idx, int64
     for (int64_t i = 0; i < s[1]; ++i)
       for (int64_t h = 0; h < s[2]; ++h)
         for (int64_t d = 0; d < s[3]; ++d)
-          whole[static_cast<size_t>(((b * seq_len + idx[static_cast<size_t>(i)]) * s[2] + h) *
-                                        s[3] +
-                                    d)] = piece(b, i, h, d);
+          whole[static_cast<size_t>(
+              ((b * seq_len + idx[static_cast<size_t>(i)]) * s[2] + h) * s[3] + d)] =
+              piece(b, i, h, d);
 }
 
 /// The sharding of a problem's q (is_q) or k/v sequence on `rank`. Identity positions are left
@@ -82,55 +82,77 @@ inline SequenceSharding problem_sharding(const reference::Problem& p, bool is_q,
   return s;
 }
 
-/// Runs the ring on every rank of a ThreadCommunicator group and gathers the results.
-/// `wrap` (optional) may decorate each rank's communicator (counting, fault injection).
-inline reference::Outputs run_ring(
-    const reference::Problem& p, const RingRun& run,
-    const std::function<void(Communicator&, const std::function<void(Communicator&)>&)>& wrap =
-        {}) {
-  const reference::Dims& d = p.dims;
-  const Tensor q = float_tensor(p.q, {d.B, d.Sq, d.Hq, d.Dqk});
-  const Tensor k = float_tensor(p.k, {d.B, d.Sk, d.Hkv, d.Dqk});
-  const Tensor v = float_tensor(p.v, {d.B, d.Sk, d.Hkv, d.Dv});
-  const Tensor dout = float_tensor(p.dout, {d.B, d.Sq, d.Hq, d.Dv});
+/// The whole problem's inputs as BSHD float tensors (shared read-only by every rank).
+struct ProblemFloats {
+  explicit ProblemFloats(const reference::Problem& p)
+      : q(float_tensor(p.q, {p.dims.B, p.dims.Sq, p.dims.Hq, p.dims.Dqk})),
+        k(float_tensor(p.k, {p.dims.B, p.dims.Sk, p.dims.Hkv, p.dims.Dqk})),
+        v(float_tensor(p.v, {p.dims.B, p.dims.Sk, p.dims.Hkv, p.dims.Dv})),
+        dout(float_tensor(p.dout, {p.dims.B, p.dims.Sq, p.dims.Hq, p.dims.Dv})) {}
+  Tensor q, k, v, dout;
+};
+
+/// Zero whole-sequence Outputs of the problem's shapes (gradients only when backward).
+inline reference::Outputs zero_outputs(const reference::Dims& d, bool backward) {
   reference::Outputs all;
   all.out.resize(static_cast<size_t>(d.B * d.Sq * d.Hq * d.Dv));
   all.lse.resize(static_cast<size_t>(d.B * d.Hq * d.Sq));
-  if (run.backward) {
+  if (backward) {
     all.dq.resize(static_cast<size_t>(d.B * d.Sq * d.Hq * d.Dqk));
     all.dk.resize(static_cast<size_t>(d.B * d.Sk * d.Hkv * d.Dqk));
     all.dv.resize(static_cast<size_t>(d.B * d.Sk * d.Hkv * d.Dv));
   }
-  const auto body = [&](Communicator& comm) {
-    const int r = comm.rank();
-    MemoryCounter* mem = &comm.memory();
-    const SequenceSharding qs = problem_sharding(p, true, run, r);
-    const SequenceSharding ks = problem_sharding(p, false, run, r);
-    const auto m = run.memory;
-    const Tensor q_r = restride(shard_tensor(q.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
-    const Tensor k_r = restride(shard_tensor(k.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
-    const Tensor v_r = restride(shard_tensor(v.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
-    RingOptions options;
-    options.num_threads = run.num_threads;
-    RingForwardResult fwd = ring_attention_forward(comm, q_r.view(m), k_r.view(m), v_r.view(m), qs,
-                                                   ks, p.params, p.rng, options);
-    const std::vector<int64_t> q_idx = shard_token_indices(run.layout, d.Sq, run.cp_size, r);
-    const std::vector<int64_t> k_idx = shard_token_indices(run.layout, d.Sk, run.cp_size, r);
-    scatter_rows(fwd.out.view(), q_idx, d.Sq, all.out);
-    const int64_t sr = static_cast<int64_t>(q_idx.size());
-    for (int64_t bh = 0; bh < d.B * d.Hq; ++bh)
-      for (int64_t i = 0; i < sr; ++i)
-        all.lse[static_cast<size_t>(bh * d.Sq + q_idx[static_cast<size_t>(i)])] =
-            fwd.lse.data()[bh * sr + i];
-    if (!run.backward) return;
-    const Tensor dout_r =
-        restride(shard_tensor(dout.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
-    const RingGradients g =
-        ring_attention_backward(comm, dout_r.view(m), q_r.view(m), k_r.view(m), v_r.view(m),
-                                fwd.out.view(), fwd.lse.span(), qs, ks, p.params, fwd.rng, options);
-    scatter_rows(g.dq.view(), q_idx, d.Sq, all.dq);
-    scatter_rows(g.dk.view(), k_idx, d.Sk, all.dk);
-    scatter_rows(g.dv.view(), k_idx, d.Sk, all.dv);
+  return all;
+}
+
+/// One rank's part of run_ring: shards the inputs, runs the ring forward (and backward) on
+/// `comm`, and writes this rank's rows into `all` (other rows untouched). run.cp_size must equal
+/// comm.size().
+inline void run_ring_rank(Communicator& comm, const reference::Problem& p, const ProblemFloats& f,
+                          const RingRun& run, reference::Outputs& all) {
+  const reference::Dims& d = p.dims;
+  const int r = comm.rank();
+  MemoryCounter* mem = &comm.memory();
+  const SequenceSharding qs = problem_sharding(p, true, run, r);
+  const SequenceSharding ks = problem_sharding(p, false, run, r);
+  const auto m = run.memory;
+  const auto local = [&](const Tensor& whole) {
+    return restride(shard_tensor(whole.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
+  };
+  const Tensor q_r = local(f.q), k_r = local(f.k), v_r = local(f.v);
+  RingOptions options;
+  options.num_threads = run.num_threads;
+  RingForwardResult fwd = ring_attention_forward(comm, q_r.view(m), k_r.view(m), v_r.view(m), qs,
+                                                 ks, p.params, p.rng, options);
+  const std::vector<int64_t> q_idx = shard_token_indices(run.layout, d.Sq, run.cp_size, r);
+  const std::vector<int64_t> k_idx = shard_token_indices(run.layout, d.Sk, run.cp_size, r);
+  scatter_rows(fwd.out.view(), q_idx, d.Sq, all.out);
+  const int64_t sr = static_cast<int64_t>(q_idx.size());
+  for (int64_t bh = 0; bh < d.B * d.Hq; ++bh)
+    for (int64_t i = 0; i < sr; ++i)
+      all.lse[static_cast<size_t>(bh * d.Sq + q_idx[static_cast<size_t>(i)])] =
+          fwd.lse.data()[bh * sr + i];
+  if (!run.backward) return;
+  const Tensor dout_r = local(f.dout);
+  const RingGradients g =
+      ring_attention_backward(comm, dout_r.view(m), q_r.view(m), k_r.view(m), v_r.view(m),
+                              fwd.out.view(), fwd.lse.span(), qs, ks, p.params, fwd.rng, options);
+  scatter_rows(g.dq.view(), q_idx, d.Sq, all.dq);
+  scatter_rows(g.dk.view(), k_idx, d.Sk, all.dk);
+  scatter_rows(g.dv.view(), k_idx, d.Sk, all.dv);
+}
+
+/// Runs the ring on every rank of a ThreadCommunicator group and gathers the results.
+/// `wrap` (optional) may decorate each rank's communicator (counting, fault injection): it gets
+/// the rank's communicator and the rank's body to call with the decorated one.
+inline reference::Outputs run_ring(
+    const reference::Problem& p, const RingRun& run,
+    const std::function<void(Communicator&, const std::function<void(Communicator&)>&)>& wrap =
+        {}) {
+  const ProblemFloats f(p);
+  reference::Outputs all = zero_outputs(p.dims, run.backward);
+  const std::function<void(Communicator&)> body = [&](Communicator& comm) {
+    run_ring_rank(comm, p, f, run, all);
   };
   run_ranks(run.cp_size, [&](Communicator& comm) {
     if (wrap) {

@@ -51,8 +51,8 @@ const std::vector<RingCase> kCases = {
     {2, Layout::kZigzag, spec(MaskKind::kCausal, 1, 2, 1, 8, 8, 0.0f, MemL::kBSHD, 5)},
     {3, Layout::kZigzag, spec(MaskKind::kCausal, 97, 8, 2, 16, 16, 0.1f, MemL::kBHSD, 6)},
     {3, Layout::kStriped, spec(MaskKind::kNone, 3, 2, 2, 8, 8, 0.1f, MemL::kBSHD, 7)},
-    {3, Layout::kContiguous, spec(MaskKind::kCausalWindow, 1025, 2, 1, 16, 8, 0.0f, MemL::kBSHD,
-                                  8)},
+    {3, Layout::kContiguous,
+     spec(MaskKind::kCausalWindow, 1025, 2, 1, 16, 8, 0.0f, MemL::kBSHD, 8)},
     {4, Layout::kStriped, spec(MaskKind::kWindow, 97, 4, 1, 24, 24, 0.0f, MemL::kSBHD, 9)},
     {4, Layout::kContiguous, spec(MaskKind::kWindow, 97, 2, 2, 16, 16, 0.1f, MemL::kBSHD, 10)},
     {4, Layout::kZigzag, spec(MaskKind::kCausal, 1025, 8, 2, 16, 16, 0.1f, MemL::kBSHD, 11)},
@@ -90,8 +90,8 @@ TEST_P(RingErrorGrowth, Cp8ErrorAtMostTwiceCp1) {
   const reference::Outputs exact = reference::attention(p);
   const reference::Outputs one = run_ring(p, {1, c.layout, c.spec.layout});
   const reference::Outputs many = run_ring(p, {c.cp_size, c.layout, c.spec.layout});
-  const std::array<const std::vector<double>*, 5> e = {&exact.out, &exact.lse, &exact.dq,
-                                                       &exact.dk, &exact.dv};
+  const std::array<const std::vector<double>*, 5> e = {&exact.out, &exact.lse, &exact.dq, &exact.dk,
+                                                       &exact.dv};
   const std::array<const std::vector<double>*, 5> a = {&one.out, &one.lse, &one.dq, &one.dk,
                                                        &one.dv};
   const std::array<const std::vector<double>*, 5> b = {&many.out, &many.lse, &many.dq, &many.dk,
@@ -106,9 +106,10 @@ TEST_P(RingErrorGrowth, Cp8ErrorAtMostTwiceCp1) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, RingErrorGrowth,
-    ::testing::Values(
-        RingCase{8, Layout::kZigzag, spec(MaskKind::kCausal, 1025, 4, 2, 32, 32, 0.1f, MemL::kBSHD, 31)},
-        RingCase{8, Layout::kStriped, spec(MaskKind::kDocs, 97, 2, 1, 64, 64, 0.0f, MemL::kBSHD, 32)}),
+    ::testing::Values(RingCase{8, Layout::kZigzag,
+                               spec(MaskKind::kCausal, 1025, 4, 2, 32, 32, 0.1f, MemL::kBSHD, 31)},
+                      RingCase{8, Layout::kStriped,
+                               spec(MaskKind::kDocs, 97, 2, 1, 64, 64, 0.0f, MemL::kBSHD, 32)}),
     [](const auto& tp) { return ring_case_name(tp.param); });
 
 }  // namespace

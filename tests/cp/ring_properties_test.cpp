@@ -222,8 +222,9 @@ TEST(RingBlockSkip, HiddenOnlyWhenMasksHideEveryPair) {
   AttentionParams window;
   window.window_left = 2;
   window.window_right = 0;
-  EXPECT_TRUE(detail::block_hidden(late, {0, 1, 2}, {}, {}, window));
-  EXPECT_FALSE(detail::block_hidden(late, {3, 4}, {}, {}, window));
+  const std::vector<int64_t> far = {0, 1, 2}, near = {3, 4};
+  EXPECT_TRUE(detail::block_hidden(late, far, {}, {}, window));
+  EXPECT_FALSE(detail::block_hidden(late, near, {}, {}, window));
   const std::vector<int64_t> docs_a = {0, 0, 1}, docs_b = {2, 2};
   EXPECT_TRUE(detail::block_hidden(early, late, docs_a, docs_b, AttentionParams{}));
   EXPECT_TRUE(detail::block_hidden({}, late, {}, {}, AttentionParams{}));
@@ -245,8 +246,10 @@ TEST(RingMemory, PeakBytesPerRankShrinkWithP) {
              });
     peak.push_back(worst.load());
   }
-  EXPECT_LT(peak[1], 0.6 * static_cast<double>(peak[0]));
-  EXPECT_LT(peak[2], 0.35 * static_cast<double>(peak[0]));
+  // P > 1 adds the second k/v buffer, two dk/dv accumulators and the share (docs/ring.md), so the
+  // per-token constant is ~1.4x that of P = 1; from P = 2 on, doubling P halves the peak.
+  EXPECT_LT(peak[1], 0.75 * static_cast<double>(peak[0]));
+  EXPECT_LT(peak[2], 0.55 * static_cast<double>(peak[1]));
 }
 
 }  // namespace

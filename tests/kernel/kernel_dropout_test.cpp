@@ -74,7 +74,9 @@ TEST_P(KernelDropoutMask, ForwardAndBackwardUseTheContractMask) {
           kept += keep ? 1 : 0;
           ASSERT_EQ(got.out[at] != 0.0, keep)
               << "forward mask differs at b=" << b << " h=" << h << " i=" << i << " j=" << j;
-          if (keep) EXPECT_NEAR(got.out[at] / prob, keep_scale, 1e-4 * keep_scale);
+          if (keep) {
+            EXPECT_NEAR(got.out[at] / prob, keep_scale, 1e-4 * keep_scale);
+          }
           dv_expected[static_cast<size_t>(((b * kSk + j) * d.Hkv + h / group) * dv_width + i)] +=
               keep ? keep_scale * prob : 0.0;
         }
@@ -126,7 +128,8 @@ RC_GTEST_PROP(KernelDropoutPartition, ShardedKeysMergeToTheWholeAnswer, ()) {
   spec.mask = *rc::gen::element(reference::MaskKind::kNone, reference::MaskKind::kCausal,
                                 reference::MaskKind::kWindow, reference::MaskKind::kCausalWindow,
                                 reference::MaskKind::kDocs, reference::MaskKind::kDocsCausal);
-  const auto heads = *rc::gen::element(std::pair<int64_t, int64_t>{1, 1}, {2, 2}, {4, 1}, {4, 2});
+  using Heads = std::pair<int64_t, int64_t>;
+  const auto heads = *rc::gen::element(Heads{1, 1}, Heads{2, 2}, Heads{4, 1}, Heads{4, 2});
   spec.dims = {*rc::gen::inRange<int64_t>(1, 3),  *rc::gen::inRange<int64_t>(1, 40),
                *rc::gen::inRange<int64_t>(2, 70), heads.first,
                heads.second,                      *rc::gen::element<int64_t>(8, 16, 40),

@@ -115,12 +115,13 @@ double rel_err(const Vec& got, const Vec& want) {
   return err / ref;
 }
 
-Case make_case(int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t Dqk,
-               int64_t Dv, uint32_t seed) {
+Case make_case(int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t Dqk, int64_t Dv,
+               uint32_t seed) {
   Case c{B, Sq, Sk, Hq, Hkv, Dqk, Dv, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   std::mt19937 gen(seed);
   std::normal_distribution<double> nd;
-  for (auto [vec, n] : {std::pair{&c.q, B * Sq * Hq * Dqk}, {&c.k, B * Sk * Hkv * Dqk},
+  for (auto [vec, n] : {std::pair{&c.q, B * Sq * Hq * Dqk},
+                        {&c.k, B * Sk * Hkv * Dqk},
                         {&c.v, B * Sk * Hkv * Dv}}) {
     for (int64_t i = 0; i < n; ++i) vec->push_back(nd(gen));
   }
@@ -141,8 +142,13 @@ KernelRun run_forward(const Case& c, MemoryLayout layout, int threads) {
   r.v = to_layout(c.v, {c.B, c.Sk, c.Hkv, c.Dv}, layout);
   r.out_t = to_layout(Vec(size_t(c.B * c.Sq * c.Hq * c.Dv)), {c.B, c.Sq, c.Hq, c.Dv}, layout);
   r.lse_t = Tensor({c.B, c.Hq, c.Sq});
-  const AttentionInputs in{std::as_const(r.q).view(layout), std::as_const(r.k).view(layout),
-                           std::as_const(r.v).view(layout), c.q_pos, c.k_pos, c.q_doc, c.k_doc};
+  const AttentionInputs in{std::as_const(r.q).view(layout),
+                           std::as_const(r.k).view(layout),
+                           std::as_const(r.v).view(layout),
+                           c.q_pos,
+                           c.k_pos,
+                           c.q_doc,
+                           c.k_doc};
   KernelOptions opt;
   opt.num_threads = threads;
   attention_kernel_forward(in, c.params, c.rng, r.out_t.view(layout), r.lse_t.span(), opt);
@@ -203,12 +209,14 @@ TEST(KernelSmoke, BackwardMatchesFiniteDifferences) {
   const AttentionInputs in{std::as_const(fwd.q).view(MemoryLayout::kBHSD),
                            std::as_const(fwd.k).view(MemoryLayout::kBHSD),
                            std::as_const(fwd.v).view(MemoryLayout::kBHSD),
-                           c.q_pos, c.k_pos, {}, {}};
+                           c.q_pos,
+                           c.k_pos,
+                           {},
+                           {}};
   KernelOptions opt;
   opt.num_threads = 2;
-  const KernelGradients g =
-      attention_kernel_backward(in, c.params, c.rng, dout.view(), fwd.out_t.view(MemoryLayout::kBHSD),
-                                fwd.lse_t.span(), opt);
+  const KernelGradients g = attention_kernel_backward(
+      in, c.params, c.rng, dout.view(), fwd.out_t.view(MemoryLayout::kBHSD), fwd.lse_t.span(), opt);
   // Sampled coordinates of each input; the mask is piecewise constant, so FD is exact-ish.
   for (auto [x, grad] : {std::pair{&c.q, &g.dq}, {&c.k, &g.dk}, {&c.v, &g.dv}}) {
     std::uniform_int_distribution<size_t> pick(0, x->size() - 1);
@@ -238,8 +246,8 @@ TEST(KernelSmoke, GoldenVectors) {
     auto cv = [](const std::vector<float>& x, std::array<int64_t, 4> s) {
       return ConstView{x.data(), s, dense_strides(s, MemoryLayout::kBSHD)};
     };
-    const AttentionInputs in{cv(q, qs), cv(k, ks), cv(v, vs), gc.q_pos, gc.k_pos, gc.q_doc,
-                             gc.k_doc};
+    const AttentionInputs in{cv(q, qs), cv(k, ks), cv(v, vs), gc.q_pos,
+                             gc.k_pos,  gc.q_doc,  gc.k_doc};
     const auto fwd = attention_kernel_forward(in, gc.params, gc.rng);
     EXPECT_LT(rel_err(Vec(fwd.out.span().begin(), fwd.out.span().end()), gc.out), 1e-5);
     EXPECT_LT(rel_err(Vec(fwd.lse.span().begin(), fwd.lse.span().end()), gc.lse), 1e-5);
@@ -258,7 +266,10 @@ TEST(KernelSmoke, ShapeErrorNamesExpectedAndGot) {
       {q.data(), {2, 97, 4, 64}, dense_strides({2, 97, 4, 64}, MemoryLayout::kBSHD)},
       {k.data(), {2, 97, 2, 40}, dense_strides({2, 97, 2, 40}, MemoryLayout::kBSHD)},
       {v.data(), {2, 97, 2, 64}, dense_strides({2, 97, 2, 64}, MemoryLayout::kBSHD)},
-      pos, pos, {}, {}};
+      pos,
+      pos,
+      {},
+      {}};
   try {
     attention_kernel_forward(in, {}, {});
     FAIL() << "no throw";

@@ -143,8 +143,8 @@ TEST(KernelSweepDesign, CoversEveryAxisValue) {
   EXPECT_EQ(sq.size(), kSizes.size());
   EXPECT_EQ(sk.size(), kSizes.size());
   EXPECT_EQ(b, (std::set<int64_t>{1, 3}));
-  EXPECT_EQ(dims.size(), kHeadDims.size());
-  EXPECT_EQ(heads.size(), kHeads.size());
+  for (const auto& d : kHeadDims) EXPECT_TRUE(dims.count(d)) << d[0] << "x" << d[1];
+  for (const auto& h : kHeads) EXPECT_TRUE(heads.count(h)) << h[0] << "x" << h[1];
   EXPECT_EQ(masks.size(), kMasks.size());
   EXPECT_EQ(positions.size(), kPositions.size());
   EXPECT_EQ(dropouts.size(), kDropouts.size());

@@ -1,12 +1,13 @@
 // AdamW against a hand-computed update, decay only on matrices, the lr schedule's landmarks,
 // gradient clipping and bitwise determinism.
+#include "train/adamw.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numbers>
 
 #include "cpattn/error.h"
-#include "train/adamw.h"
 
 namespace cpattn::train {
 namespace {

@@ -34,11 +34,13 @@ struct NaiveAttention {
   const std::vector<int64_t>& pos;
 
   int64_t qkv_dim() const { return (heads + 2 * kv_heads) * hd; }
-  const float* q(const Vec& qkv, int64_t i, int64_t h) const { return &qkv[i * qkv_dim() + h * hd]; }
+  const float* q(const Vec& qkv, int64_t i, int64_t h) const {
+    return &qkv[i * qkv_dim() + h * hd];
+  }
   int64_t k_off(int64_t h) const { return heads * hd + (h / (heads / kv_heads)) * hd; }
   int64_t v_off(int64_t h) const { return k_off(h) + kv_heads * hd; }
 
-  // p[h][i][j] = softmax_j over visible keys.
+  // Softmax over the keys visible to query row i in head h (0 for hidden keys).
   std::vector<double> probs(const Vec& qkv, int64_t h, int64_t i) const {
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     std::vector<double> s(static_cast<size_t>(n), -INFINITY);
@@ -46,7 +48,8 @@ struct NaiveAttention {
     for (int64_t j = 0; j < n; ++j) {
       if (pos[j] > pos[i]) continue;
       double dot = 0.0;
-      for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(q(qkv, i, h)[d]) * qkv[j * qkv_dim() + k_off(h) + d];
+      for (int64_t d = 0; d < hd; ++d)
+        dot += static_cast<double>(q(qkv, i, h)[d]) * qkv[j * qkv_dim() + k_off(h) + d];
       s[j] = dot * scale;
       m = std::max(m, s[j]);
     }
@@ -81,7 +84,8 @@ struct NaiveAttention {
         std::vector<double> dp(static_cast<size_t>(n), 0.0);
         double dsum = 0.0;
         for (int64_t j = 0; j < n; ++j) {
-          for (int64_t d = 0; d < hd; ++d) dp[j] += static_cast<double>(go[d]) * qkv[j * qkv_dim() + v_off(h) + d];
+          for (int64_t d = 0; d < hd; ++d)
+            dp[j] += static_cast<double>(go[d]) * qkv[j * qkv_dim() + v_off(h) + d];
           dsum += p[j] * dp[j];
         }
         for (int64_t j = 0; j < n; ++j) {
@@ -221,7 +225,8 @@ TEST(ComposedBlock, BackwardMatchesFiniteDifferencesForEveryTensor) {
   model.backward(p, g);
   for (const ParamInfo& info : p.infos()) {
     const auto idx = spread_indices(static_cast<size_t>(info.numel), 6);
-    const auto num = numeric_grad(p.get(info), [&] { return model.forward(p, nullptr, nullptr, nullptr, nullptr); }, idx);
+    const auto num = numeric_grad(
+        p.get(info), [&] { return model.forward(p, nullptr, nullptr, nullptr, nullptr); }, idx);
     testing::expect_grad_near(g.get(info), num, 4e-3, info.name, idx);
   }
 }

@@ -1,12 +1,13 @@
 // Cross-entropy: double reference, stability for huge logits, finite-difference backward, and the
 // CP property that shards normalised by the global count sum to the full mean.
+#include "train/cross_entropy.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "cpattn/error.h"
 #include "grad_check.h"
-#include "train/cross_entropy.h"
 
 namespace cpattn::train {
 namespace {
@@ -82,8 +83,8 @@ TEST(CrossEntropy, ArgumentErrors) {
   const std::vector<int32_t> bad = {1, 4};
   EXPECT_THROW(cross_entropy_forward(4, logits, bad, 2), Error);
   const std::vector<int32_t> ok = {1, 3};
-  EXPECT_THROW(cross_entropy_forward(4, logits, ok, 1), Error);   // total < N
-  EXPECT_THROW(cross_entropy_forward(3, logits, ok, 2), Error);   // size
+  EXPECT_THROW(cross_entropy_forward(4, logits, ok, 1), Error);  // total < N
+  EXPECT_THROW(cross_entropy_forward(3, logits, ok, 2), Error);  // size
 }
 
 }  // namespace

@@ -1,4 +1,6 @@
 // Text loading errors, sampler determinism and window contents, unigram entropy.
+#include "train/data.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 #include <fstream>
 
 #include "cpattn/error.h"
-#include "train/data.h"
 
 namespace cpattn::train {
 namespace {
@@ -15,10 +16,11 @@ namespace {
 class TempFile {
  public:
   explicit TempFile(const std::string& contents) {
-    path_ = (std::filesystem::temp_directory_path() /
-             ("cpattn_train_data_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-              "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".txt"))
-                .string();
+    path_ =
+        (std::filesystem::temp_directory_path() /
+         ("cpattn_train_data_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+          "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".txt"))
+            .string();
     std::ofstream(path_, std::ios::binary) << contents;
   }
   ~TempFile() { std::filesystem::remove(path_); }
@@ -69,7 +71,8 @@ TEST(BatchSampler, DeterministicWindowsOfTheText) {
   std::vector<uint8_t> text(1000);
   for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<uint8_t>((i * 37 + i / 7) % 256);
   const int64_t seq = 17, batch = 5;
-  const BatchSampler s(text, seq, batch, 42), same(text, seq, batch, 42), other(text, seq, batch, 43);
+  const BatchSampler s(text, seq, batch, 42), same(text, seq, batch, 42),
+      other(text, seq, batch, 43);
   const Batch a = s.sample(3);
   EXPECT_EQ(a.starts, same.sample(3).starts);
   EXPECT_EQ(a.inputs, same.sample(3).inputs);
@@ -99,8 +102,7 @@ TEST(BatchSampler, ExactFitAndErrors) {
 
 TEST(UnigramEntropy, KnownStrings) {
   auto h = [](const std::string& s) {
-    return unigram_entropy_nats(
-        std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
+    return unigram_entropy_nats(std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
   };
   EXPECT_DOUBLE_EQ(h("aaaa"), 0.0);
   EXPECT_NEAR(h("abab"), std::log(2.0), 1e-15);

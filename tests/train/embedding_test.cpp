@@ -1,9 +1,10 @@
 // Embedding gather and its scatter-add backward (repeated tokens sum), and token range errors.
+#include "train/embedding.h"
+
 #include <gtest/gtest.h>
 
 #include "cpattn/error.h"
 #include "grad_check.h"
-#include "train/embedding.h"
 
 namespace cpattn::train {
 namespace {
@@ -52,9 +53,9 @@ TEST(Embedding, TokenOutOfRangeNamesRowAndId) {
     EXPECT_STREQ(e.what(), "embedding_forward: token 4 at row 1 is outside [0, 4)");
   }
   const std::vector<int32_t> negative = {-1};
-  EXPECT_THROW(embedding_backward(4, 3, negative, std::span(out).first(3),
-                                  std::span<float>(out).first(3)),
-               Error);
+  EXPECT_THROW(
+      embedding_backward(4, 3, negative, std::span(out).first(3), std::span<float>(out).first(3)),
+      Error);
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // Linear forward against a double reference, backward against finite differences.
+#include "train/linear.h"
+
 #include <gtest/gtest.h>
 
 #include "cpattn/error.h"
 #include "grad_check.h"
-#include "train/linear.h"
 
 namespace cpattn::train {
 namespace {
@@ -35,7 +36,8 @@ TEST_P(LinearTest, ForwardMatchesDoubleReference) {
   for (int64_t r = 0; r < c.n; ++r) {
     for (int64_t o = 0; o < c.out; ++o) {
       double ref = c.bias ? b[o] : 0.0;
-      for (int64_t i = 0; i < c.in; ++i) ref += static_cast<double>(x[r * c.in + i]) * w[o * c.in + i];
+      for (int64_t i = 0; i < c.in; ++i)
+        ref += static_cast<double>(x[r * c.in + i]) * w[o * c.in + i];
       EXPECT_NEAR(y[r * c.out + o], ref, 1e-5 * (1.0 + static_cast<double>(c.in)))
           << "row " << r << " col " << o;
     }
@@ -66,8 +68,7 @@ TEST_P(LinearTest, BackwardMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Sizes, LinearTest,
                          ::testing::Values(LinearCase{1, 1, 1, false}, LinearCase{3, 5, 7, true},
                                            LinearCase{17, 13, 9, false},
-                                           LinearCase{33, 40, 3, true},
-                                           LinearCase{7, 2, 31, true}),
+                                           LinearCase{33, 40, 3, true}, LinearCase{7, 2, 31, true}),
                          case_name);
 
 TEST(Linear, EmptyDxIsSkippedAndZeroRowsIsANoOp) {

@@ -1,9 +1,10 @@
 // GELU (tanh) known values and derivative; the MLP block's backward against finite differences.
+#include "train/mlp.h"
+
 #include <gtest/gtest.h>
 
 #include "cpattn/error.h"
 #include "grad_check.h"
-#include "train/mlp.h"
 
 namespace cpattn::train {
 namespace {
@@ -63,8 +64,7 @@ TEST_P(MlpTest, BackwardMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, MlpTest,
-                         ::testing::Values(MlpCase{1, 1, 1}, MlpCase{3, 5, 7},
-                                           MlpCase{6, 8, 32}),
+                         ::testing::Values(MlpCase{1, 1, 1}, MlpCase{3, 5, 7}, MlpCase{6, 8, 32}),
                          [](const ::testing::TestParamInfo<MlpCase>& p) {
                            return detail::str_cat("N", p.param.n, "_d", p.param.d, "_hidden",
                                                   p.param.hidden);

@@ -1,4 +1,6 @@
 // ModelConfig validation, the parameter table, deterministic init and weight digests.
+#include "train/params.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,7 +8,6 @@
 #include <set>
 
 #include "cpattn/error.h"
-#include "train/params.h"
 
 namespace cpattn::train {
 namespace {

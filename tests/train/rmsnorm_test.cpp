@@ -1,5 +1,7 @@
 // RMSNorm forward against a double reference, backward against finite differences, and row
 // independence (a shard of rows gives bitwise the rows of the whole).
+#include "train/rmsnorm.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 #include "cpattn/error.h"
 #include "grad_check.h"
 #include "train/config.h"
-#include "train/rmsnorm.h"
 
 namespace cpattn::train {
 namespace {

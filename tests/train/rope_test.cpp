@@ -1,5 +1,7 @@
 // RoPE: known rotations, backward = inverse (and matches finite differences), relative-position
 // invariance of q.k, and in-place rotation of the q/k parts of a fused QKV row only.
+#include "train/rope.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 
 #include "cpattn/error.h"
 #include "grad_check.h"
-#include "train/rope.h"
 
 namespace cpattn::train {
 namespace {
@@ -89,8 +90,8 @@ TEST_P(RopeTest, DotProductDependsOnlyOnRelativePosition) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, RopeTest,
-                         ::testing::Values(RopeCase{1, 1, 2}, RopeCase{5, 3, 6},
-                                           RopeCase{9, 2, 16}, RopeCase{4, 4, 40}),
+                         ::testing::Values(RopeCase{1, 1, 2}, RopeCase{5, 3, 6}, RopeCase{9, 2, 16},
+                                           RopeCase{4, 4, 40}),
                          [](const ::testing::TestParamInfo<RopeCase>& p) {
                            return detail::str_cat("N", p.param.n, "_H", p.param.heads, "_D",
                                                   p.param.head_dim);
@@ -114,11 +115,11 @@ TEST(Rope, RotatesOnlyTheSelectedHeadsOfAFusedQkvRow) {
 TEST(Rope, ArgumentErrors) {
   std::vector<float> x(12);
   const std::vector<int64_t> pos = {0, 1};
-  EXPECT_THROW(rope_forward({2, 1, 3, 6}, x, pos, kBase), Error);   // odd head_dim
-  EXPECT_THROW(rope_forward({2, 2, 4, 6}, x, pos, kBase), Error);   // stride < heads*D
-  EXPECT_THROW(rope_forward({3, 1, 4, 4}, x, pos, kBase), Error);   // positions too short
-  EXPECT_THROW(rope_forward({2, 1, 4, 9}, x, pos, kBase), Error);   // x too short (13 > 12)
-  EXPECT_THROW(rope_forward({2, 1, 4, 4}, x, pos, 1.0), Error);     // base
+  EXPECT_THROW(rope_forward({2, 1, 3, 6}, x, pos, kBase), Error);  // odd head_dim
+  EXPECT_THROW(rope_forward({2, 2, 4, 6}, x, pos, kBase), Error);  // stride < heads*D
+  EXPECT_THROW(rope_forward({3, 1, 4, 4}, x, pos, kBase), Error);  // positions too short
+  EXPECT_THROW(rope_forward({2, 1, 4, 9}, x, pos, kBase), Error);  // x too short (13 > 12)
+  EXPECT_THROW(rope_forward({2, 1, 4, 4}, x, pos, 1.0), Error);    // base
 }
 
 }  // namespace

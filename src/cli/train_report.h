@@ -1,0 +1,71 @@
+// What `cpattn train` shows: the per-step progress (bar on a terminal, plain lines otherwise),
+// the --metrics JSONL file, the --plot loss curve (gnuplot) and the final summary.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "train/trainer.h"
+
+namespace cpattn::cli {
+
+/// Receives rank 0's StepMetrics. On a terminal (isatty) redraws one progress-bar line
+/// "[#####.....] step 120/400 | loss 2.345 | 12.3k tok/s | ETA 0:42" at most 10 times a second;
+/// otherwise prints a plain line about 20 times per run. Appends one JSON object per step
+/// {"step", "loss", "lr", "tokens_per_s", "elapsed_s"} to `metrics_path` when not empty.
+class ProgressPrinter {
+ public:
+  /// Throws Error(kIo) when metrics_path cannot be created.
+  ProgressPrinter(int64_t total_steps, std::FILE* out, const std::string& metrics_path);
+  void on_step(const train::StepMetrics& m);
+  /// Ends the progress-bar line (call once after the last step).
+  void finish();
+
+ private:
+  int64_t total_;
+  std::FILE* out_;
+  bool tty_;
+  int64_t every_;  // plain-line period in steps
+  double last_draw_s_ = -1.0;
+  std::ofstream metrics_;
+};
+
+/// Draws the loss per step and a dashed line at the unigram entropy into a PNG with gnuplot
+/// (pngcairo when this gnuplot has it, else png). Throws Error(kIo) when gnuplot cannot be run or
+/// fails.
+void plot_losses(const std::vector<double>& losses, double unigram_entropy,
+                 const std::string& png_path);
+
+/// Prints the three comparisons of --check, one line each, and the verdict.
+void print_check(const train::CheckReport& report, std::FILE* out);
+/// The check as JSON: {"passed", "tolerance", "pairs": [{"name", "loss_rel", "grad_rel",
+/// "worst_tensor", "passed"}]}.
+nlohmann::json check_json(const train::CheckReport& report);
+
+/// The numbers of the final summary (see print_summary for their meaning).
+struct Summary {
+  double final_loss = 0.0;
+  int64_t final_window = 0;  ///< steps averaged into final_loss
+  double first_loss = 0.0;
+  double unigram_entropy = 0.0;
+  double tokens_per_s = 0.0;
+  double elapsed_s = 0.0;
+  int64_t steps = 0;
+  int64_t tokens = 0;
+  int64_t peak_rss_bytes = 0;
+  int64_t cpattn_peak_bytes = 0;
+  int64_t live_forward_results = 0;
+  int processes = 1;  ///< > 1 under MPI: RSS, peak bytes and live states are summed over them
+  std::string weight_digest;
+};
+
+/// Human-readable summary, one number per line with what it means.
+void print_summary(const Summary& s, std::FILE* out);
+nlohmann::json summary_json(const Summary& s);
+
+}  // namespace cpattn::cli

@@ -1,0 +1,192 @@
+// MpiRequest (see mpi_request.h).
+#include "comm/mpi_request.h"
+
+#include <algorithm>
+#include <thread>
+
+namespace cpattn::detail {
+
+namespace {
+// Cancelled receives finish at once; an unmatched send cannot be cancelled by OpenMPI (ob1 ignores
+// MPI_Cancel on sends), so cancel() gives up on it after this long.
+constexpr auto kCancelGrace = std::chrono::milliseconds(100);
+
+double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
+}  // namespace
+
+MpiRequest::MpiRequest(std::shared_ptr<MpiState> state, Spec spec)
+    : state_(std::move(state)), spec_(std::move(spec)) {
+  MpiLock lock = state_->lock();
+  if (!spec_.is_send) {
+    queue().push_back(this);
+    return;
+  }
+  const size_t k = state_->chunk_bytes;
+  for (size_t off = 0;; off += k) {
+    const size_t n = std::min(k, spec_.bytes - off);
+    MPI_Request& r = pending_.emplace_back(MPI_REQUEST_NULL);
+    const int rc = MPI_Isend(spec_.message + off, static_cast<int>(n), MPI_BYTE, spec_.peer,
+                             spec_.tag, spec_.comm, &r);
+    if (rc != MPI_SUCCESS) {
+      lock = {};
+      cancel();  // chunks already posted must not outlive the caller's buffer
+      check_mpi(rc, state_->rank, "MPI_Isend");
+    }
+    if (n < k) break;
+  }
+}
+
+MpiRequest::~MpiRequest() { cancel(); }
+
+std::deque<MpiRequest*>& MpiRequest::queue() {
+  return state_->recv_queues[{spec_.comm, spec_.peer, spec_.tag}];
+}
+
+void MpiRequest::fail(const Error& e) {
+  error_ = e;
+  throw e;
+}
+
+std::string MpiRequest::describe() const {
+  if (spec_.is_send) {
+    return str_cat("isend to rank ", spec_.peer, " (tag ", spec_.tag_label, ", ", spec_.bytes,
+                   " bytes)");
+  }
+  return str_cat("irecv from rank ", spec_.peer, " (tag ", spec_.tag_label, ", buffer of ",
+                 spec_.bytes, " bytes)");
+}
+
+bool MpiRequest::progress_send() {
+  for (MPI_Request& r : pending_) {
+    if (r == MPI_REQUEST_NULL) continue;
+    int flag = 0;
+    check_mpi(MPI_Test(&r, &flag, MPI_STATUS_IGNORE), state_->rank, "MPI_Test (isend)");
+    if (flag == 0) return false;
+  }
+  return true;
+}
+
+bool MpiRequest::progress_head() {
+  for (;;) {
+    if (pending_.empty()) {
+      // Probe the next chunk: matched (removed from MPI's queue) and sized in one call.
+      int flag = 0;
+      MPI_Message msg = MPI_MESSAGE_NULL;
+      MPI_Status status;
+      check_mpi(MPI_Improbe(spec_.peer, spec_.tag, spec_.comm, &flag, &msg, &status), state_->rank,
+                "MPI_Improbe");
+      if (flag == 0) return false;
+      int count = 0;
+      MPI_Get_count(&status, MPI_BYTE, &count);
+      chunk_ = static_cast<size_t>(count);
+      if (!draining_ && chunk_ > spec_.bytes - transferred_) draining_ = true;
+      std::byte* dst = spec_.buffer + transferred_;
+      if (draining_) {
+        drain_.resize(chunk_);
+        dst = drain_.data();
+      }
+      MPI_Request& r = pending_.emplace_back(MPI_REQUEST_NULL);
+      check_mpi(MPI_Imrecv(dst, count, MPI_BYTE, &msg, &r), state_->rank, "MPI_Imrecv");
+    }
+    int flag = 0;
+    check_mpi(MPI_Test(&pending_[0], &flag, MPI_STATUS_IGNORE), state_->rank, "MPI_Test (irecv)");
+    if (flag == 0) return false;
+    pending_.clear();
+    transferred_ += chunk_;
+    if (chunk_ == state_->chunk_bytes) continue;  // a full chunk: more of this message follow
+    drain_ = {};
+    phase_ = Phase::kDone;
+    return true;
+  }
+}
+
+void MpiRequest::progress_queue() {
+  std::deque<MpiRequest*>& q = queue();
+  while (phase_ == Phase::kPending && !q.empty()) {
+    MpiRequest* head = q.front();
+    try {
+      if (!head->progress_head()) return;
+    } catch (const Error& e) {
+      head->error_ = e;  // an MPI error: the head fails, the queue moves on
+      head->phase_ = Phase::kDone;
+    }
+    q.pop_front();
+  }
+}
+
+bool MpiRequest::test() {
+  if (error_) throw *error_;
+  if (phase_ == Phase::kDone && !draining_) return true;
+  MpiLock lock = state_->lock();
+  try {
+    if (spec_.is_send) {
+      if (progress_send()) phase_ = Phase::kDone;
+    } else {
+      progress_queue();
+    }
+  } catch (const Error& e) {
+    fail(e);
+  }
+  if (error_) throw *error_;
+  if (phase_ != Phase::kDone) return false;
+  if (draining_) {
+    fail(Error(ErrorCode::kCommunication,
+               str_cat("rank ", state_->rank, ": message from rank ", spec_.peer, " (tag ",
+                       spec_.tag_label, ") is ", transferred_,
+                       " bytes, larger than the receive buffer of ", spec_.bytes, " bytes")));
+  }
+  if (spec_.is_send) transferred_ = spec_.bytes;
+  return true;
+}
+
+size_t MpiRequest::wait(std::chrono::steady_clock::time_point deadline) {
+  // Poll: MPI has no timed wait, and polling drives OpenMPI's progress engine. Yield at first
+  // (latency), then back off to sleeps of up to 1 ms so oversubscribed ranks leave the CPU to the
+  // peer they wait for.
+  const auto start = std::chrono::steady_clock::now();
+  auto nap = std::chrono::microseconds(10);
+  for (;;) {
+    if (test()) return transferred_;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      fail(Error(ErrorCode::kTimeout,
+                 str_cat("rank ", state_->rank, ": timed out after ", seconds(spec_.timeout),
+                         " s waiting for ", describe())));
+    }
+    if (now - start < std::chrono::microseconds(200)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    }
+  }
+}
+
+void MpiRequest::cancel() noexcept {
+  if (phase_ == Phase::kCancelled || !mpi_active()) return;
+  MpiLock lock = state_->lock();
+  if (!spec_.is_send) {
+    std::deque<MpiRequest*>& q = queue();
+    q.erase(std::remove(q.begin(), q.end(), this), q.end());
+    if (q.empty()) state_->recv_queues.erase({spec_.comm, spec_.peer, spec_.tag});
+  }
+  // A matched receive (MPI_Imrecv) always completes; an unmatched send may never.
+  const auto give_up = std::chrono::steady_clock::now() + kCancelGrace;
+  for (MPI_Request& r : pending_) {
+    if (r == MPI_REQUEST_NULL) continue;
+    if (spec_.is_send) MPI_Cancel(&r);
+    for (;;) {
+      int flag = 0;
+      if (MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag != 0) break;
+      if (spec_.is_send && std::chrono::steady_clock::now() > give_up) {
+        MPI_Request_free(&r);
+        break;
+      }
+      std::this_thread::yield();
+    }
+  }
+  pending_.clear();
+  phase_ = Phase::kCancelled;
+}
+
+}  // namespace cpattn::detail

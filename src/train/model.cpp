@@ -1,0 +1,277 @@
+// Transformer forward/backward on a CP shard: layer forward (shared by the first pass and the
+// recompute), layer backward, the LM head and the per-step driver with or without checkpointing.
+#include "train/model.h"
+
+#include <functional>
+#include <optional>
+
+#include "cpattn/attention.h"
+#include "cpattn/error.h"
+#include "cpattn/recompute.h"
+#include "train/cross_entropy.h"
+#include "train/embedding.h"
+#include "train/linear.h"
+#include "train/mlp.h"
+#include "train/rmsnorm.h"
+#include "train/rope.h"
+
+namespace cpattn::train {
+
+ShardBatch shard_batch(const Batch& batch, const SequenceSharding& seq) {
+  seq.validate();
+  CPATTN_CHECK_EQ(seq.seq_len, batch.seq_len, ErrorCode::kInvalidArgument,
+                  "shard_batch: sharding seq_len vs batch seq_len");
+  const std::vector<int64_t> tokens =
+      shard_token_indices(seq.layout, seq.seq_len, seq.cp_size, seq.cp_rank);
+  const std::vector<int64_t> positions = seq.local_positions();
+  ShardBatch shard;
+  shard.batch = batch.batch;
+  shard.local_len = static_cast<int64_t>(tokens.size());
+  shard.total_tokens = batch.batch * batch.seq_len;
+  const size_t rows = static_cast<size_t>(shard.rows());
+  shard.inputs.reserve(rows);
+  shard.targets.reserve(rows);
+  shard.row_positions.reserve(rows);
+  for (int64_t b = 0; b < batch.batch; ++b) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const size_t global = static_cast<size_t>(b * batch.seq_len + tokens[i]);
+      shard.inputs.push_back(batch.inputs[global]);
+      shard.targets.push_back(batch.targets[global]);
+      shard.row_positions.push_back(positions[i]);
+    }
+  }
+  return shard;
+}
+
+namespace {
+
+// Everything a layer needs besides its weights; one per step and rank.
+struct Context {
+  Communicator& comm;
+  const ModelConfig& cfg;
+  const StepOptions& opt;
+  const ShardBatch& shard;
+  AttentionParams attn;
+  int64_t n;  // token rows B * S_r
+  MemoryCounter* counter;
+
+  Tensor rows(int64_t cols) const { return Tensor({n, cols}, counter); }
+  // [B, S_r, heads, D] view of the fused qkv rows starting at column `offset`: no copy.
+  template <typename T>
+  StridedView<T> qkv_view(T* qkv, int64_t offset, int64_t heads) const {
+    const int64_t w = cfg.qkv_dim(), d = cfg.head_dim();
+    return {qkv + offset, {shard.batch, shard.local_len, heads, d}, {shard.local_len * w, w, d, 1}};
+  }
+  // A dense [N, heads * D] row matrix seen as [B, S_r, heads, D].
+  template <typename T>
+  StridedView<T> bshd(T* data, int64_t heads) const {
+    const int64_t d = cfg.head_dim();
+    return {data, {shard.batch, shard.local_len, heads, d},
+            {shard.local_len * heads * d, heads * d, d, 1}};
+  }
+};
+
+// a += b over equal-sized spans.
+void add_into(std::span<float> a, std::span<const float> b) {
+  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+}
+
+// One layer's intermediates between its forward and its backward (all [N, .] row matrices).
+struct LayerActs {
+  Tensor xn1;                         // rmsnorm(x; attn_norm)             [N, d]
+  Tensor qkv;                         // Wqkv xn1, q and k rotated         [N, qkv_dim]
+  std::optional<ForwardResult> attn;  // out [B, S_r, Hq, D] = [N, q_dim]
+  Tensor h;                           // x + Wo out                        [N, d]
+  Tensor xn2;                         // rmsnorm(h; mlp_norm)              [N, d]
+  MlpCache mlp;                       // pre/act                           [N, hidden]
+};
+
+// Runs the attention of a layer on its rotated q, k, v views: attention_forward the first time,
+// recompute_forward under recompute.
+using AttentionFn = std::function<ForwardResult(ConstView q, ConstView k, ConstView v)>;
+
+// y = h + mlp(rmsnorm(h)),  h = x + Wo attn(rope(q), rope(k), v),  [q|k|v] = Wqkv rmsnorm(x).
+LayerActs layer_forward(const Context& c, const LayerTensors<const float>& w, const Tensor& x,
+                        const AttentionFn& attention, Tensor& y) {
+  const ModelConfig& cfg = c.cfg;
+  const int64_t d = cfg.d_model, hd = cfg.head_dim();
+  LayerActs a;
+  a.xn1 = c.rows(d);
+  rmsnorm_forward(c.n, d, x.span(), w.attn_norm, a.xn1.span());
+  a.qkv = c.rows(cfg.qkv_dim());
+  linear_forward({c.n, d, cfg.qkv_dim()}, a.xn1.span(), w.wqkv, {}, a.qkv.span());
+  // Rotate q (columns [0, q_dim)) and k (columns [q_dim, q_dim + kv_dim)) by global positions.
+  rope_forward({c.n, cfg.heads, hd, cfg.qkv_dim()}, a.qkv.span(), c.shard.row_positions,
+               cfg.rope_base);
+  rope_forward({c.n, cfg.kv_heads, hd, cfg.qkv_dim()}, a.qkv.span().subspan(cfg.q_dim()),
+               c.shard.row_positions, cfg.rope_base);
+  const float* qkv = a.qkv.data();
+  a.attn.emplace(attention(c.qkv_view(qkv, 0, cfg.heads),
+                           c.qkv_view(qkv, cfg.q_dim(), cfg.kv_heads),
+                           c.qkv_view(qkv, cfg.q_dim() + cfg.kv_dim(), cfg.kv_heads)));
+  a.h = c.rows(d);
+  linear_forward({c.n, cfg.q_dim(), d}, a.attn->out.span(), w.wo, {}, a.h.span());
+  add_into(a.h.span(), x.span());
+  a.xn2 = c.rows(d);
+  rmsnorm_forward(c.n, d, a.h.span(), w.mlp_norm, a.xn2.span());
+  y = c.rows(d);
+  a.mlp = mlp_forward({c.n, d, cfg.hidden()}, a.xn2.span(), w.w1, w.w2, y.span(), c.counter);
+  add_into(y.span(), a.h.span());
+  return a;
+}
+
+// Backward of layer_forward: `grad` holds dL/dy on entry and dL/dx on return. Frees each
+// intermediate of `a` as soon as it is consumed (the ForwardResult right after attention).
+void layer_backward(const Context& c, const LayerTensors<const float>& w,
+                    const LayerTensors<float>& g, const Tensor& x, LayerActs& a, Tensor& grad) {
+  const ModelConfig& cfg = c.cfg;
+  const int64_t d = cfg.d_model, hd = cfg.head_dim();
+  // y = h + mlp(rmsnorm(h)): dh = dy + rmsnorm'(mlp'(dy)).
+  Tensor t = c.rows(d);
+  mlp_backward({c.n, d, cfg.hidden()}, grad.span(), a.xn2.span(), w.w1, w.w2, a.mlp, t.span(),
+               g.w1, g.w2, c.counter);
+  a.mlp = MlpCache();
+  a.xn2 = Tensor();
+  rmsnorm_backward(c.n, d, t.span(), a.h.span(), w.mlp_norm, t.span(), g.mlp_norm);
+  add_into(grad.span(), t.span());
+  a.h = Tensor();
+  // h = x + Wo out: dx = dh + (path through attention), dout = dh Wo.
+  Tensor dout = c.rows(cfg.q_dim());
+  linear_backward({c.n, cfg.q_dim(), d}, grad.span(), a.attn->out.span(), w.wo, dout.span(), g.wo,
+                  {});
+  const float* qkv = a.qkv.data();
+  AttentionGradients ag = attention_backward(
+      c.comm, c.bshd<const float>(dout.data(), cfg.heads), c.qkv_view(qkv, 0, cfg.heads),
+      c.qkv_view(qkv, cfg.q_dim(), cfg.kv_heads),
+      c.qkv_view(qkv, cfg.q_dim() + cfg.kv_dim(), cfg.kv_heads), *a.attn, c.opt.seq, c.attn,
+      c.opt.ring);
+  a.attn.reset();
+  dout = Tensor();
+  a.qkv = Tensor();
+  // Gather dq | dk | dv into fused rows, un-rotate dq and dk, then through Wqkv and rmsnorm.
+  Tensor dqkv = c.rows(cfg.qkv_dim());
+  float* dst = dqkv.data();
+  const View dq = c.qkv_view(dst, 0, cfg.heads);
+  const View dk = c.qkv_view(dst, cfg.q_dim(), cfg.kv_heads);
+  const View dv = c.qkv_view(dst, cfg.q_dim() + cfg.kv_dim(), cfg.kv_heads);
+  const ConstView sq = ag.dq.view(), sk = ag.dk.view(), sv = ag.dv.view();
+  for (int64_t b = 0; b < c.shard.batch; ++b) {
+    for (int64_t s = 0; s < c.shard.local_len; ++s) {
+      for (int64_t h = 0; h < cfg.heads; ++h)
+        for (int64_t e = 0; e < hd; ++e) dq(b, s, h, e) = sq(b, s, h, e);
+      for (int64_t h = 0; h < cfg.kv_heads; ++h) {
+        for (int64_t e = 0; e < hd; ++e) {
+          dk(b, s, h, e) = sk(b, s, h, e);
+          dv(b, s, h, e) = sv(b, s, h, e);
+        }
+      }
+    }
+  }
+  ag = AttentionGradients();
+  rope_backward({c.n, cfg.heads, hd, cfg.qkv_dim()}, dqkv.span(), c.shard.row_positions,
+                cfg.rope_base);
+  rope_backward({c.n, cfg.kv_heads, hd, cfg.qkv_dim()}, dqkv.span().subspan(cfg.q_dim()),
+                c.shard.row_positions, cfg.rope_base);
+  linear_backward({c.n, d, cfg.qkv_dim()}, dqkv.span(), a.xn1.span(), w.wqkv, t.span(), g.wqkv,
+                  {});
+  dqkv = Tensor();
+  a.xn1 = Tensor();
+  rmsnorm_backward(c.n, d, t.span(), x.span(), w.attn_norm, t.span(), g.attn_norm);
+  add_into(grad.span(), t.span());
+}
+
+// Final norm, LM head and cross-entropy, forward and backward at once (nothing after them needs
+// the logits). Returns this rank's share of the mean loss; `grad` becomes dL/dx_L.
+double head_forward_backward(const Context& c, const ModelParams& params, ModelGrads& grads,
+                             const Tensor& x, Tensor& grad) {
+  const int64_t d = c.cfg.d_model, vocab = c.cfg.vocab;
+  Tensor xf = c.rows(d);
+  rmsnorm_forward(c.n, d, x.span(), params.final_norm(), xf.span());
+  Tensor logits = c.rows(vocab);
+  linear_forward({c.n, d, vocab}, xf.span(), params.lm_head(), {}, logits.span());
+  const double loss =
+      cross_entropy_forward(vocab, logits.span(), c.shard.targets, c.shard.total_tokens);
+  cross_entropy_backward(vocab, logits.span(), c.shard.targets, c.shard.total_tokens, 1.0f,
+                         logits.span());
+  grad = c.rows(d);
+  linear_backward({c.n, d, vocab}, logits.span(), xf.span(), params.lm_head(), grad.span(),
+                  grads.lm_head(), {});
+  rmsnorm_backward(c.n, d, grad.span(), x.span(), params.final_norm(), grad.span(),
+                   grads.final_norm());
+  return loss;
+}
+
+}  // namespace
+
+double forward_backward(Communicator& comm, const ModelParams& params, const ShardBatch& shard,
+                        const StepOptions& options, Generator& generator, ModelGrads& grads) {
+  const ModelConfig& cfg = params.config();
+  CPATTN_CHECK_EQ(options.seq.cp_rank, comm.rank(), ErrorCode::kInvalidArgument,
+                  "forward_backward: sharding cp_rank vs comm.rank()");
+  CPATTN_CHECK_EQ(shard.local_len, options.seq.local_length(), ErrorCode::kShapeMismatch,
+                  "forward_backward: shard rows per sequence");
+  CPATTN_CHECK_EQ(grads.numel(), params.numel(), ErrorCode::kShapeMismatch,
+                  "forward_backward: gradient numel vs parameter numel");
+  AttentionParams attn;
+  attn.causal = true;
+  attn.dropout_p = options.dropout;
+  const Context c{comm, cfg, options, shard, attn, shard.rows(), &comm.memory()};
+  const auto layers = static_cast<size_t>(cfg.layers);
+
+  Tensor x = c.rows(cfg.d_model);
+  embedding_forward(cfg.vocab, cfg.d_model, shard.inputs, params.embed(), x.span());
+
+  // Forward. Both modes keep every layer input; without recompute also every intermediate,
+  // with recompute only the ~200-byte AttentionCheckpoint (which records the RngState).
+  const RngState first_rng = generator.state();
+  std::vector<Tensor> inputs(layers);
+  std::vector<std::optional<LayerActs>> acts(layers);
+  std::vector<AttentionCheckpoint> checkpoints(layers);
+  for (size_t l = 0; l < layers; ++l) {
+    const RngState rng = generator.next();
+    const AttentionFn first = [&](ConstView q, ConstView k, ConstView v) {
+      return attention_forward(comm, q, k, v, options.seq, attn, rng, options.ring);
+    };
+    Tensor y;
+    LayerActs a = layer_forward(c, params.layer(static_cast<int64_t>(l)), x, first, y);
+    if (options.recompute) {
+      checkpoints[l] = make_checkpoint(*a.attn);
+    } else {
+      acts[l].emplace(std::move(a));
+    }
+    inputs[l] = std::move(x);
+    x = std::move(y);
+  }
+
+  Tensor grad;
+  const double local_loss = head_forward_backward(c, params, grads, x, grad);
+  x = Tensor();
+
+  for (size_t l = layers; l-- > 0;) {
+    const auto li = static_cast<int64_t>(l);
+    if (options.recompute) {
+      // Restore the step's generator and skip to layer l: the replayed state must equal the one
+      // recorded in the checkpoint (recompute_forward checks it, and that q, k, v are the same).
+      Generator replay(first_rng.seed, first_rng.offset + l);
+      const RngState replayed = replay.next();
+      RecomputeOptions ropts;
+      ropts.ring = options.ring;
+      const AttentionFn again = [&](ConstView q, ConstView k, ConstView v) {
+        return recompute_forward(comm, checkpoints[l], replayed, q, k, v, options.seq, attn,
+                                 ropts);
+      };
+      Tensor y;
+      acts[l].emplace(layer_forward(c, params.layer(li), inputs[l], again, y));
+    }
+    layer_backward(c, params.layer(li), grads.layer(li), inputs[l], *acts[l], grad);
+    acts[l].reset();
+    inputs[l] = Tensor();
+  }
+  embedding_backward(cfg.vocab, cfg.d_model, shard.inputs, grad.span(), grads.embed());
+
+  double loss = local_loss;
+  comm.allreduce_sum(std::span<double>(&loss, 1));
+  return loss;
+}
+
+}  // namespace cpattn::train

@@ -1,0 +1,58 @@
+// The byte-level transformer's forward and backward on one rank's shard of a batch: context
+// parallelism through cpattn attention, with every layer checkpointed (recompute) or not.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cpattn/communicator.h"
+#include "cpattn/generator.h"
+#include "cpattn/layout.h"
+#include "cpattn/ring.h"
+#include "train/data.h"
+#include "train/params.h"
+
+namespace cpattn::train {
+
+/// One rank's tokens of a batch: for every sequence b, the tokens the rank's layout assigns to it
+/// (inputs AND their next-byte targets), rows in local order. Row n = b * S_r + i holds global
+/// token t = shard_token_indices(...)[i] of sequence b.
+struct ShardBatch {
+  int64_t batch = 0;                   ///< B
+  int64_t local_len = 0;               ///< S_r
+  int64_t total_tokens = 0;            ///< B * S of the whole batch: the loss's denominator
+  std::vector<int32_t> inputs;         ///< [B * S_r] input bytes
+  std::vector<int32_t> targets;        ///< [B * S_r] next bytes of the same tokens
+  std::vector<int64_t> row_positions;  ///< [B * S_r] global position t of each row (RoPE)
+  int64_t rows() const { return batch * local_len; }
+};
+
+/// Rank seq.cp_rank's shard of `batch`. Throws Error(kInvalidArgument) when seq.seq_len differs
+/// from batch.seq_len (or what SequenceSharding::validate throws).
+ShardBatch shard_batch(const Batch& batch, const SequenceSharding& seq);
+
+/// How one step runs; equal on every rank except seq.cp_rank.
+struct StepOptions {
+  SequenceSharding seq;    ///< layout, S, P and this rank (positions empty: position = index)
+  float dropout = 0.0f;    ///< attention dropout probability, in [0, 1)
+  bool recompute = true;   ///< checkpoint every layer (keep only its input and RngState)
+  RingOptions ring;        ///< kernel threads per rank
+};
+
+/// Loss and gradients of one batch on rank comm.rank() of the CP group:
+///   forward: x = embed(inputs); per layer l, with RngState generator.next():
+///     h = x + Wo attn(rope(q), rope(k), v) (causal, dropout; [q|k|v] = Wqkv rmsnorm(x)),
+///     x = h + mlp(rmsnorm(h)); then logits = W_lm rmsnorm(x), loss = cross-entropy.
+///   backward: every op's hand-written backward in reverse order, attention through
+///     attention_backward (or, with recompute, after re-running the layer's forward with
+///     recompute_forward and the RngState replayed from a Generator restored to the step's
+///     first state).
+/// Adds this rank's share of dL/dparams to `grads` (NOT all-reduced: the caller sums over ranks).
+/// Returns the global mean loss over all B * S tokens (all-reduced, equal on every rank).
+/// Every rank must pass identical params and generator state. All buffers are charged to
+/// comm.memory(); at return no ForwardResult of this step is alive.
+/// Throws what the ops and attention throw (shape errors, kRecomputeDiverged, kPeerFailed...).
+double forward_backward(Communicator& comm, const ModelParams& params, const ShardBatch& shard,
+                        const StepOptions& options, Generator& generator, ModelGrads& grads);
+
+}  // namespace cpattn::train

@@ -1,0 +1,18 @@
+# Extra registrations of the cp tests: the ring under mpirun with 2 and 4 processes (one rank per
+# process, MpiCommunicator), compared with the reference and with in-process ranks bitwise.
+# Included by tests/CMakeLists.txt after tests/comm/tests.cmake.
+if(CPATTN_HAVE_MPI)
+  add_executable(test_cp_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi_ring_main.cpp)
+  target_link_libraries(test_cp_mpi PRIVATE cpattn_test_support cpattn_flags GTest::gtest)
+  # Same launcher as the comm tests (root-safe, oversubscribed, shared-memory transport).
+  if(NOT DEFINED CPATTN_MPIRUN)
+    set(CPATTN_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
+        --mca btl self,vader)
+  endif()
+  foreach(np 2 4)
+    add_test(NAME cp.mpi_ring_np${np}
+             COMMAND ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:test_cp_mpi>)
+    set_tests_properties(cp.mpi_ring_np${np} PROPERTIES LABELS "cp;mpi" TIMEOUT 120
+                         PROCESSORS ${np})
+  endforeach()
+endif()
