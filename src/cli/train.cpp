@@ -45,7 +45,7 @@ train::TrainConfig default_config() {
   c.cp = 4;
   c.seq_len = 256;
   c.batch = 8;
-  c.steps = 300;
+  c.steps = 200;
   c.adamw.lr = 3e-3;
   c.adamw.warmup_steps = 20;
   c.dropout = 0.1f;

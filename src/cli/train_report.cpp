@@ -123,8 +123,9 @@ void print_check(const train::CheckReport& report, std::FILE* out) {
   std::fprintf(out, "check: loss and every parameter gradient at step 0 (tolerance %.0e)\n",
                report.tolerance);
   for (const train::CheckPair& p : report.pairs) {
-    std::fprintf(out, "  %-34s loss rel %.2e  grad rel %.2e (worst %s)  %s\n", p.name.c_str(),
-                 p.loss_rel, p.grad_rel, p.worst_tensor.c_str(), p.passed ? "ok" : "FAIL");
+    const std::string worst = p.worst_tensor.empty() ? "every tensor bitwise equal" : "worst " + p.worst_tensor;
+    std::fprintf(out, "  %-36s loss rel %.2e  grad rel %.2e (%s)  %s\n", p.name.c_str(),
+                 p.loss_rel, p.grad_rel, worst.c_str(), p.passed ? "ok" : "FAIL");
   }
   std::fprintf(out, "check %s\n", report.passed ? "passed" : "FAILED");
   std::fflush(out);

@@ -16,7 +16,8 @@ size_t name_width(const std::vector<VerifyResult>& results) {
 
 std::string rule_text() {
   char buf[160];
-  std::snprintf(buf, sizeof(buf), "err <= %g * err_fp32 + %g (+ %g ulp(fp32) * magnitude for dq, dk, dv)",
+  std::snprintf(buf, sizeof(buf),
+                "err <= %g * err_fp32 + %g (+ %g ulp(fp32) * magnitude for dq, dk, dv)",
                 reference::kTolFactor, reference::kTolAbs, reference::kTolUlps);
   return buf;
 }
@@ -70,12 +71,9 @@ nlohmann::json verify_json(const std::string& title, const std::vector<VerifyRes
                      {"errors", errors},
                      {"tolerances", tolerances}});
   }
-  return {{"title", title},
-          {"rule", rule_text()},
-          {"cases", cases},
-          {"passed", static_cast<int>(results.size()) - failed},
-          {"failed", failed},
-          {"pass", failed == 0}};
+  return {{"title", title},   {"rule", rule_text()},
+          {"cases", cases},   {"passed", static_cast<int>(results.size()) - failed},
+          {"failed", failed}, {"pass", failed == 0}};
 }
 
 }  // namespace cpattn::cli

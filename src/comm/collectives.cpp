@@ -99,7 +99,8 @@ void allreduce_sum(const CollectiveChannel& ch, std::span<T> data) {
     for (int j = 0; j < p; ++j) {
       if (j == ch.rank) continue;
       const Slice s = slice_of(n, j, p);
-      requests.push_back(ch.recv(std::as_writable_bytes(data.subspan(s.begin, s.end - s.begin)), j));
+      requests.push_back(
+          ch.recv(std::as_writable_bytes(data.subspan(s.begin, s.end - s.begin)), j));
     }
     for (int j = 0; j < p; ++j) {
       if (j == ch.rank) continue;

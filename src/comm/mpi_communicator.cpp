@@ -1,5 +1,7 @@
 // MpiCommunicator: user messages on one duplicated communicator, the shared point-to-point
 // collectives on another; requests are MpiRequest (mpi_request.h).
+#include "cpattn/mpi_communicator.h"
+
 #include <climits>
 #include <string>
 
@@ -7,7 +9,6 @@
 #include "comm/mpi_request.h"
 #include "comm/mpi_state.h"
 #include "cpattn/error.h"
-#include "cpattn/mpi_communicator.h"
 
 namespace cpattn {
 
@@ -16,8 +17,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const MpiOptions& options)
   CPATTN_CHECK(detail::mpi_active(), ErrorCode::kInvalidArgument,
                "MpiCommunicator: MPI is not initialised (create an MpiSession first)");
   CPATTN_CHECK(options.chunk_bytes >= 1 && options.chunk_bytes <= size_t{INT_MAX},
-               ErrorCode::kInvalidArgument, "MpiOptions::chunk_bytes must be in [1, 2^31 - 1], got ",
-               options.chunk_bytes);
+               ErrorCode::kInvalidArgument,
+               "MpiOptions::chunk_bytes must be in [1, 2^31 - 1], got ", options.chunk_bytes);
   detail::MpiState& s = *state_;
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
@@ -52,20 +53,20 @@ void check_peer_and_tag(const detail::MpiState& s, const char* op, int peer, int
 
 Request MpiCommunicator::isend(std::span<const std::byte> data, int dest, int tag) {
   check_peer_and_tag(*state_, "isend", dest, tag);
-  return Request(std::make_unique<detail::MpiRequest>(
-                     state_, detail::MpiRequest::Spec{state_->p2p, true, data.data(), nullptr,
-                                                      data.size(), dest, tag, std::to_string(tag),
-                                                      timeout_}),
-                 timeout_);
+  return Request(
+      std::make_unique<detail::MpiRequest>(
+          state_, detail::MpiRequest::Spec{state_->p2p, true, data.data(), nullptr, data.size(),
+                                           dest, tag, std::to_string(tag), timeout_}),
+      timeout_);
 }
 
 Request MpiCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
   check_peer_and_tag(*state_, "irecv", src, tag);
-  return Request(std::make_unique<detail::MpiRequest>(
-                     state_, detail::MpiRequest::Spec{state_->p2p, false, nullptr, data.data(),
-                                                      data.size(), src, tag, std::to_string(tag),
-                                                      timeout_}),
-                 timeout_);
+  return Request(
+      std::make_unique<detail::MpiRequest>(
+          state_, detail::MpiRequest::Spec{state_->p2p, false, nullptr, data.data(), data.size(),
+                                           src, tag, std::to_string(tag), timeout_}),
+      timeout_);
 }
 
 detail::CollectiveChannel MpiCommunicator::channel() {
@@ -74,18 +75,18 @@ detail::CollectiveChannel MpiCommunicator::channel() {
   ch.size = state_->size;
   ch.memory = &process_memory();
   ch.send = [this](std::span<const std::byte> data, int dest) {
-    return Request(std::make_unique<detail::MpiRequest>(
-                       state_, detail::MpiRequest::Spec{state_->coll, true, data.data(), nullptr,
-                                                        data.size(), dest, 0, "collective",
-                                                        timeout_}),
-                   timeout_);
+    return Request(
+        std::make_unique<detail::MpiRequest>(
+            state_, detail::MpiRequest::Spec{state_->coll, true, data.data(), nullptr, data.size(),
+                                             dest, 0, "collective", timeout_}),
+        timeout_);
   };
   ch.recv = [this](std::span<std::byte> data, int src) {
-    return Request(std::make_unique<detail::MpiRequest>(
-                       state_, detail::MpiRequest::Spec{state_->coll, false, nullptr, data.data(),
-                                                        data.size(), src, 0, "collective",
-                                                        timeout_}),
-                   timeout_);
+    return Request(
+        std::make_unique<detail::MpiRequest>(
+            state_, detail::MpiRequest::Spec{state_->coll, false, nullptr, data.data(), data.size(),
+                                             src, 0, "collective", timeout_}),
+        timeout_);
   };
   return ch;
 }

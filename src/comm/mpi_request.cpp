@@ -140,11 +140,14 @@ bool MpiRequest::test() {
 }
 
 size_t MpiRequest::wait(std::chrono::steady_clock::time_point deadline) {
-  // Poll: MPI has no timed wait, and polling drives OpenMPI's progress engine. Yield at first
-  // (latency), then back off to sleeps of up to 1 ms so oversubscribed ranks leave the CPU to the
-  // peer they wait for.
+  // Poll: MPI has no timed wait, and polling drives OpenMPI's progress engine. A transfer in
+  // flight needs it constantly (without single-copy shared memory every 32 KiB fragment is a
+  // round trip; sleeping 1 ms between polls cut bandwidth 30x), so spin with yields, which leave
+  // the core to an oversubscribed peer, like MPI_Wait does. Only a wait that has lasted kSpin
+  // (a peer still computing, or dead) polls every kNap to spare the CPU.
+  constexpr auto kSpin = std::chrono::seconds(1);
+  constexpr auto kNap = std::chrono::microseconds(100);
   const auto start = std::chrono::steady_clock::now();
-  auto nap = std::chrono::microseconds(10);
   for (;;) {
     if (test()) return transferred_;
     const auto now = std::chrono::steady_clock::now();
@@ -153,11 +156,10 @@ size_t MpiRequest::wait(std::chrono::steady_clock::time_point deadline) {
                  str_cat("rank ", state_->rank, ": timed out after ", seconds(spec_.timeout),
                          " s waiting for ", describe())));
     }
-    if (now - start < std::chrono::microseconds(200)) {
+    if (now - start < kSpin) {
       std::this_thread::yield();
     } else {
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+      std::this_thread::sleep_for(kNap);
     }
   }
 }

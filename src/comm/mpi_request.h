@@ -30,7 +30,7 @@ class MpiRequest final : public RequestImpl {
     size_t bytes;              // send: size; recv: capacity
     int peer;
     int tag;
-    std::string tag_label;     // "7" or "collective"
+    std::string tag_label;  // "7" or "collective"
     std::chrono::milliseconds timeout;
   };
 

@@ -25,10 +25,10 @@ void check_mpi(int rc, int rank, const char* call) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
-  throw Error(ErrorCode::kCommunication,
-              str_cat("rank ", rank, ": ", call, " failed: ",
-                      len > 0 ? std::string(text, static_cast<size_t>(len))
-                              : str_cat("MPI error ", rc)));
+  throw Error(
+      ErrorCode::kCommunication,
+      str_cat("rank ", rank, ": ", call, " failed: ",
+              len > 0 ? std::string(text, static_cast<size_t>(len)) : str_cat("MPI error ", rc)));
 }
 
 MpiLock MpiState::lock() {
@@ -54,8 +54,8 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = MPI_THREAD_SINGLE;
   if (initialized == 0) {
     const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
-    CPATTN_CHECK(rc == MPI_SUCCESS, ErrorCode::kCommunication, "MPI_Init_thread failed (error ",
-                 rc, ")");
+    CPATTN_CHECK(rc == MPI_SUCCESS, ErrorCode::kCommunication, "MPI_Init_thread failed (error ", rc,
+                 ")");
     owns_ = true;
   } else {
     MPI_Query_thread(&provided);

@@ -53,8 +53,8 @@ bool ThreadGroup::finished(const ThreadOp& op, size_t& bytes) const {
     case ThreadOp::State::kFailed:
       throw Error(ErrorCode::kCommunication, op.error);
     case ThreadOp::State::kCancelled:
-      throw Error(ErrorCode::kInternal, str_cat("rank ", op.owner, ": wait on a cancelled ",
-                                                describe(op)));
+      throw Error(ErrorCode::kInternal,
+                  str_cat("rank ", op.owner, ": wait on a cancelled ", describe(op)));
     default:
       return false;
   }
@@ -135,9 +135,9 @@ size_t ThreadGroup::wait(ThreadOp& op, std::chrono::steady_clock::time_point dea
     }
     check_alive(op);
     if (std::chrono::steady_clock::now() >= deadline) {
-      throw Error(ErrorCode::kTimeout, str_cat("rank ", op.owner, ": timed out after ",
-                                               seconds(op.timeout), " s waiting for ",
-                                               describe(op)));
+      throw Error(ErrorCode::kTimeout,
+                  str_cat("rank ", op.owner, ": timed out after ", seconds(op.timeout),
+                          " s waiting for ", describe(op)));
     }
     wake.wait_until(lock, deadline);
   }

@@ -28,9 +28,9 @@ struct ThreadOp {
   int owner = 0;  // the rank that posted it (waits on its condition variable)
   int peer = 0;
   int tag = 0;
-  const std::byte* message = nullptr;  // send only
-  std::byte* buffer = nullptr;         // recv only
-  size_t bytes = 0;           // send: message size; recv: buffer capacity
+  const std::byte* message = nullptr;    // send only
+  std::byte* buffer = nullptr;           // recv only
+  size_t bytes = 0;                      // send: message size; recv: buffer capacity
   std::chrono::milliseconds timeout{0};  // for the timeout message
   State state = State::kQueued;
   ThreadOp* match = nullptr;  // the opposite op, once matched

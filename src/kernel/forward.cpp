@@ -21,13 +21,13 @@ namespace cpattn::detail {
 namespace {
 
 // Tile sizes (chosen by measurement, docs/performance.md). The k loop's S^T product has the
-// keys as rows (128 = 21 micro-kernel row blocks) and the queries as columns (96 = 6 panels of
-// 16), so each packed Q^T panel (Dqk x 16 floats, 8 KiB at D = 128) is reused 22 times from L1.
-// A k tile of 128 keys amortises the per-query bookkeeping (max, rescale of O) over 128 keys;
-// the working set (S^T 48 KiB, K rows and V panels 64 KiB each, Q^T and O 48 KiB each per head
-// at D = 128) stays in the 512 KiB L2. Larger q tiles (192) measured no faster: K/V reuse grows
-// but the per-head state then spills L2.
-constexpr int64_t kTileQ = 96;
+// keys as rows (128 = 21 micro-kernel row blocks) and the queries as columns (192 = 12 panels
+// of 16), so each packed Q^T panel (Dqk x 16 floats, 8 KiB at D = 128) is reused 22 times from
+// L1. Each K/V tile is read from L3/DRAM once per q tile, so the q tile is as tall as L2 allows:
+// 192 rows measured 20-25 % faster than 96 at Hkv = Hq (S^T 96 KiB, K rows and V panels 64 KiB
+// each, Q^T and O 96 KiB each per head at D = 128). A k tile of 128 keys amortises the
+// per-query bookkeeping (max, rescale of O) over 128 keys.
+constexpr int64_t kTileQ = 192;
 constexpr int64_t kTileK = 128;
 // Query heads of one kv group handled by one work item (they share each packed K/V tile).
 constexpr int64_t kMaxHeadsPerItem = 4;

@@ -169,9 +169,8 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
         const T* qi = &q[at(b, i, h, d.Sq, d.Hq, d.Dqk)];
         T row_max = neg_inf;
         for (int64_t j = 0; j < d.Sk; ++j) {
-          const bool vis =
-              visible(problem.params, problem.q_pos[i], problem.k_pos[j],
-                      docs ? problem.q_doc[i] : 0, docs ? problem.k_doc[j] : 0);
+          const bool vis = visible(problem.params, problem.q_pos[i], problem.k_pos[j],
+                                   docs ? problem.q_doc[i] : 0, docs ? problem.k_doc[j] : 0);
           score[j] = vis ? scale * dot(qi, &k[at(b, j, hk, d.Sk, d.Hkv, d.Dqk)], d.Dqk) : neg_inf;
           if (score[j] > row_max) row_max = score[j];
         }
@@ -183,8 +182,8 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
         for (int64_t j = 0; j < d.Sk; ++j) {
           prob[j] = std::exp(score[j] - row_max) / sum;
           zmask[j] = p_drop == 0.0f ? T{1}
-                     : reference::dropout_keep(problem.rng, b, h, d.Hq, problem.q_pos[i], problem.k_pos[j],
-                                    p_drop)
+                     : reference::dropout_keep(problem.rng, b, h, d.Hq, problem.q_pos[i],
+                                               problem.k_pos[j], p_drop)
                          ? keep_scale
                          : T{0};
           axpy(zmask[j] * prob[j], &v[at(b, j, hk, d.Sk, d.Hkv, d.Dv)], oi, d.Dv);
@@ -218,7 +217,9 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
     }
   }
   if (magnitudes != nullptr) *magnitudes = std::move(mag);
-  const auto widen = [](const std::vector<T>& x) { return std::vector<double>(x.begin(), x.end()); };
+  const auto widen = [](const std::vector<T>& x) {
+    return std::vector<double>(x.begin(), x.end());
+  };
   return {widen(out), widen(lse), widen(dq), widen(dk), widen(dv)};
 }
 

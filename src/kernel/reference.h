@@ -72,8 +72,7 @@ double softmax_scale(const Problem& problem);
 ///   dq: |scale| sum_j P (|Z <dout_i, v_j>| + |D_i|) |k_j|, dk: likewise with |q_i|.
 /// Its out and lse stay empty.
 /// Throws Error(kShapeMismatch) when a vector's length disagrees with dims.
-Outputs attention(const Problem& problem, bool with_backward = true,
-                  Outputs* magnitudes = nullptr);
+Outputs attention(const Problem& problem, bool with_backward = true, Outputs* magnitudes = nullptr);
 
 /// The same computation carried out entirely in fp32 (inputs rounded to float; dot products,
 /// softmax and sums in float). This is the "plain fp32 implementation" whose error against

@@ -15,21 +15,30 @@ namespace cpattn::reference {
 
 const char* mask_kind_name(MaskKind kind) noexcept {
   switch (kind) {
-    case MaskKind::kNone: return "Full";
-    case MaskKind::kCausal: return "Causal";
-    case MaskKind::kWindow: return "Window";
-    case MaskKind::kCausalWindow: return "CausalWindow";
-    case MaskKind::kDocs: return "Docs";
-    case MaskKind::kDocsCausal: return "DocsCausal";
+    case MaskKind::kNone:
+      return "Full";
+    case MaskKind::kCausal:
+      return "Causal";
+    case MaskKind::kWindow:
+      return "Window";
+    case MaskKind::kCausalWindow:
+      return "CausalWindow";
+    case MaskKind::kDocs:
+      return "Docs";
+    case MaskKind::kDocsCausal:
+      return "DocsCausal";
   }
   return "?";
 }
 
 const char* position_kind_name(PositionKind kind) noexcept {
   switch (kind) {
-    case PositionKind::kContiguous: return "Contiguous";
-    case PositionKind::kZigzag: return "Zigzag";
-    case PositionKind::kStriped: return "Striped";
+    case PositionKind::kContiguous:
+      return "Contiguous";
+    case PositionKind::kZigzag:
+      return "Zigzag";
+    case PositionKind::kStriped:
+      return "Striped";
   }
   return "?";
 }
@@ -105,8 +114,11 @@ Problem make_problem(const CaseSpec& spec) {
   p.dims = spec.dims;
   const Dims& d = p.dims;
   switch (spec.mask) {
-    case MaskKind::kNone: break;
-    case MaskKind::kCausal: p.params.causal = true; break;
+    case MaskKind::kNone:
+      break;
+    case MaskKind::kCausal:
+      p.params.causal = true;
+      break;
     case MaskKind::kWindow:
       p.params.window_left = 37;
       p.params.window_right = 5;
@@ -115,8 +127,11 @@ Problem make_problem(const CaseSpec& spec) {
       p.params.causal = true;
       p.params.window_left = 100;
       break;
-    case MaskKind::kDocs: break;
-    case MaskKind::kDocsCausal: p.params.causal = true; break;
+    case MaskKind::kDocs:
+      break;
+    case MaskKind::kDocsCausal:
+      p.params.causal = true;
+      break;
   }
   p.params.dropout_p = spec.dropout_p;
   // hi32(offset) != 0 so the key's second word is exercised too.
@@ -146,9 +161,12 @@ namespace {
 // The dims of a [B, S, H, D] tensor in the order `layout` stores them (Tensor's shape).
 std::vector<int64_t> storage_shape(const std::array<int64_t, 4>& s, MemoryLayout layout) {
   switch (layout) {
-    case MemoryLayout::kBSHD: return {s[0], s[1], s[2], s[3]};
-    case MemoryLayout::kBHSD: return {s[0], s[2], s[1], s[3]};
-    case MemoryLayout::kSBHD: return {s[1], s[0], s[2], s[3]};
+    case MemoryLayout::kBSHD:
+      return {s[0], s[1], s[2], s[3]};
+    case MemoryLayout::kBHSD:
+      return {s[0], s[2], s[1], s[3]};
+    case MemoryLayout::kSBHD:
+      return {s[1], s[0], s[2], s[3]};
   }
   throw Error(ErrorCode::kInvalidArgument, "unknown MemoryLayout");
 }
@@ -185,12 +203,18 @@ std::vector<double> to_doubles(ConstView view) {
 
 Outputs run_kernel(const Problem& p, const KernelRun& run) {
   const Dims& d = p.dims;
-  const std::array<int64_t, 4> q_shape = {d.B, d.Sq, d.Hq, d.Dqk}, k_shape = {d.B, d.Sk, d.Hkv, d.Dqk},
-                               v_shape = {d.B, d.Sk, d.Hkv, d.Dv}, o_shape = {d.B, d.Sq, d.Hq, d.Dv};
+  const std::array<int64_t, 4> q_shape = {d.B, d.Sq, d.Hq, d.Dqk},
+                               k_shape = {d.B, d.Sk, d.Hkv, d.Dqk},
+                               v_shape = {d.B, d.Sk, d.Hkv, d.Dv},
+                               o_shape = {d.B, d.Sq, d.Hq, d.Dv};
   const Tensor q = to_tensor(p.q, q_shape, run.layout), k = to_tensor(p.k, k_shape, run.layout),
                v = to_tensor(p.v, v_shape, run.layout);
-  AttentionInputs in{q.view(run.layout), k.view(run.layout), v.view(run.layout),
-                     p.q_pos,            p.k_pos,            p.q_doc,
+  AttentionInputs in{q.view(run.layout),
+                     k.view(run.layout),
+                     v.view(run.layout),
+                     p.q_pos,
+                     p.k_pos,
+                     p.q_doc,
                      p.k_doc};
   Tensor out(storage_shape(o_shape, run.layout));
   std::vector<float> lse(static_cast<size_t>(d.B * d.Hq * d.Sq));
@@ -272,7 +296,8 @@ ErrorRow compare(std::string name, const Oracle& oracle, const Outputs& got) {
 
 ErrorRow compare(std::string name, const Outputs& exact, const Outputs& fp32, const Outputs& got) {
   Oracle oracle{exact, exact, fp32};
-  for (std::vector<double>* t : {&oracle.magnitude.dq, &oracle.magnitude.dk, &oracle.magnitude.dv}) {
+  for (std::vector<double>* t :
+       {&oracle.magnitude.dq, &oracle.magnitude.dk, &oracle.magnitude.dv}) {
     for (double& e : *t) e = std::isfinite(e) ? std::fabs(e) : 0.0;
   }
   return compare(std::move(name), oracle, got);

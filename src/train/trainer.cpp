@@ -121,7 +121,7 @@ CheckPair compare_gradients(const std::string& name, const ModelConfig& model,
     }
     const double rel = ref > 0.0 ? diff / ref
                                  : (diff > 0.0 ? std::numeric_limits<double>::infinity() : 0.0);
-    if (rel > pair.grad_rel || pair.worst_tensor.empty()) {
+    if (rel > pair.grad_rel) {
       pair.grad_rel = rel;
       pair.worst_tensor = info.name;
     }

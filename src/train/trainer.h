@@ -62,7 +62,7 @@ struct CheckPair {
   std::string name;             ///< e.g. "cp=4 recompute vs cp=1"
   double loss_rel = 0.0;        ///< |loss_a - loss_b| / |loss_b|
   double grad_rel = 0.0;        ///< max over tensors
-  std::string worst_tensor;     ///< the tensor that gives grad_rel
+  std::string worst_tensor;     ///< the tensor that gives grad_rel; empty when all are equal
   bool passed = false;          ///< max(loss_rel, grad_rel) <= tolerance
 };
 

@@ -53,19 +53,21 @@ void many_tags_out_of_order(Communicator& comm, int tags) {
   std::vector<Request> recvs;
   for (int t = 0; t < tags; ++t) {
     in[static_cast<size_t>(t)].resize(size_of(t));
-    recvs.push_back(comm.irecv(std::span<std::byte>(in[static_cast<size_t>(t)]), prev_rank(comm), t));
+    recvs.push_back(
+        comm.irecv(std::span<std::byte>(in[static_cast<size_t>(t)]), prev_rank(comm), t));
   }
   std::vector<std::vector<std::byte>> out(static_cast<size_t>(tags));
   std::vector<Request> sends;
   for (int t = tags - 1; t >= 0; --t) {
     out[static_cast<size_t>(t)] = message_bytes(comm.rank(), next_rank(comm), t, size_of(t));
-    sends.push_back(comm.isend(std::span<const std::byte>(out[static_cast<size_t>(t)]),
-                               next_rank(comm), t));
+    sends.push_back(
+        comm.isend(std::span<const std::byte>(out[static_cast<size_t>(t)]), next_rank(comm), t));
   }
   for (int k = 0; k < tags; ++k) {
     const int t = (k * 7 + 3) % tags;  // 7 is coprime with the tag counts used
     ASSERT_EQ(recvs[static_cast<size_t>(t)].wait(), size_of(t)) << "tag " << t;
-    EXPECT_EQ(in[static_cast<size_t>(t)], message_bytes(prev_rank(comm), comm.rank(), t, size_of(t)))
+    EXPECT_EQ(in[static_cast<size_t>(t)],
+              message_bytes(prev_rank(comm), comm.rank(), t, size_of(t)))
         << "tag " << t;
   }
   for (Request& s : sends) s.wait();
@@ -74,7 +76,8 @@ void many_tags_out_of_order(Communicator& comm, int tags) {
   constexpr int kSameTag = 1000;
   std::vector<std::vector<std::byte>> fifo_in(3, std::vector<std::byte>(16));
   std::vector<Request> fifo;
-  for (auto& buf : fifo_in) fifo.push_back(comm.irecv(std::span<std::byte>(buf), prev_rank(comm), kSameTag));
+  for (auto& buf : fifo_in)
+    fifo.push_back(comm.irecv(std::span<std::byte>(buf), prev_rank(comm), kSameTag));
   std::vector<std::vector<std::byte>> fifo_out;
   for (int i = 0; i < 3; ++i) fifo_out.push_back(message_bytes(comm.rank(), i, kSameTag, 16));
   for (auto& buf : fifo_out) {
@@ -134,8 +137,8 @@ void allreduce(Communicator& comm, size_t n, bool integers) {
       magnitude += std::abs(static_cast<double>(x));
     }
     ASSERT_EQ(std::memcmp(&data[i], &ordered, sizeof(T)), 0)
-        << "rank " << comm.rank() << " element " << i << ": got " << data[i]
-        << ", rank-order sum " << ordered;
+        << "rank " << comm.rank() << " element " << i << ": got " << data[i] << ", rank-order sum "
+        << ordered;
     ASSERT_EQ(std::memcmp(&again[i], &data[i], sizeof(T)), 0) << "second call, element " << i;
     if (integers) {
       ASSERT_EQ(static_cast<double>(data[i]), exact) << "element " << i;
@@ -176,7 +179,8 @@ void barrier_orders(Communicator& comm) {
   std::vector<int64_t> mine(static_cast<size_t>(comm.size()), entered);
   std::vector<int64_t> all(mine.size());
   comm.all_to_all(std::span<const int64_t>(mine), std::span<int64_t>(all));
-  for (size_t r = 0; r < all.size(); ++r) EXPECT_LE(all[r], left) << "rank " << r << " entered late";
+  for (size_t r = 0; r < all.size(); ++r)
+    EXPECT_LE(all[r], left) << "rank " << r << " entered late";
 }
 
 }  // namespace
@@ -198,8 +202,8 @@ std::vector<std::byte> message_bytes(int src, int dst, int tag, size_t n) {
 std::vector<ConformanceCase> conformance_cases() {
   std::vector<ConformanceCase> cases;
   for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{4097}, size_t{1000003}}) {
-    cases.push_back({detail::str_cat("Ring_", n, "B"),
-                     [n](Communicator& c) { ring_exchange(c, n, 5); }});
+    cases.push_back(
+        {detail::str_cat("Ring_", n, "B"), [n](Communicator& c) { ring_exchange(c, n, 5); }});
   }
   cases.push_back({"Ring_64MiB", [](Communicator& c) { ring_exchange(c, 64 * kMiB, 6); }, 4});
   cases.push_back({"ManyTagsOutOfOrder", [](Communicator& c) { many_tags_out_of_order(c, 40); }});
@@ -209,10 +213,14 @@ std::vector<ConformanceCase> conformance_cases() {
   }
   for (size_t n : {size_t{1}, size_t{5}, size_t{1031}}) {
     const std::string s = std::to_string(n);
-    cases.push_back({"AllreduceIntegersFloat_" + s, [n](Communicator& c) { allreduce<float>(c, n, true); }});
-    cases.push_back({"AllreduceIntegersDouble_" + s, [n](Communicator& c) { allreduce<double>(c, n, true); }});
-    cases.push_back({"AllreduceRealsFloat_" + s, [n](Communicator& c) { allreduce<float>(c, n, false); }});
-    cases.push_back({"AllreduceRealsDouble_" + s, [n](Communicator& c) { allreduce<double>(c, n, false); }});
+    cases.push_back(
+        {"AllreduceIntegersFloat_" + s, [n](Communicator& c) { allreduce<float>(c, n, true); }});
+    cases.push_back(
+        {"AllreduceIntegersDouble_" + s, [n](Communicator& c) { allreduce<double>(c, n, true); }});
+    cases.push_back(
+        {"AllreduceRealsFloat_" + s, [n](Communicator& c) { allreduce<float>(c, n, false); }});
+    cases.push_back(
+        {"AllreduceRealsDouble_" + s, [n](Communicator& c) { allreduce<double>(c, n, false); }});
   }
   cases.push_back({"AllreduceEmpty", [](Communicator& c) { allreduce<float>(c, 0, true); }});
   cases.push_back({"TruncatedReceiveFails", truncated_receive});

@@ -42,9 +42,9 @@ TEST(MpiCommunicator, SilentPeerTimesOutNamingRankPeerTagBytes) {
     ADD_FAILURE() << "a receive nobody sends did not time out";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kTimeout);
-    const std::string expected =
-        detail::str_cat("rank ", comm.rank(), ": timed out after 0.2 s waiting for irecv from rank ",
-                        peer, " (tag 4242, buffer of 24 bytes)");
+    const std::string expected = detail::str_cat(
+        "rank ", comm.rank(), ": timed out after 0.2 s waiting for irecv from rank ", peer,
+        " (tag 4242, buffer of 24 bytes)");
     EXPECT_EQ(std::string(e.what()), expected);
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2000));
@@ -86,7 +86,8 @@ TEST(MpiCommunicator, ArgumentsAreChecked) {
   EXPECT_THROW(comm.isend(std::span<const int>(v), 0, -3).wait(), Error);
   std::vector<std::byte> send(static_cast<size_t>(comm.size()) * 3);
   std::vector<std::byte> recv(send.size() + static_cast<size_t>(comm.size()));
-  EXPECT_THROW(comm.all_to_all(std::span<const std::byte>(send), std::span<std::byte>(recv)), Error);
+  EXPECT_THROW(comm.all_to_all(std::span<const std::byte>(send), std::span<std::byte>(recv)),
+               Error);
   if (comm.size() > 1) {
     std::vector<std::byte> odd(static_cast<size_t>(comm.size()) * 3 + 1);
     EXPECT_THROW(comm.all_to_all(std::span<const std::byte>(odd), std::span<std::byte>(odd)),

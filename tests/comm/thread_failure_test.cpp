@@ -53,36 +53,42 @@ TEST(ThreadFailure, ThrowingRankReleasesAllOthersFast) {
   RunRanksOptions options;
   options.timeout = std::chrono::seconds(60);
   const std::string rethrown = what_of([&] {
-    run_ranks(kRanks, [&](Communicator& comm) {
-      const int next = (comm.rank() + 1) % kRanks;
-      const int prev = (comm.rank() + kRanks - 1) % kRanks;
-      std::vector<float> out(1000, static_cast<float>(comm.rank()));
-      std::vector<float> in(1000);
-      for (int step = 0; step < 10; ++step) {
-        if (comm.rank() == 2 && step == 3) {
-          std::this_thread::sleep_for(milliseconds(50));  // let the others block first
-          thrown_at = Clock::now().time_since_epoch().count();
-          throw std::runtime_error("injected failure in rank 2");
-        }
-        Request r = comm.irecv(std::span<float>(in), prev, step);
-        Request s = comm.isend(std::span<const float>(out), next, step);
-        try {
-          r.wait();
-          s.wait();
-        } catch (const Error& e) {
-          released_at[static_cast<size_t>(comm.rank())] = Clock::now().time_since_epoch().count();
-          errors[static_cast<size_t>(comm.rank())] = e.what();
-          codes[static_cast<size_t>(comm.rank())] = e.code();
-          throw;
-        }
-      }
-    }, options);
+    run_ranks(
+        kRanks,
+        [&](Communicator& comm) {
+          const int next = (comm.rank() + 1) % kRanks;
+          const int prev = (comm.rank() + kRanks - 1) % kRanks;
+          std::vector<float> out(1000, static_cast<float>(comm.rank()));
+          std::vector<float> in(1000);
+          for (int step = 0; step < 10; ++step) {
+            if (comm.rank() == 2 && step == 3) {
+              std::this_thread::sleep_for(milliseconds(50));  // let the others block first
+              thrown_at = Clock::now().time_since_epoch().count();
+              throw std::runtime_error("injected failure in rank 2");
+            }
+            Request r = comm.irecv(std::span<float>(in), prev, step);
+            Request s = comm.isend(std::span<const float>(out), next, step);
+            try {
+              r.wait();
+              s.wait();
+            } catch (const Error& e) {
+              released_at[static_cast<size_t>(comm.rank())] =
+                  Clock::now().time_since_epoch().count();
+              errors[static_cast<size_t>(comm.rank())] = e.what();
+              codes[static_cast<size_t>(comm.rank())] = e.code();
+              throw;
+            }
+          }
+        },
+        options);
   });
   EXPECT_EQ(rethrown, "injected failure in rank 2");  // the root cause, not a consequence
   for (int r = 0; r < kRanks; ++r) {
     if (r == 2) continue;
-    EXPECT_EQ(codes[static_cast<size_t>(r)], ErrorCode::kPeerFailed) << errors[static_cast<size_t>(r)];
-    EXPECT_TRUE(contains(errors[static_cast<size_t>(r)], "rank 2 failed: injected failure in rank 2"))
+    EXPECT_EQ(codes[static_cast<size_t>(r)], ErrorCode::kPeerFailed)
+        << errors[static_cast<size_t>(r)];
+    EXPECT_TRUE(
+        contains(errors[static_cast<size_t>(r)], "rank 2 failed: injected failure in rank 2"))
         << errors[static_cast<size_t>(r)];
     const auto delay = Clock::duration(released_at[static_cast<size_t>(r)] - thrown_at.load());
     EXPECT_LT(delay, milliseconds(200)) << "rank " << r;
@@ -96,17 +102,22 @@ TEST(ThreadFailure, SilentPeerTimesOutNamingRankPeerTagBytes) {
   options.timeout = milliseconds(100);
   ErrorCode code = ErrorCode::kInternal;
   const auto start = Clock::now();
-  const std::string what = what_of([&] {
-    run_ranks(2, [](Communicator& comm) {
-      if (comm.rank() == 1) {
-        // Stays alive (no "exited" shortcut) but never sends.
-        std::this_thread::sleep_for(milliseconds(400));
-        return;
-      }
-      std::vector<std::byte> buf(24);
-      comm.irecv(std::span<std::byte>(buf), 1, 42).wait();
-    }, options);
-  }, &code);
+  const std::string what = what_of(
+      [&] {
+        run_ranks(
+            2,
+            [](Communicator& comm) {
+              if (comm.rank() == 1) {
+                // Stays alive (no "exited" shortcut) but never sends.
+                std::this_thread::sleep_for(milliseconds(400));
+                return;
+              }
+              std::vector<std::byte> buf(24);
+              comm.irecv(std::span<std::byte>(buf), 1, 42).wait();
+            },
+            options);
+      },
+      &code);
   EXPECT_EQ(code, ErrorCode::kTimeout) << what;
   EXPECT_TRUE(contains(what, "rank 0: timed out after 0.1 s")) << what;
   EXPECT_TRUE(contains(what, "from rank 1 (tag 42, buffer of 24 bytes)")) << what;
@@ -116,13 +127,15 @@ TEST(ThreadFailure, SilentPeerTimesOutNamingRankPeerTagBytes) {
 TEST(ThreadFailure, PeerThatReturnedIsReportedNotWaitedFor) {
   ErrorCode code = ErrorCode::kInternal;
   const auto start = Clock::now();
-  const std::string what = what_of([&] {
-    run_ranks(3, [](Communicator& comm) {
-      if (comm.rank() != 0) return;
-      std::vector<std::byte> buf(8);
-      comm.irecv(std::span<std::byte>(buf), 2, 3).wait();
-    });  // default 300 s timeout: only the exit notice can end this quickly
-  }, &code);
+  const std::string what = what_of(
+      [&] {
+        run_ranks(3, [](Communicator& comm) {
+          if (comm.rank() != 0) return;
+          std::vector<std::byte> buf(8);
+          comm.irecv(std::span<std::byte>(buf), 2, 3).wait();
+        });  // default 300 s timeout: only the exit notice can end this quickly
+      },
+      &code);
   EXPECT_EQ(code, ErrorCode::kPeerFailed) << what;
   EXPECT_TRUE(contains(what, "rank 2 exited while rank 0 waits for its irecv from rank 2 (tag 3"))
       << what;
@@ -131,35 +144,41 @@ TEST(ThreadFailure, PeerThatReturnedIsReportedNotWaitedFor) {
 
 TEST(ThreadFailure, SmallBufferIsAnErrorNamingBothSizes) {
   ErrorCode code = ErrorCode::kInternal;
-  const std::string what = what_of([&] {
-    run_ranks(2, [](Communicator& comm) {
-      std::vector<double> out(10);
-      std::vector<double> in(4);
-      Request r = comm.irecv(std::span<double>(in), 1 - comm.rank(), 0);
-      Request s = comm.isend(std::span<const double>(out), 1 - comm.rank(), 0);
-      s.wait();
-      r.wait();
-    });
-  }, &code);
+  const std::string what = what_of(
+      [&] {
+        run_ranks(2, [](Communicator& comm) {
+          std::vector<double> out(10);
+          std::vector<double> in(4);
+          Request r = comm.irecv(std::span<double>(in), 1 - comm.rank(), 0);
+          Request s = comm.isend(std::span<const double>(out), 1 - comm.rank(), 0);
+          s.wait();
+          r.wait();
+        });
+      },
+      &code);
   EXPECT_EQ(code, ErrorCode::kCommunication) << what;
   EXPECT_TRUE(contains(what, "is 80 bytes, larger than the receive buffer of 32 bytes")) << what;
 }
 
 TEST(ThreadFailure, CollectiveReleasedWhenARankThrows) {
   std::atomic<int> peer_failed{0};
-  EXPECT_THROW(run_ranks(3, [&](Communicator& comm) {
-    if (comm.rank() == 1) throw Error(ErrorCode::kInvalidArgument, "bad input on rank 1");
-    std::vector<double> v(100, 1.0);
-    try {
-      comm.allreduce_sum(std::span<double>(v));
-    } catch (const Error& e) {
-      if (e.code() == ErrorCode::kPeerFailed &&
-          contains(e.what(), "allreduce_sum: ") && contains(e.what(), "bad input on rank 1")) {
-        ++peer_failed;
-      }
-      throw;
-    }
-  }), Error);
+  EXPECT_THROW(run_ranks(3,
+                         [&](Communicator& comm) {
+                           if (comm.rank() == 1)
+                             throw Error(ErrorCode::kInvalidArgument, "bad input on rank 1");
+                           std::vector<double> v(100, 1.0);
+                           try {
+                             comm.allreduce_sum(std::span<double>(v));
+                           } catch (const Error& e) {
+                             if (e.code() == ErrorCode::kPeerFailed &&
+                                 contains(e.what(), "allreduce_sum: ") &&
+                                 contains(e.what(), "bad input on rank 1")) {
+                               ++peer_failed;
+                             }
+                             throw;
+                           }
+                         }),
+               Error);
   EXPECT_EQ(peer_failed.load(), 2);
 }
 
@@ -167,12 +186,14 @@ TEST(ThreadFailure, DroppedRequestDuringUnwindIsCancelled) {
   // Rank 0 posts an irecv nobody answers and then throws: unwinding must cancel it rather than
   // wait out the (long) timeout.
   const auto start = Clock::now();
-  EXPECT_THROW(run_ranks(2, [](Communicator& comm) {
-    if (comm.rank() == 1) return;
-    std::vector<std::byte> buf(16);
-    Request r = comm.irecv(std::span<std::byte>(buf), 0, 1);
-    throw std::logic_error("rank 0 gives up");
-  }), std::logic_error);
+  EXPECT_THROW(run_ranks(2,
+                         [](Communicator& comm) {
+                           if (comm.rank() == 1) return;
+                           std::vector<std::byte> buf(16);
+                           Request r = comm.irecv(std::span<std::byte>(buf), 0, 1);
+                           throw std::logic_error("rank 0 gives up");
+                         }),
+               std::logic_error);
   EXPECT_LT(Clock::now() - start, milliseconds(1000));
 }
 
@@ -218,7 +239,7 @@ TEST(ThreadCommunicator, EveryRankHasItsOwnMemoryCounter) {
   run_ranks(3, [&](Communicator& comm) {
     counters[static_cast<size_t>(comm.rank())] = &comm.memory();
     comm.memory().add_bytes(100);
-    EXPECT_EQ(comm.memory().stats().live_bytes, 100);  // its own ranks' bytes only
+    EXPECT_EQ(comm.memory().stats().live_bytes, 100);     // its own ranks' bytes only
     EXPECT_GE(process_memory().stats().live_bytes, 100);  // and counted in the process
     comm.barrier();
     comm.memory().add_bytes(-100);

@@ -247,7 +247,7 @@ TEST(RingMemory, PeakBytesPerRankShrinkWithP) {
     peak.push_back(worst.load());
   }
   // P > 1 adds the second k/v buffer, two dk/dv accumulators and the share (docs/ring.md), so the
-  // per-token constant is ~1.4x that of P = 1; from P = 2 on, doubling P halves the peak.
+  // per-token constant is ~1.5x that of P = 1; from P = 2 on, doubling P halves the peak.
   EXPECT_LT(peak[1], 0.75 * static_cast<double>(peak[0]));
   EXPECT_LT(peak[2], 0.55 * static_cast<double>(peak[1]));
 }

@@ -65,7 +65,8 @@ TEST_P(KernelDropoutMask, ForwardAndBackwardUseTheContractMask) {
         for (int64_t j = 0; j < kSk; ++j) {
           const size_t at = static_cast<size_t>(((b * kSq + i) * d.Hq + h) * dv_width + j);
           const double prob = probs.out[at];
-          const bool keep = reference::dropout_keep(p.rng, b, h, d.Hq, p.q_pos[i], p.k_pos[j], mc.p);
+          const bool keep =
+              reference::dropout_keep(p.rng, b, h, d.Hq, p.q_pos[i], p.k_pos[j], mc.p);
           if (prob == 0.0) {
             EXPECT_EQ(got.out[at], 0.0) << "masked key " << j << " leaked into row " << i;
             continue;
@@ -130,13 +131,16 @@ RC_GTEST_PROP(KernelDropoutPartition, ShardedKeysMergeToTheWholeAnswer, ()) {
                                 reference::MaskKind::kDocs, reference::MaskKind::kDocsCausal);
   using Heads = std::pair<int64_t, int64_t>;
   const auto heads = *rc::gen::element(Heads{1, 1}, Heads{2, 2}, Heads{4, 1}, Heads{4, 2});
-  spec.dims = {*rc::gen::inRange<int64_t>(1, 3),  *rc::gen::inRange<int64_t>(1, 40),
-               *rc::gen::inRange<int64_t>(2, 70), heads.first,
-               heads.second,                      *rc::gen::element<int64_t>(8, 16, 40),
+  spec.dims = {*rc::gen::inRange<int64_t>(1, 3),
+               *rc::gen::inRange<int64_t>(1, 40),
+               *rc::gen::inRange<int64_t>(2, 70),
+               heads.first,
+               heads.second,
+               *rc::gen::element<int64_t>(8, 16, 40),
                *rc::gen::element<int64_t>(8, 24)};
-  spec.positions = *rc::gen::element(reference::PositionKind::kContiguous,
-                                     reference::PositionKind::kZigzag,
-                                     reference::PositionKind::kStriped);
+  spec.positions =
+      *rc::gen::element(reference::PositionKind::kContiguous, reference::PositionKind::kZigzag,
+                        reference::PositionKind::kStriped);
   spec.dropout_p = *rc::gen::element(0.0f, 0.1f, 0.5f);
   spec.seed = *rc::gen::inRange<uint64_t>(1, 1u << 30);
   const reference::Problem p = reference::make_problem(spec);
@@ -200,9 +204,11 @@ RC_GTEST_PROP(KernelDropoutPartition, ShardedKeysMergeToTheWholeAnswer, ()) {
       for (size_t j = 0; j < keys.size(); ++j) {
         const int64_t kd = d.Hkv * d.Dqk, vd = d.Hkv * d.Dv, sk = sp.dims.Sk;
         for (int64_t e = 0; e < kd; ++e)
-          dk[(b * d.Sk + keys[j]) * kd + e] = sdk.data()[(b * sk + static_cast<int64_t>(j)) * kd + e];
+          dk[(b * d.Sk + keys[j]) * kd + e] =
+              sdk.data()[(b * sk + static_cast<int64_t>(j)) * kd + e];
         for (int64_t e = 0; e < vd; ++e)
-          dv[(b * d.Sk + keys[j]) * vd + e] = sdv.data()[(b * sk + static_cast<int64_t>(j)) * vd + e];
+          dv[(b * d.Sk + keys[j]) * vd + e] =
+              sdv.data()[(b * sk + static_cast<int64_t>(j)) * vd + e];
       }
   }
   RC_ASSERT(testing::relative_error(dq, whole.dq) <= 1e-5);
@@ -251,7 +257,8 @@ RC_GTEST_PROP(KernelDropoutPartition, PermutedQueriesPermuteRows, ()) {
                   dq_back.begin() + (src * d.Hq + h) * d.Dqk);
     }
   RC_ASSERT(testing::relative_error(out_back, a.out) <= 1e-5);
-  RC_ASSERT(reference::max_abs_error(lse_back, a.lse) <= 1e-5 * (1 + testing::max_magnitude(a.lse)));
+  RC_ASSERT(reference::max_abs_error(lse_back, a.lse) <=
+            1e-5 * (1 + testing::max_magnitude(a.lse)));
   RC_ASSERT(testing::relative_error(dq_back, a.dq) <= 1e-5);
   RC_ASSERT(testing::relative_error(b.dk, a.dk) <= 1e-5);
   RC_ASSERT(testing::relative_error(b.dv, a.dv) <= 1e-5);

@@ -23,8 +23,9 @@ reference::Problem random_problem(reference::Dims dims, uint64_t seed) {
 }
 
 ::testing::AssertionResult kernel_within_tolerance(const reference::Problem& p, int threads = 1) {
-  return testing::row_passes(reference::compare(
-      "edge", reference::make_oracle(p), reference::run_kernel(p, {MemoryLayout::kBSHD, threads, true})));
+  return testing::row_passes(
+      reference::compare("edge", reference::make_oracle(p),
+                         reference::run_kernel(p, {MemoryLayout::kBSHD, threads, true})));
 }
 
 // Queries placed before every key under a causal mask (and queries of a document no key belongs
@@ -42,8 +43,8 @@ TEST(KernelEdge, FullyMaskedRows) {
       p.k_doc[0] = 0;  // position 3: still after queries 0, 1, 4 -> hidden by causality
     }
     const reference::Outputs got = reference::run_kernel(p, {MemoryLayout::kBSHD, 2, true});
-    const std::vector<int64_t> empty = docs ? std::vector<int64_t>{0, 1, 3, 4}
-                                            : std::vector<int64_t>{0, 1, 4};
+    const std::vector<int64_t> empty =
+        docs ? std::vector<int64_t>{0, 1, 3, 4} : std::vector<int64_t>{0, 1, 4};
     for (int64_t b = 0; b < 2; ++b)
       for (int64_t h = 0; h < 2; ++h)
         for (int64_t i : empty) {

@@ -30,14 +30,15 @@ TEST_P(KernelGolden, MatchesVectorsWithTwoThreads) {
   EXPECT_TRUE(testing::outputs_near(got, testing::golden_outputs(g), 1e-5));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Vectors, KernelGolden,
-    ::testing::Combine(::testing::ValuesIn(testing::load_golden_cases()),
-                       ::testing::Values(MemoryLayout::kBSHD, MemoryLayout::kBHSD,
-                                         MemoryLayout::kSBHD)),
-    [](const auto& p) {
-      return std::get<0>(p.param).name + "_" + memory_layout_name(std::get<1>(p.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Vectors, KernelGolden,
+                         ::testing::Combine(::testing::ValuesIn(testing::load_golden_cases()),
+                                            ::testing::Values(MemoryLayout::kBSHD,
+                                                              MemoryLayout::kBHSD,
+                                                              MemoryLayout::kSBHD)),
+                         [](const auto& p) {
+                           return std::get<0>(p.param).name + "_" +
+                                  memory_layout_name(std::get<1>(p.param));
+                         });
 
 }  // namespace
 }  // namespace cpattn

@@ -146,8 +146,9 @@ TEST_F(KernelBackwardOptions, PrecomputedDeltaIsUsed) {
 
   for (float& e : delta) e += 1.0f;
   const Gradients shifted = run_backward(*tensors_, problem_, out_, lse_, options);
-  EXPECT_GT(testing::relative_error(testing::to_doubles(shifted.dq), testing::to_doubles(plain_.dq)),
-            1e-2);
+  EXPECT_GT(
+      testing::relative_error(testing::to_doubles(shifted.dq), testing::to_doubles(plain_.dq)),
+      1e-2);
   EXPECT_TRUE(bitwise_equal(shifted.dv.span(), plain_.dv.span()));
 }
 
@@ -182,7 +183,8 @@ TEST(KernelStrides, PackedQkvAndPaddedOutputs) {
   };
   const auto padded_view = [&](Tensor& t) {
     const auto& sh = t.shape();
-    return View{t.data(), {sh[0], sh[1], sh[2], dim}, {sh[1] * sh[2] * sh[3], sh[2] * sh[3], sh[3], 1}};
+    return View{
+        t.data(), {sh[0], sh[1], sh[2], dim}, {sh[1] * sh[2] * sh[3], sh[2] * sh[3], sh[3], 1}};
   };
   Tensor out = padded(d.Sq, d.Hq), dq = padded(d.Sq, d.Hq), dk = padded(d.Sk, d.Hkv),
          dv = padded(d.Sk, d.Hkv);

@@ -18,11 +18,11 @@ using reference::Dims;
 using reference::MaskKind;
 using reference::PositionKind;
 
-constexpr std::array<MaskKind, 6> kMasks = {MaskKind::kNone,         MaskKind::kCausal,
-                                            MaskKind::kWindow,       MaskKind::kCausalWindow,
-                                            MaskKind::kDocs,         MaskKind::kDocsCausal};
-constexpr std::array<PositionKind, 3> kPositions = {
-    PositionKind::kContiguous, PositionKind::kZigzag, PositionKind::kStriped};
+constexpr std::array<MaskKind, 6> kMasks = {MaskKind::kNone,   MaskKind::kCausal,
+                                            MaskKind::kWindow, MaskKind::kCausalWindow,
+                                            MaskKind::kDocs,   MaskKind::kDocsCausal};
+constexpr std::array<PositionKind, 3> kPositions = {PositionKind::kContiguous,
+                                                    PositionKind::kZigzag, PositionKind::kStriped};
 constexpr std::array<float, 3> kDropouts = {0.0f, 0.1f, 0.5f};
 constexpr std::array<MemoryLayout, 3> kLayouts = {MemoryLayout::kBSHD, MemoryLayout::kBHSD,
                                                   MemoryLayout::kSBHD};
@@ -71,8 +71,8 @@ std::vector<CaseSpec> sweep_cases() {
   n = 0;
   for (MaskKind mask : kMasks) {
     for (float p : {0.1f, 0.5f}) {
-      cases.push_back(make_spec(mask, {n % 2 == 0 ? 3 : 1, 97, 97, 4, 1, 64, 64},
-                                kPositions[n % 3], p, kLayouts[(n + 1) % 3]));
+      cases.push_back(make_spec(mask, {n % 2 == 0 ? 3 : 1, 97, 97, 4, 1, 64, 64}, kPositions[n % 3],
+                                p, kLayouts[(n + 1) % 3]));
       ++n;
     }
   }
@@ -98,8 +98,8 @@ std::vector<CaseSpec> sweep_cases() {
                             PositionKind::kContiguous, 0.0f, MemoryLayout::kSBHD));
   cases.push_back(make_spec(MaskKind::kCausalWindow, {1, 1025, 1025, 2, 1, 64, 64},
                             PositionKind::kStriped, 0.5f, MemoryLayout::kBHSD));
-  cases.push_back(make_spec(MaskKind::kWindow, {3, 1025, 97, 8, 2, 192, 128},
-                            PositionKind::kZigzag, 0.0f, MemoryLayout::kSBHD));
+  cases.push_back(make_spec(MaskKind::kWindow, {3, 1025, 97, 8, 2, 192, 128}, PositionKind::kZigzag,
+                            0.0f, MemoryLayout::kSBHD));
   // Distinct seeds; names must be unique (a repeated spec would add nothing).
   std::vector<CaseSpec> unique;
   std::set<std::string> names;

@@ -1,14 +1,14 @@
 // Proves the double reference (src/kernel/reference.h) before anything is judged by it: every
 // golden case of the vectors file (forward and backward), finite differences with dropout on, and
 // the mask predicate on hand-checked positions.
+#include "kernel/reference.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
 #include "cpattn/error.h"
-
-#include "kernel/reference.h"
 #include "kernel/reference_case.h"
 #include "support/metrics.h"
 #include "support/vectors.h"
@@ -44,7 +44,8 @@ TEST_P(ReferenceGolden, ForwardOnlyLeavesGradientsEmpty) {
   EXPECT_TRUE(testing::outputs_near(got, testing::golden_outputs(g), 1e-12));
 }
 
-INSTANTIATE_TEST_SUITE_P(Vectors, ReferenceGolden, ::testing::ValuesIn(testing::load_golden_cases()),
+INSTANTIATE_TEST_SUITE_P(Vectors, ReferenceGolden,
+                         ::testing::ValuesIn(testing::load_golden_cases()),
                          [](const auto& p) { return p.param.name; });
 
 TEST(ReferenceGoldenFile, HasAllCases) { EXPECT_EQ(testing::load_golden_cases().size(), 11u); }

@@ -23,7 +23,10 @@ double relative_error(const std::vector<double>& got, const std::vector<double>&
 ::testing::AssertionResult outputs_near(const reference::Outputs& got,
                                         const reference::Outputs& want, double tol) {
   const std::array<std::pair<const std::vector<double>*, const std::vector<double>*>, 5> pairs = {
-      {{&got.out, &want.out}, {&got.lse, &want.lse}, {&got.dq, &want.dq}, {&got.dk, &want.dk},
+      {{&got.out, &want.out},
+       {&got.lse, &want.lse},
+       {&got.dq, &want.dq},
+       {&got.dk, &want.dk},
        {&got.dv, &want.dv}}};
   bool ok = true;
   std::string message;

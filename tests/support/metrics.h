@@ -1,10 +1,10 @@
 // Error metrics and GoogleTest assertions for comparing attention results.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kernel/reference_case.h"
 

@@ -25,8 +25,12 @@ ProblemTensors::ProblemTensors(const reference::Problem& p) : dims_(p.dims) {
   k = bshd_tensor(p.k, {d.B, d.Sk, d.Hkv, d.Dqk});
   v = bshd_tensor(p.v, {d.B, d.Sk, d.Hkv, d.Dv});
   dout = bshd_tensor(p.dout, {d.B, d.Sq, d.Hq, d.Dv});
-  inputs = {std::as_const(q).view(), std::as_const(k).view(), std::as_const(v).view(),
-            p.q_pos,                 p.k_pos,                 p.q_doc,
+  inputs = {std::as_const(q).view(),
+            std::as_const(k).view(),
+            std::as_const(v).view(),
+            p.q_pos,
+            p.k_pos,
+            p.q_doc,
             p.k_doc};
 }
 

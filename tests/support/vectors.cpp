@@ -22,7 +22,8 @@ std::vector<double> doubles_or_neg_inf(const nlohmann::json& a) {
 }
 }  // namespace
 
-std::vector<GoldenCase> load_golden_cases() {
+namespace {
+std::vector<GoldenCase> parse_golden_cases() {
   std::vector<GoldenCase> cases;
   // Named, not a temporary: a range-for over a subobject of a temporary would dangle (C++20).
   const nlohmann::json all = load_vectors_json();
@@ -48,13 +49,26 @@ std::vector<GoldenCase> load_golden_cases() {
     g.k_pos = c["k_pos"].get<std::vector<int64_t>>();
     if (!c["q_doc"].is_null()) g.q_doc = c["q_doc"].get<std::vector<int64_t>>();
     if (!c["k_doc"].is_null()) g.k_doc = c["k_doc"].get<std::vector<int64_t>>();
-    for (auto [field, key] : {std::pair{&g.q, "q"}, {&g.k, "k"}, {&g.v, "v"}, {&g.dout, "dout"},
-                              {&g.out, "out"}, {&g.lse, "lse"}, {&g.dq, "dq"}, {&g.dk, "dk"},
+    for (auto [field, key] : {std::pair{&g.q, "q"},
+                              {&g.k, "k"},
+                              {&g.v, "v"},
+                              {&g.dout, "dout"},
+                              {&g.out, "out"},
+                              {&g.lse, "lse"},
+                              {&g.dq, "dq"},
+                              {&g.dk, "dk"},
                               {&g.dv, "dv"}}) {
       *field = doubles_or_neg_inf(c[key]);
     }
     cases.push_back(std::move(g));
   }
+  return cases;
+}
+}  // namespace
+
+std::vector<GoldenCase> load_golden_cases() {
+  // Parsed once per process: several parameterised suites instantiate from it at start-up.
+  static const std::vector<GoldenCase> cases = parse_golden_cases();
   return cases;
 }
 

@@ -3,11 +3,10 @@
 
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cpattn/kernel.h"
 #include "kernel/reference.h"
@@ -28,6 +27,7 @@ struct GoldenCase {
   std::vector<int64_t> q_pos, k_pos, q_doc, k_doc;  // docs empty when null
   std::vector<double> q, k, v, dout, out, lse, dq, dk, dv;
 };
+/// The attention cases of the vectors file (parsed on first use, then copied).
 std::vector<GoldenCase> load_golden_cases();
 
 /// The golden case's inputs as a reference::Problem (same params, positions, documents, rng).
