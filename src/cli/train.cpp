@@ -108,7 +108,7 @@ int run(const TrainOptions& o, const std::vector<uint8_t>& text, const Backend& 
   }
 
   std::optional<ProgressPrinter> progress;
-  if (backend.lead) progress.emplace(cfg.steps, out, o.metrics);
+  if (backend.lead) progress.emplace(cfg.steps, out, o.metrics, backend.world == nullptr);
   const train::TrainResult result =
       train::train(cfg, text, backend.group, [&](const train::StepMetrics& m) {
         progress->on_step(m);

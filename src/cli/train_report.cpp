@@ -45,10 +45,10 @@ double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0
 }  // namespace
 
 ProgressPrinter::ProgressPrinter(int64_t total_steps, std::FILE* out,
-                                 const std::string& metrics_path)
+                                 const std::string& metrics_path, bool allow_bar)
     : total_(total_steps),
       out_(out),
-      tty_(isatty(fileno(out)) == 1),
+      tty_(allow_bar && isatty(fileno(out)) == 1),
       every_(std::max<int64_t>(1, total_steps / 20)) {
   if (!metrics_path.empty()) {
     metrics_.open(metrics_path, std::ios::out | std::ios::trunc);

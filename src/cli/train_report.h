@@ -14,14 +14,16 @@
 
 namespace cpattn::cli {
 
-/// Receives rank 0's StepMetrics. On a terminal (isatty) redraws one progress-bar line
-/// "[#####.....] step 120/400 | loss 2.345 | 12.3k tok/s | ETA 0:42" at most 10 times a second;
+/// Receives rank 0's StepMetrics. On a terminal (isatty, and allow_bar) redraws one progress-bar
+/// line "[#####.....] step 120/400 | loss 2.345 | 12.3k tok/s | ETA 0:42" at most 10 times a second;
 /// otherwise prints a plain line about 20 times per run. Appends one JSON object per step
 /// {"step", "loss", "lr", "tokens_per_s", "elapsed_s"} to `metrics_path` when not empty.
 class ProgressPrinter {
  public:
-  /// Throws Error(kIo) when metrics_path cannot be created.
-  ProgressPrinter(int64_t total_steps, std::FILE* out, const std::string& metrics_path);
+  /// allow_bar = false forces plain lines (mpirun hands its ranks a pseudo-terminal even when
+  /// its own output goes to a file). Throws Error(kIo) when metrics_path cannot be created.
+  ProgressPrinter(int64_t total_steps, std::FILE* out, const std::string& metrics_path,
+                  bool allow_bar);
   void on_step(const train::StepMetrics& m);
   /// Ends the progress-bar line (call once after the last step).
   void finish();

@@ -155,7 +155,13 @@ CheckReport run_check(const TrainConfig& config, std::span<const uint8_t> text,
                             report.tolerance)};
       for (const CheckPair& pair : report.pairs) rank_failed += pair.passed ? 0.0 : 1.0;
     }
+    // The other ranks wait here while rank 0 computes the cp=1 reference alone, which can take
+    // longer than a normal wait's deadline; a failing rank 0 still ends the wait at once
+    // (kPeerFailed in-process, MPI_Abort under mpirun).
+    const std::chrono::milliseconds deadline = comm.timeout();
+    comm.set_timeout(std::max(deadline, std::chrono::milliseconds(std::chrono::hours(24))));
     comm.allreduce_sum(std::span<double>(&rank_failed, 1));
+    comm.set_timeout(deadline);
     if (rank_failed > 0.0) failed.store(true);
   });
   report.passed = !failed.load();
