@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh release
-build/release/cpattn verify "$@"
+build/release/cpattn train --check "$@"

@@ -21,7 +21,8 @@ std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::arra
 
 /// The Philox key and the counter words of the dropout contract for one (b, h, q position).
 /// key = {lo32(seed), hi32(seed) ^ hi32(offset)};
-/// counter = {k_pos / 4, q_pos, b * num_heads_q + h, lo32(offset)} (positions taken mod 2^32).
+/// counter = {lo32(k_pos / 4), lo32(q_pos), b * num_heads_q + h, lo32(offset)}: the division comes
+/// first, so masks repeat with period 2^32 in q_pos and 2^34 in k_pos.
 struct DropoutStream {
   std::array<uint32_t, 2> key;
   uint32_t q_word;     ///< counter[1] = lo32(q_pos)

@@ -44,8 +44,9 @@ class ThreadCommunicator final : public Communicator {
   void allreduce_sum(std::span<double> data) override;
   void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
   void barrier() override;
-  /// This rank's own counter, a child of process_memory().
-  MemoryCounter& memory() override { return memory_; }
+  /// This rank's own counter, a child of process_memory(). It stays valid for as long as anything
+  /// charged to it lives (results kept after run_ranks returned), even past this object.
+  MemoryCounter& memory() override { return *memory_; }
 
  private:
   Request post(bool is_send, const std::byte* message, std::byte* buffer, size_t bytes, int peer,
@@ -54,7 +55,7 @@ class ThreadCommunicator final : public Communicator {
 
   detail::ThreadGroup& group_;
   int rank_;
-  MemoryCounter memory_{&process_memory()};
+  std::unique_ptr<MemoryCounter> memory_;  // parked, not freed, if still in use at destruction
 };
 
 /// Runs fn(comm) for every rank of a group of `size` in-process ranks, each on its own thread,

@@ -16,7 +16,7 @@ struct Command {
   std::function<int()> add_to(CLI::App& app) const { return add(app); }
 };
 
-/// `cpattn train`: trains a byte-level transformer with context-parallel attention (src/cli/train.cpp).
+/// `cpattn train`: trains a byte-level transformer with context-parallel attention.
 Command train_command();
 
 /// `cpattn verify`: kernel (and, with --cp, ring) against the double reference.

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <cstdio>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -86,14 +87,20 @@ int run(const TrainOptions& o, const std::vector<uint8_t>& text, const Backend& 
                  "  model: %lld layers, d_model %lld, %lld heads / %lld kv heads, vocab %lld\n"
                  "  cp %d (%s, %s), recompute %s, dropout %g, %lld steps of %lld x %lld tokens\n",
                  o.text.c_str(), text.size(), entropy, static_cast<long long>(cfg.model.layers),
-                 static_cast<long long>(cfg.model.d_model),
-                 static_cast<long long>(cfg.model.heads),
+                 static_cast<long long>(cfg.model.d_model), static_cast<long long>(cfg.model.heads),
                  static_cast<long long>(cfg.model.kv_heads),
                  static_cast<long long>(cfg.model.vocab), cfg.cp, layout_name(cfg.layout),
                  o.backend.c_str(), cfg.recompute ? "on" : "off", cfg.dropout,
                  static_cast<long long>(cfg.steps), static_cast<long long>(cfg.batch),
                  static_cast<long long>(cfg.seq_len));
     std::fflush(out);
+  }
+  // Fail on an unwritable --metrics or --plot path now rather than after training.
+  std::optional<ProgressPrinter> progress;
+  if (backend.lead) progress.emplace(cfg.steps, out, o.metrics, backend.world == nullptr);
+  if (backend.lead && !o.plot.empty()) {
+    CPATTN_CHECK(std::ofstream(o.plot, std::ios::out | std::ios::trunc).is_open(), ErrorCode::kIo,
+                 "cannot create --plot file '", o.plot, "'");
   }
   std::optional<train::CheckReport> check;
   if (o.check) {
@@ -107,12 +114,8 @@ int run(const TrainOptions& o, const std::vector<uint8_t>& text, const Backend& 
     }
   }
 
-  std::optional<ProgressPrinter> progress;
-  if (backend.lead) progress.emplace(cfg.steps, out, o.metrics, backend.world == nullptr);
-  const train::TrainResult result =
-      train::train(cfg, text, backend.group, [&](const train::StepMetrics& m) {
-        progress->on_step(m);
-      });
+  const train::TrainResult result = train::train(
+      cfg, text, backend.group, [&](const train::StepMetrics& m) { progress->on_step(m); });
   if (progress) progress->finish();
 
   Summary s;
@@ -177,8 +180,8 @@ int run_train(TrainOptions o) {
   MpiSession session(nullptr, nullptr);
   MpiCommunicator world;
   // Under mpirun the group is the MPI world: --cp, when given, must agree with -n.
-  CPATTN_CHECK(!o.cp_given || o.config.cp == world.size(), ErrorCode::kInvalidArgument,
-               "--cp ", o.config.cp, " differs from the ", world.size(),
+  CPATTN_CHECK(!o.cp_given || o.config.cp == world.size(), ErrorCode::kInvalidArgument, "--cp ",
+               o.config.cp, " differs from the ", world.size(),
                " MPI processes (--backend mpi uses one rank per process)");
   o.config.cp = world.size();
   train::validate_train_config(o.config, text);
@@ -194,57 +197,58 @@ int run_train(TrainOptions o) {
 }  // namespace
 
 Command train_command() {
-  return {"train", [](CLI::App& app) -> std::function<int()> {
-            auto o = std::make_shared<TrainOptions>();
-            o->config = default_config();
-            train::TrainConfig& c = o->config;
-            CLI::App* cmd = app.add_subcommand(
-                "train",
-                "Train a byte-level transformer on a text file with context-parallel attention "
-                "(recompute + dropout), optionally proving its gradients first (--check)");
-            cmd->add_option("--text", o->text, "Training text (any file; bytes are the tokens)")
-                ->capture_default_str();
-            cmd->add_option("--cp", c.cp, "Context-parallel ranks (sequence shards)")
-                ->capture_default_str();
-            cmd->add_option("--backend", o->backend, "threads (in-process ranks) | mpi (mpirun)")
-                ->check(CLI::IsMember({"threads", "mpi"}))
-                ->capture_default_str();
-            cmd->add_option("--layout", o->layout, "Token layout: zigzag | striped | contiguous")
-                ->check(CLI::IsMember({"zigzag", "striped", "contiguous"}))
-                ->capture_default_str();
-            cmd->add_option("--layers", c.model.layers, "Transformer layers")->capture_default_str();
-            cmd->add_option("--d-model", c.model.d_model, "Model width")->capture_default_str();
-            cmd->add_option("--heads", c.model.heads, "Query heads (must divide --d-model)")
-                ->capture_default_str();
-            cmd->add_option("--kv-heads", c.model.kv_heads, "Key/value heads (GQA; divides --heads)")
-                ->capture_default_str();
-            cmd->add_option("--seq", c.seq_len, "Tokens per sequence (split over --cp ranks)")
-                ->capture_default_str();
-            cmd->add_option("--batch", c.batch, "Sequences per step")->capture_default_str();
-            cmd->add_option("--steps", c.steps, "Optimizer steps")->capture_default_str();
-            cmd->add_option("--lr", c.adamw.lr, "Peak learning rate (AdamW, cosine decay)")
-                ->capture_default_str();
-            cmd->add_option("--warmup", c.adamw.warmup_steps, "Linear warmup steps")
-                ->capture_default_str();
-            cmd->add_option("--dropout", c.dropout, "Attention dropout probability")
-                ->capture_default_str();
-            cmd->add_flag("--recompute,!--no-recompute", c.recompute,
-                          "Checkpoint every layer (recompute its forward in backward); default on");
-            cmd->add_option("--seed", c.seed, "Seed of init, batches and dropout")
-                ->capture_default_str();
-            cmd->add_option("--threads", c.threads, "Attention kernel threads per rank")
-                ->capture_default_str();
-            cmd->add_flag("--check", o->check,
-                          "First compare step-0 loss and gradients: cp=P recompute, cp=P "
-                          "no-recompute, cp=1 (exit 1 if any differs by more than 1e-5)");
-            cmd->add_option("--metrics", o->metrics, "Write one JSON object per step here (JSONL)");
-            cmd->add_option("--plot", o->plot, "Draw the loss curve into this PNG (gnuplot)");
-            cmd->add_flag("--json", o->json, "Print the summary as JSON (progress goes to stderr)");
-            return [o, cmd] {
-              o->cp_given = cmd->count("--cp") > 0;
-              return run_train(*o);
-            };
-          }};
+  return {
+      "train", [](CLI::App& app) -> std::function<int()> {
+        auto o = std::make_shared<TrainOptions>();
+        o->config = default_config();
+        train::TrainConfig& c = o->config;
+        CLI::App* cmd = app.add_subcommand(
+            "train",
+            "Train a byte-level transformer on a text file with context-parallel attention "
+            "(recompute + dropout), optionally proving its gradients first (--check)");
+        cmd->add_option("--text", o->text, "Training text (any file; bytes are the tokens)")
+            ->capture_default_str();
+        cmd->add_option("--cp", c.cp, "Context-parallel ranks (sequence shards)")
+            ->capture_default_str();
+        cmd->add_option("--backend", o->backend, "threads (in-process ranks) | mpi (mpirun)")
+            ->check(CLI::IsMember({"threads", "mpi"}))
+            ->capture_default_str();
+        cmd->add_option("--layout", o->layout, "Token layout: zigzag | striped | contiguous")
+            ->check(CLI::IsMember({"zigzag", "striped", "contiguous"}))
+            ->capture_default_str();
+        cmd->add_option("--layers", c.model.layers, "Transformer layers")->capture_default_str();
+        cmd->add_option("--d-model", c.model.d_model, "Model width")->capture_default_str();
+        cmd->add_option("--heads", c.model.heads, "Query heads (must divide --d-model)")
+            ->capture_default_str();
+        cmd->add_option("--kv-heads", c.model.kv_heads, "Key/value heads (GQA; divides --heads)")
+            ->capture_default_str();
+        cmd->add_option("--seq", c.seq_len, "Tokens per sequence (split over --cp ranks)")
+            ->capture_default_str();
+        cmd->add_option("--batch", c.batch, "Sequences per step")->capture_default_str();
+        cmd->add_option("--steps", c.steps, "Optimizer steps")->capture_default_str();
+        cmd->add_option("--lr", c.adamw.lr, "Peak learning rate (AdamW, cosine decay)")
+            ->capture_default_str();
+        cmd->add_option("--warmup", c.adamw.warmup_steps, "Linear warmup steps")
+            ->capture_default_str();
+        cmd->add_option("--dropout", c.dropout, "Attention dropout probability")
+            ->capture_default_str();
+        cmd->add_flag("--recompute,!--no-recompute", c.recompute,
+                      "Checkpoint every layer (recompute its forward in backward); default on");
+        cmd->add_option("--seed", c.seed, "Seed of init, batches and dropout")
+            ->capture_default_str();
+        cmd->add_option("--threads", c.threads, "Attention kernel threads per rank")
+            ->capture_default_str();
+        cmd->add_flag("--check", o->check,
+                      "First compare step-0 loss and gradients: cp=P recompute, cp=P "
+                      "no-recompute, cp=1 (exit 1 if any differs by more than 1e-5)");
+        cmd->add_option("--metrics", o->metrics, "Write one JSON object per step here (JSONL)");
+        cmd->add_option("--plot", o->plot, "Draw the loss curve into this PNG (gnuplot)");
+        cmd->add_flag("--json", o->json, "Print the summary as JSON (progress goes to stderr)");
+        return [o, cmd] {
+          o->cp_given = cmd->count("--cp") > 0;
+          return run_train(*o);
+        };
+      }};
 }
 
 }  // namespace cpattn::cli

@@ -78,9 +78,9 @@ void ProgressPrinter::on_step(const train::StepMetrics& m) {
     const auto filled = static_cast<int>(kWidth * m.step / std::max<int64_t>(1, total_));
     std::string bar(static_cast<size_t>(filled), '#');
     bar.resize(kWidth, '.');
-    std::fprintf(out_, "\r[%s] step %lld/%lld | loss %.4f | %s tok/s | ETA %s \x1b[K",
-                 bar.c_str(), static_cast<long long>(m.step), static_cast<long long>(total_),
-                 m.loss, rate_string(m.tokens_per_s).c_str(), clock_string(eta).c_str());
+    std::fprintf(out_, "\r[%s] step %lld/%lld | loss %.4f | %s tok/s | ETA %s \x1b[K", bar.c_str(),
+                 static_cast<long long>(m.step), static_cast<long long>(total_), m.loss,
+                 rate_string(m.tokens_per_s).c_str(), clock_string(eta).c_str());
   } else if (last || m.step % every_ == 0 || m.step == 1) {
     std::fprintf(out_,
                  "step %lld/%lld  loss %.4f  lr %.2e  tokens/s %.0f  elapsed %.1f s  eta %.0f s\n",
@@ -99,7 +99,10 @@ void plot_losses(const std::vector<double>& losses, double unigram_entropy,
                  const std::string& png_path) {
   CPATTN_CHECK(png_path.find('"') == std::string::npos, ErrorCode::kInvalidArgument,
                "--plot path must not contain '\"', got ", png_path);
-  std::FILE* gp = popen("gnuplot", "w");
+  // Checked here because gnuplot, when it cannot open its output, writes the PNG to stdout.
+  CPATTN_CHECK(std::ofstream(png_path, std::ios::out | std::ios::trunc).is_open(), ErrorCode::kIo,
+               "cannot create --plot file '", png_path, "'");
+  std::FILE* gp = popen("gnuplot > /dev/null", "w");
   CPATTN_CHECK(gp != nullptr, ErrorCode::kIo, "cannot run gnuplot for --plot");
   // GPVAL_TERMINALS lists the terminals this gnuplot was built with.
   std::fprintf(gp,
@@ -115,17 +118,18 @@ void plot_losses(const std::vector<double>& losses, double unigram_entropy,
   for (size_t i = 0; i < losses.size(); ++i) std::fprintf(gp, "%zu %.9g\n", i + 1, losses[i]);
   std::fprintf(gp, "e\n");
   const int status = pclose(gp);
-  CPATTN_CHECK(status == 0, ErrorCode::kIo, "gnuplot failed (status ", status,
-               ") writing --plot '", png_path, "'; is gnuplot installed?");
+  CPATTN_CHECK(status == 0, ErrorCode::kIo, "gnuplot failed (status ", status, ") writing --plot '",
+               png_path, "'; is gnuplot installed?");
 }
 
 void print_check(const train::CheckReport& report, std::FILE* out) {
   std::fprintf(out, "check: loss and every parameter gradient at step 0 (tolerance %.0e)\n",
                report.tolerance);
   for (const train::CheckPair& p : report.pairs) {
-    const std::string worst = p.worst_tensor.empty() ? "every tensor bitwise equal" : "worst " + p.worst_tensor;
-    std::fprintf(out, "  %-36s loss rel %.2e  grad rel %.2e (%s)  %s\n", p.name.c_str(),
-                 p.loss_rel, p.grad_rel, worst.c_str(), p.passed ? "ok" : "FAIL");
+    const std::string worst =
+        p.worst_tensor.empty() ? "every tensor bitwise equal" : "worst " + p.worst_tensor;
+    std::fprintf(out, "  %-36s loss rel %.2e  grad rel %.2e (%s)  %s\n", p.name.c_str(), p.loss_rel,
+                 p.grad_rel, worst.c_str(), p.passed ? "ok" : "FAIL");
   }
   std::fprintf(out, "check %s\n", report.passed ? "passed" : "FAILED");
   std::fflush(out);
@@ -145,12 +149,13 @@ nlohmann::json check_json(const train::CheckReport& report) {
 
 void print_summary(const Summary& s, std::FILE* out) {
   const char* summed = s.processes > 1 ? " (sum over processes)" : "";
-  std::fprintf(out, "final loss            %.4f nats/byte (mean of the last %lld steps; first %.4f)\n",
+  std::fprintf(out,
+               "final loss            %.4f nats/byte (mean of the last %lld steps; first %.4f)\n",
                s.final_loss, static_cast<long long>(s.final_window), s.first_loss);
   std::fprintf(out, "unigram entropy       %.4f nats/byte (byte frequencies only; %.4f below it)\n",
                s.unigram_entropy, s.unigram_entropy - s.final_loss);
-  std::fprintf(out, "throughput            %.0f tokens/s (%lld tokens in %.1f s)\n",
-               s.tokens_per_s, static_cast<long long>(s.tokens), s.elapsed_s);
+  std::fprintf(out, "throughput            %.0f tokens/s (%lld tokens in %.1f s)\n", s.tokens_per_s,
+               static_cast<long long>(s.tokens), s.elapsed_s);
   std::fprintf(out, "peak RSS              %.1f MiB%s\n", mib(s.peak_rss_bytes), summed);
   std::fprintf(out, "cpattn peak bytes     %.1f MiB%s\n", mib(s.cpattn_peak_bytes), summed);
   std::fprintf(out, "live ForwardResults   %lld%s\n",

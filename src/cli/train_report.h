@@ -2,11 +2,10 @@
 // the --metrics JSONL file, the --plot loss curve (gnuplot) and the final summary.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -15,8 +14,8 @@
 namespace cpattn::cli {
 
 /// Receives rank 0's StepMetrics. On a terminal (isatty, and allow_bar) redraws one progress-bar
-/// line "[#####.....] step 120/400 | loss 2.345 | 12.3k tok/s | ETA 0:42" at most 10 times a second;
-/// otherwise prints a plain line about 20 times per run. Appends one JSON object per step
+/// line "[#####.....] step 120/400 | loss 2.345 | 12.3k tok/s | ETA 0:42" at most 10 times a
+/// second; otherwise prints a plain line about 20 times per run. Appends one JSON object per step
 /// {"step", "loss", "lr", "tokens_per_s", "elapsed_s"} to `metrics_path` when not empty.
 class ProgressPrinter {
  public:

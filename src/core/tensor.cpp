@@ -34,14 +34,19 @@ Tensor::Tensor(std::vector<int64_t> shape, MemoryCounter* counter) : shape_(std:
                  shape_string());
     numel_ *= d;
   }
-  if (counter == nullptr) counter = &process_memory();
   const int64_t bytes = numel_ * static_cast<int64_t>(sizeof(float));
+  // An empty tensor is not charged anywhere, so it never touches (or pins) a counter.
+  if (bytes == 0) {
+    counter = nullptr;
+  } else if (counter == nullptr) {
+    counter = &process_memory();
+  }
   // 64-byte alignment: whole cache lines and aligned AVX loads for the first row.
   auto* p = static_cast<float*>(::operator new[](static_cast<size_t>(bytes > 0 ? bytes : 1),
                                                  std::align_val_t{64}));
   if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
   storage_ = std::unique_ptr<float[], Release>(p, Release{counter, bytes});
-  counter->add_bytes(bytes);
+  if (counter != nullptr) counter->add_bytes(bytes);
 }
 
 void Tensor::Release::operator()(float* p) const noexcept {

@@ -9,6 +9,8 @@
 namespace cpattn {
 
 float merge_lse(float lse_a, float lse_b) {
+  // std::max(-inf, NaN) is -inf: without this a NaN partial would be dropped as an empty one.
+  if (std::isnan(lse_a) || std::isnan(lse_b)) return std::numeric_limits<float>::quiet_NaN();
   const float m = std::max(lse_a, lse_b);
   // Both empty: -inf - -inf would be NaN, so the identity is handled first.
   if (m == -std::numeric_limits<float>::infinity()) return m;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "cpattn/error.h"
 
@@ -149,6 +150,11 @@ namespace {
 struct Range {
   int64_t lo, hi;
 };
+// pos + window (both >= 0) saturated at INT64_MAX: a huge window_right must not wrap negative.
+int64_t add_window(int64_t pos, int64_t window) {
+  return window > std::numeric_limits<int64_t>::max() - pos ? std::numeric_limits<int64_t>::max()
+                                                            : pos + window;
+}
 Range range_of(std::span<const int64_t> x) {
   const auto [lo, hi] = std::minmax_element(x.begin(), x.end());
   return {*lo, *hi};
@@ -163,7 +169,7 @@ bool block_hidden(std::span<const int64_t> q_pos, std::span<const int64_t> k_pos
   const Range q = range_of(q_pos), k = range_of(k_pos);
   // Every key after every query: causal hides all; so does a bounded right window.
   if (params.causal && k.lo > q.hi) return true;
-  if (params.window_right >= 0 && k.lo > q.hi + params.window_right) return true;
+  if (params.window_right >= 0 && k.lo > add_window(q.hi, params.window_right)) return true;
   if (params.window_left >= 0 && k.hi < q.lo - params.window_left) return true;
   if (!q_doc.empty() && !k_doc.empty()) {
     const Range qd = range_of(q_doc), kd = range_of(k_doc);
@@ -182,7 +188,7 @@ int64_t count_visible_pairs(std::span<const int64_t> q_pos, std::span<const int6
       const int64_t qi = q_pos[i], kj = k_pos[j];
       if (params.causal && kj > qi) continue;
       if (params.window_left >= 0 && kj < qi - params.window_left) continue;
-      if (params.window_right >= 0 && kj > qi + params.window_right) continue;
+      if (params.window_right >= 0 && kj > add_window(qi, params.window_right)) continue;
       if (docs && q_doc[i] != k_doc[j]) continue;
       ++n;
     }

@@ -216,7 +216,7 @@ class ForwardRunner {
     for (int64_t i = 0; i < qt.size; ++i) {
       float* dst = &p_.out(b, qt.begin + i, h, 0);
       const float* src = o + i * dv_pad_;
-      if (l[i] > 0.0f) {
+      if (l[i] > 0.0f || std::isnan(l[i])) {  // NaN: a NaN input reached the row; keep it
         const float inv = 1.0f / l[i];
         for (int64_t d = 0; d < p_.Dv; ++d) dst[d * sd] = src[d] * inv;
         lse[qt.begin + i] = m[i] + std::log(l[i]);

@@ -40,8 +40,9 @@ inline float hsum8(V8 x) {
 /// carries no rounding from the reduction; degree-7 polynomial for e^r; 2^n added to the
 /// exponent bits). Lanes with x < -86 (including -inf) give exactly 0, so masked scores cost no
 /// branch (the flushed values are below e^-86 ~ 1e-37, invisible next to the row maximum's
-/// e^0). x > 88 and NaN give unspecified values; the softmax only passes x <= 0.
+/// e^0). NaN lanes return NaN. x > 88 gives unspecified values; the softmax only passes x <= 0.
 inline V8 exp_8(V8 x) {
+  const V8 in = x;
   const V8i keep = x >= splat8(-86.0f);
   x = max8(x, splat8(-86.0f));  // keeps the exponent of p * 2^n normal for flushed lanes
   // Adding 1.5 * 2^23 rounds to the nearest integer in the low mantissa bits (no float->int
@@ -66,7 +67,9 @@ inline V8 exp_8(V8 x) {
   pbits = (pbits + n_exp) & keep;
   V8 out;
   std::memcpy(&out, &pbits, sizeof out);
-  return out;
+  // A NaN score (NaN or Inf in q/k) must poison its row like any softmax would; the clamp and
+  // `keep` above would otherwise turn it into 0, i.e. a silently masked key.
+  return in == in ? out : in;
 }
 
 }  // namespace cpattn::detail

@@ -31,6 +31,18 @@ void check_view(const StridedView<T>& view, const char* name, const char* dims,
                " has shape ", shape_string(view.shape), " but a null data pointer");
 }
 
+// An output written through a stride-0 dimension of size > 1 would have one element stored by
+// several work items (threads) at once: a data race, and a meaningless result. (Other overlaps,
+// e.g. strides smaller than the extent of the next dimension, are not detected.)
+void check_no_self_overlap(const View& view, const char* name) {
+  if (view.numel() == 0) return;
+  for (int i = 0; i < 4; ++i) {
+    CPATTN_CHECK(view.shape[i] <= 1 || view.stride[i] != 0, ErrorCode::kShapeMismatch, name,
+                 " is written, so its elements must not overlap: dimension ", i, " has size ",
+                 view.shape[i], " but stride 0 (strides ", shape_string(view.stride), ")");
+  }
+}
+
 // The first operand fixes B, Sq, Hq, Dqk; its own dims only need to be >= 0.
 void check_dims_nonnegative(const Shape& s, const char* name) {
   for (int64_t d : s) {
@@ -141,6 +153,7 @@ ForwardProblem validate_forward(const AttentionInputs& in, const AttentionParams
   ForwardProblem p;
   fill_problem(in, params, rng, options, p);
   check_view(out, "out", "[B, Sq, Hq, Dv]", {p.B, p.Sq, p.Hq, p.Dv});
+  check_no_self_overlap(out, "out");
   check_row_stats(lse.size(), p, "lse");
   p.out = out;
   p.lse = lse;
@@ -161,6 +174,9 @@ BackwardProblem validate_backward(const AttentionInputs& in, const AttentionPara
   check_view(dq, "dq", "[B, Sq, Hq, Dqk]", {p.B, p.Sq, p.Hq, p.Dqk});
   check_view(dk, "dk", "[B, Sk, Hkv, Dqk]", {p.B, p.Sk, p.Hkv, p.Dqk});
   check_view(dv, "dv", "[B, Sk, Hkv, Dv]", {p.B, p.Sk, p.Hkv, p.Dv});
+  check_no_self_overlap(dq, "dq");
+  check_no_self_overlap(dk, "dk");
+  check_no_self_overlap(dv, "dv");
   p.dout = dout;
   p.out = out;
   p.lse = lse;

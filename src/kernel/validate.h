@@ -14,7 +14,8 @@ Problem validate_inputs(const AttentionInputs& in, const AttentionParams& params
 
 /// Validates a forward call. Throws Error(kShapeMismatch) for a wrong shape, stride or span length
 /// and Error(kInvalidArgument) for a bad value (negative position, NaN scale, dropout_p outside
-/// [0, 1), window < -1, num_threads < 1, null data with non-zero size), naming expected vs got.
+/// [0, 1), window < -1, num_threads < 1, null data with non-zero size), naming expected vs got;
+/// Error(kShapeMismatch) for an output with a stride-0 dimension of size > 1 (overlapping writes).
 ForwardProblem validate_forward(const AttentionInputs& in, const AttentionParams& params,
                                 RngState rng, View out, std::span<float> lse,
                                 const KernelOptions& options);

@@ -61,6 +61,10 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                                       ConstView k, ConstView v, const ForwardResult& state,
                                       const SequenceSharding& seq, const AttentionParams& params,
                                       const RingOptions& options) {
+  // A moved-from ForwardResult keeps its fingerprint (plain values) but no tensors.
+  CPATTN_CHECK(state.out.shape().size() == 4 && state.lse.shape().size() == 3,
+               ErrorCode::kStateMismatch,
+               "attention_backward: the ForwardResult holds no out/lse tensors (it was moved from)");
   const Fingerprint called =
       make_fingerprint(comm.rank(), comm.size(), q, k, v, seq, params, state.rng);
   const std::vector<std::string> diffs = state.fingerprint.differences(called);

@@ -30,6 +30,19 @@ void compare(std::vector<std::string>& out, const char* name, const T& recorded,
                                 ", backward called with ", name, "=", format(called)));
 }
 
+// make_fingerprint hashes q, k and v before any ring validation (backward and recompute check
+// the state first), so a view that cannot be read must be refused here, not dereferenced.
+void check_readable(ConstView x, const char* name) {
+  for (int i = 0; i < 4; ++i) {
+    CPATTN_CHECK(x.shape[i] >= 0, ErrorCode::kShapeMismatch, name,
+                 ": dimensions must be >= 0, got ", shape_text(x.shape));
+    CPATTN_CHECK(x.stride[i] >= 0, ErrorCode::kShapeMismatch, name, ": strides must be >= 0, got ",
+                 shape_text(x.stride));
+  }
+  CPATTN_CHECK(x.data != nullptr || x.numel() == 0, ErrorCode::kInvalidArgument, name,
+               ": null data pointer for shape ", shape_text(x.shape));
+}
+
 }  // namespace
 
 std::vector<std::string> Fingerprint::differences(const Fingerprint& called) const {
@@ -64,6 +77,9 @@ std::vector<std::string> Fingerprint::differences(const Fingerprint& called) con
 Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,
                              const SequenceSharding& seq, const AttentionParams& params,
                              RngState rng) {
+  check_readable(q, "q");
+  check_readable(k, "k");
+  check_readable(v, "v");
   Fingerprint fp;
   fp.q_shape = q.shape;
   fp.k_shape = k.shape;

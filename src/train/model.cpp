@@ -66,7 +66,8 @@ struct Context {
   template <typename T>
   StridedView<T> bshd(T* data, int64_t heads) const {
     const int64_t d = cfg.head_dim();
-    return {data, {shard.batch, shard.local_len, heads, d},
+    return {data,
+            {shard.batch, shard.local_len, heads, d},
             {shard.local_len * heads * d, heads * d, d, 1}};
   }
 };
@@ -128,8 +129,8 @@ void layer_backward(const Context& c, const LayerTensors<const float>& w,
   const int64_t d = cfg.d_model, hd = cfg.head_dim();
   // y = h + mlp(rmsnorm(h)): dh = dy + rmsnorm'(mlp'(dy)).
   Tensor t = c.rows(d);
-  mlp_backward({c.n, d, cfg.hidden()}, grad.span(), a.xn2.span(), w.w1, w.w2, a.mlp, t.span(),
-               g.w1, g.w2, c.counter);
+  mlp_backward({c.n, d, cfg.hidden()}, grad.span(), a.xn2.span(), w.w1, w.w2, a.mlp, t.span(), g.w1,
+               g.w2, c.counter);
   a.mlp = MlpCache();
   a.xn2 = Tensor();
   rmsnorm_backward(c.n, d, t.span(), a.h.span(), w.mlp_norm, t.span(), g.mlp_norm);
@@ -140,11 +141,11 @@ void layer_backward(const Context& c, const LayerTensors<const float>& w,
   linear_backward({c.n, cfg.q_dim(), d}, grad.span(), a.attn->out.span(), w.wo, dout.span(), g.wo,
                   {});
   const float* qkv = a.qkv.data();
-  AttentionGradients ag = attention_backward(
-      c.comm, c.bshd<const float>(dout.data(), cfg.heads), c.qkv_view(qkv, 0, cfg.heads),
-      c.qkv_view(qkv, cfg.q_dim(), cfg.kv_heads),
-      c.qkv_view(qkv, cfg.q_dim() + cfg.kv_dim(), cfg.kv_heads), *a.attn, c.opt.seq, c.attn,
-      c.opt.ring);
+  AttentionGradients ag =
+      attention_backward(c.comm, c.bshd<const float>(dout.data(), cfg.heads),
+                         c.qkv_view(qkv, 0, cfg.heads), c.qkv_view(qkv, cfg.q_dim(), cfg.kv_heads),
+                         c.qkv_view(qkv, cfg.q_dim() + cfg.kv_dim(), cfg.kv_heads), *a.attn,
+                         c.opt.seq, c.attn, c.opt.ring);
   a.attn.reset();
   dout = Tensor();
   a.qkv = Tensor();
@@ -172,8 +173,7 @@ void layer_backward(const Context& c, const LayerTensors<const float>& w,
                 cfg.rope_base);
   rope_backward({c.n, cfg.kv_heads, hd, cfg.qkv_dim()}, dqkv.span().subspan(cfg.q_dim()),
                 c.shard.row_positions, cfg.rope_base);
-  linear_backward({c.n, d, cfg.qkv_dim()}, dqkv.span(), a.xn1.span(), w.wqkv, t.span(), g.wqkv,
-                  {});
+  linear_backward({c.n, d, cfg.qkv_dim()}, dqkv.span(), a.xn1.span(), w.wqkv, t.span(), g.wqkv, {});
   dqkv = Tensor();
   a.xn1 = Tensor();
   rmsnorm_backward(c.n, d, t.span(), x.span(), w.attn_norm, t.span(), g.attn_norm);
@@ -257,8 +257,7 @@ double forward_backward(Communicator& comm, const ModelParams& params, const Sha
       RecomputeOptions ropts;
       ropts.ring = options.ring;
       const AttentionFn again = [&](ConstView q, ConstView k, ConstView v) {
-        return recompute_forward(comm, checkpoints[l], replayed, q, k, v, options.seq, attn,
-                                 ropts);
+        return recompute_forward(comm, checkpoints[l], replayed, q, k, v, options.seq, attn, ropts);
       };
       Tensor y;
       acts[l].emplace(layer_forward(c, params.layer(li), inputs[l], again, y));

@@ -33,10 +33,10 @@ ShardBatch shard_batch(const Batch& batch, const SequenceSharding& seq);
 
 /// How one step runs; equal on every rank except seq.cp_rank.
 struct StepOptions {
-  SequenceSharding seq;    ///< layout, S, P and this rank (positions empty: position = index)
-  float dropout = 0.0f;    ///< attention dropout probability, in [0, 1)
-  bool recompute = true;   ///< checkpoint every layer (keep only its input and RngState)
-  RingOptions ring;        ///< kernel threads per rank
+  SequenceSharding seq;   ///< layout, S, P and this rank (positions empty: position = index)
+  float dropout = 0.0f;   ///< attention dropout probability, in [0, 1)
+  bool recompute = true;  ///< checkpoint every layer (keep only its input and RngState)
+  RingOptions ring;       ///< kernel threads per rank
 };
 
 /// Loss and gradients of one batch on rank comm.rank() of the CP group:

@@ -31,8 +31,8 @@ void validate_train_config(TrainConfig& config, std::span<const uint8_t> text) {
   CPATTN_CHECK(config.grad_clip > 0.0 && std::isfinite(config.grad_clip), kArg,
                "gradient clip must be > 0, got ", config.grad_clip);
   CPATTN_CHECK(config.model.heads >= 1 && config.model.d_model % config.model.heads == 0, kArg,
-               "--heads (", config.model.heads, ") must divide --d-model (",
-               config.model.d_model, ")");
+               "--heads (", config.model.heads, ") must divide --d-model (", config.model.d_model,
+               ")");
   validate_config(config.model);
   CPATTN_CHECK(static_cast<int64_t>(text.size()) >= config.seq_len + 1, kArg, "the text has ",
                text.size(), " bytes; --seq ", config.seq_len, " needs at least ",
@@ -83,8 +83,8 @@ void check_replicas(Communicator& comm, uint64_t digest) {
   for (size_t k = 1; k < p; ++k) {
     if (of(k) != of(0)) differing += detail::str_cat(" rank ", k, " ", digest_hex(of(k)), ";");
   }
-  CPATTN_CHECK(differing.empty(), ErrorCode::kInternal,
-               "replicas diverged: rank 0 weight digest ", digest_hex(of(0)), " but", differing);
+  CPATTN_CHECK(differing.empty(), ErrorCode::kInternal, "replicas diverged: rank 0 weight digest ",
+               digest_hex(of(0)), " but", differing);
 }
 
 }  // namespace
@@ -119,8 +119,8 @@ CheckPair compare_gradients(const std::string& name, const ModelConfig& model,
       diff = std::max(diff, std::abs(static_cast<double>(a.grads[k]) - b.grads[k]));
       ref = std::max(ref, std::abs(static_cast<double>(b.grads[k])));
     }
-    const double rel = ref > 0.0 ? diff / ref
-                                 : (diff > 0.0 ? std::numeric_limits<double>::infinity() : 0.0);
+    const double rel =
+        ref > 0.0 ? diff / ref : (diff > 0.0 ? std::numeric_limits<double>::infinity() : 0.0);
     if (rel > pair.grad_rel) {
       pair.grad_rel = rel;
       pair.worst_tensor = info.name;
@@ -146,13 +146,12 @@ CheckReport run_check(const TrainConfig& config, std::span<const uint8_t> text,
       StepGradients single;
       run_ranks(1, [&](Communicator& one) { single = step_zero(one, solo, text, false); });
       const std::string p = detail::str_cat("cp=", config.cp);
-      report.pairs = {
-          compare_gradients(p + " recompute vs " + p + " no-recompute", config.model, recompute,
-                            full, report.tolerance),
-          compare_gradients(p + " no-recompute vs cp=1", config.model, full, single,
-                            report.tolerance),
-          compare_gradients(p + " recompute vs cp=1", config.model, recompute, single,
-                            report.tolerance)};
+      report.pairs = {compare_gradients(p + " recompute vs " + p + " no-recompute", config.model,
+                                        recompute, full, report.tolerance),
+                      compare_gradients(p + " no-recompute vs cp=1", config.model, full, single,
+                                        report.tolerance),
+                      compare_gradients(p + " recompute vs cp=1", config.model, recompute, single,
+                                        report.tolerance)};
       for (const CheckPair& pair : report.pairs) rank_failed += pair.passed ? 0.0 : 1.0;
     }
     // The other ranks wait here while rank 0 computes the cp=1 reference alone, which can take

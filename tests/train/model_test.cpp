@@ -1,6 +1,8 @@
 // The transformer on CP shards (train/model.h): each rank gets its layout's inputs and targets,
 // the hand-chained backward through real cpattn attention (with dropout) matches finite
 // differences, and recompute keeps at most one ForwardResult alive per rank.
+#include "train/model.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,7 +12,6 @@
 #include "cpattn/memory.h"
 #include "cpattn/thread_communicator.h"
 #include "grad_check.h"
-#include "train/model.h"
 
 namespace cpattn::train {
 namespace {
@@ -141,13 +142,14 @@ TEST_P(ModelFiniteDifference, EveryParameterTensor) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Train, ModelFiniteDifference,
-    ::testing::Values(FdCase{1, false, 0.0f}, FdCase{2, true, 0.1f}, FdCase{3, false, 0.1f}),
-    [](const ::testing::TestParamInfo<FdCase>& p) {
-      return "cp" + std::to_string(p.param.cp) + (p.param.recompute ? "_recompute" : "_full") +
-             (p.param.dropout > 0 ? "_dropout" : "_nodropout");
-    });
+INSTANTIATE_TEST_SUITE_P(Train, ModelFiniteDifference,
+                         ::testing::Values(FdCase{1, false, 0.0f}, FdCase{2, true, 0.1f},
+                                           FdCase{3, false, 0.1f}),
+                         [](const ::testing::TestParamInfo<FdCase>& p) {
+                           return "cp" + std::to_string(p.param.cp) +
+                                  (p.param.recompute ? "_recompute" : "_full") +
+                                  (p.param.dropout > 0 ? "_dropout" : "_nodropout");
+                         });
 
 // Recompute keeps only checkpoints between forward and backward: one ForwardResult per rank at a
 // time, against one per layer and rank without it; none survives the step either way.

@@ -1,6 +1,8 @@
 // The training job (train/trainer.h): --check passes for cp in {1, 2, 3} x {zigzag, striped}
 // with dropout, a short run's loss falls with replicas bitwise identical, the check catches a
 // wrong gradient, and bad configurations fail before any rank starts.
+#include "train/trainer.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,14 +14,13 @@
 #include "cpattn/error.h"
 #include "cpattn/memory.h"
 #include "cpattn/thread_communicator.h"
-#include "train/trainer.h"
 
 namespace cpattn::train {
 namespace {
 
 // A few hundred bytes of English-like text repeated with variations: learnable in tens of steps.
 std::vector<uint8_t> training_text() {
-  const std::vector<std::string> words = {"the ", "cat ", "sat ", "on ", "a ", "mat. ",
+  const std::vector<std::string> words = {"the ", "cat ", "sat ", "on ", "a ",  "mat. ",
                                           "and ", "dog ", "ran ", "to ", "it. "};
   std::string s;
   uint32_t x = 1;
@@ -60,8 +61,8 @@ TEST_P(TrainCheck, StepZeroAgreesThreeWays) {
   const CheckReport report = run_check(c, text, thread_group(c.cp));
   ASSERT_EQ(report.pairs.size(), 3u);
   for (const CheckPair& p : report.pairs) {
-    EXPECT_TRUE(p.passed) << p.name << ": loss " << p.loss_rel << ", grad " << p.grad_rel
-                          << " at " << p.worst_tensor;
+    EXPECT_TRUE(p.passed) << p.name << ": loss " << p.loss_rel << ", grad " << p.grad_rel << " at "
+                          << p.worst_tensor;
   }
   EXPECT_TRUE(report.passed);
   // Recompute replays the same dropout stream on the same inputs: bitwise equal.
@@ -70,17 +71,14 @@ TEST_P(TrainCheck, StepZeroAgreesThreeWays) {
   EXPECT_EQ(memory_stats().live_forward_results, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Train, TrainCheck,
-                         ::testing::Values(CheckCase{1, Layout::kZigzag},
-                                           CheckCase{2, Layout::kZigzag},
-                                           CheckCase{3, Layout::kZigzag},
-                                           CheckCase{1, Layout::kStriped},
-                                           CheckCase{2, Layout::kStriped},
-                                           CheckCase{3, Layout::kStriped}),
-                         [](const ::testing::TestParamInfo<CheckCase>& p) {
-                           return std::string(layout_name(p.param.layout)) + "_cp" +
-                                  std::to_string(p.param.cp);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Train, TrainCheck,
+    ::testing::Values(CheckCase{1, Layout::kZigzag}, CheckCase{2, Layout::kZigzag},
+                      CheckCase{3, Layout::kZigzag}, CheckCase{1, Layout::kStriped},
+                      CheckCase{2, Layout::kStriped}, CheckCase{3, Layout::kStriped}),
+    [](const ::testing::TestParamInfo<CheckCase>& p) {
+      return std::string(layout_name(p.param.layout)) + "_cp" + std::to_string(p.param.cp);
+    });
 
 TEST(TrainCheck, ComparisonCatchesAWrongGradient) {
   TrainConfig c = tiny_config();

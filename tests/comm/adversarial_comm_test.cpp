@@ -1,0 +1,160 @@
+// Adversarial probes of the in-process communicator: many ranks, self messages, empty messages,
+// inconsistent collective sizes, bad peers and tags, very short deadlines, slow ranks.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cpattn/error.h"
+#include "cpattn/thread_communicator.h"
+
+namespace cpattn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+ErrorCode code_of(const std::function<void()>& fn, std::string* what = nullptr) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    if (what != nullptr) *what = e.what();
+    return e.code();
+  }
+  ADD_FAILURE() << "expected a cpattn::Error";
+  return ErrorCode::kInternal;
+}
+
+// 16 ranks (more than cores): allreduce is bitwise identical on every rank and exact for small
+// integers, all_to_all routes every block, barrier and self messages work.
+TEST(CommAdversarial, SixteenRanksCollectivesAndSelfMessages) {
+  constexpr int kRanks = 16;
+  std::vector<std::vector<float>> sums(kRanks);
+  run_ranks(kRanks, [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<float> x(37);  // not a multiple of 16: uneven slices, some of length 2 and 3
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r * 100 + i);
+    comm.allreduce_sum(std::span<float>(x));
+    sums[static_cast<size_t>(r)] = x;
+
+    std::vector<int32_t> send(kRanks * 2), recv(kRanks * 2, -1);
+    for (int j = 0; j < kRanks; ++j) send[2 * j] = send[2 * j + 1] = r * 1000 + j;
+    comm.all_to_all(std::span<const int32_t>(send), std::span<int32_t>(recv));
+    for (int j = 0; j < kRanks; ++j) {
+      EXPECT_EQ(recv[2 * j], j * 1000 + r);
+      EXPECT_EQ(recv[2 * j + 1], j * 1000 + r);
+    }
+
+    const std::vector<double> out{1.5, -2.5};
+    std::vector<double> in(2);
+    Request rr = comm.irecv(std::span<double>(in), r, 7);
+    Request sr = comm.isend(std::span<const double>(out), r, 7);
+    EXPECT_EQ(rr.wait(), 2 * sizeof(double));
+    sr.wait();
+    EXPECT_EQ(in, out);
+
+    // Zero-byte messages and empty collectives are legal.
+    Request e1 = comm.irecv(std::span<std::byte>(), (r + 1) % kRanks, 8);
+    Request e2 = comm.isend(std::span<const std::byte>(), (r + kRanks - 1) % kRanks, 8);
+    EXPECT_EQ(e1.wait(), 0u);
+    e2.wait();
+    comm.allreduce_sum(std::span<double>());
+    comm.all_to_all(std::span<const std::byte>(), std::span<std::byte>());
+    comm.barrier();
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(sums[static_cast<size_t>(r)], sums[0]) << "rank " << r;
+  }
+  for (size_t i = 0; i < 37; ++i) EXPECT_EQ(sums[0][i], 100.0f * 120 + 16.0f * i);
+}
+
+// Ranks that disagree on an allreduce length must get an error, never a hang or a crash.
+TEST(CommAdversarial, AllreduceWithDisagreeingLengthsFails) {
+  for (const int ranks : {2, 3, 5}) {
+    RunRanksOptions options;
+    options.timeout = std::chrono::seconds(20);
+    const auto start = Clock::now();
+    EXPECT_THROW(run_ranks(
+                     ranks,
+                     [](Communicator& comm) {
+                       std::vector<float> x(static_cast<size_t>(10 + (comm.rank() == 1)), 1.0f);
+                       comm.allreduce_sum(std::span<float>(x));
+                     },
+                     options),
+                 Error)
+        << ranks << " ranks";
+    EXPECT_LT(Clock::now() - start, milliseconds(5000));
+  }
+}
+
+TEST(CommAdversarial, BadPeersTagsAndSizesAreRejected) {
+  run_ranks(2, [](Communicator& comm) {
+    std::vector<std::byte> buf(8);
+    const std::span<std::byte> b(buf);
+    const std::span<const std::byte> cb(buf);
+    std::string what;
+    EXPECT_EQ(code_of([&] { (void)comm.isend(cb, 2, 0); }, &what), ErrorCode::kInvalidArgument);
+    EXPECT_NE(what.find("[0, 2)"), std::string::npos) << what;
+    EXPECT_EQ(code_of([&] { (void)comm.irecv(b, -1, 0); }), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(code_of([&] { (void)comm.isend(cb, 0, -5); }), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(code_of([&] { (void)comm.irecv(b, 0, INT_MIN); }), ErrorCode::kInvalidArgument);
+    std::vector<std::byte> odd(3), odd_out(3);
+    EXPECT_EQ(code_of([&] { comm.all_to_all(std::span<const std::byte>(odd), std::span(odd_out)); }),
+              ErrorCode::kShapeMismatch);
+    EXPECT_EQ(code_of([&] { comm.all_to_all(cb, std::span(odd_out)); }), ErrorCode::kShapeMismatch);
+    Request empty;
+    EXPECT_EQ(code_of([&] { empty.wait(); }), ErrorCode::kInvalidArgument);
+    comm.barrier();  // both ranks are still healthy after rejected calls
+  });
+}
+
+// A 1 ms deadline on a barrier that a slow rank joins 300 ms late: the waiting ranks time out
+// with kTimeout (not a hang), and run_ranks returns long before the slow rank would matter.
+TEST(CommAdversarial, TinyDeadlineWithASlowRankTimesOut) {
+  RunRanksOptions options;
+  options.timeout = milliseconds(1);
+  std::atomic<int> timeouts{0};
+  const auto start = Clock::now();
+  EXPECT_THROW(run_ranks(
+                   4,
+                   [&](Communicator& comm) {
+                     if (comm.rank() == 3) std::this_thread::sleep_for(milliseconds(300));
+                     try {
+                       comm.barrier();
+                     } catch (const Error& e) {
+                       if (e.code() == ErrorCode::kTimeout) ++timeouts;
+                       throw;
+                     }
+                   },
+                   options),
+               Error);
+  EXPECT_GE(timeouts.load(), 1);
+  EXPECT_LT(Clock::now() - start, milliseconds(5000));
+}
+
+// After a peer failed, every later call of the surviving ranks fails fast too (no 300 s wait).
+TEST(CommAdversarial, CallsAfterAPeerFailureFailFast) {
+  std::atomic<int> fast_failures{0};
+  const auto start = Clock::now();
+  EXPECT_THROW(run_ranks(3,
+                         [&](Communicator& comm) {
+                           if (comm.rank() == 0) throw Error(ErrorCode::kIo, "disk full on 0");
+                           for (int i = 0; i < 3; ++i) {
+                             try {
+                               comm.barrier();
+                             } catch (const Error& e) {
+                               if (e.code() == ErrorCode::kPeerFailed) ++fast_failures;
+                             }
+                           }
+                         }),
+               Error);
+  EXPECT_EQ(fast_failures.load(), 6);
+  EXPECT_LT(Clock::now() - start, milliseconds(5000));
+}
+
+}  // namespace
+}  // namespace cpattn
