@@ -57,8 +57,9 @@ bool visible(const AttentionParams& params, int64_t q_pos, int64_t k_pos, int64_
              int64_t k_doc) {
   if (q_doc != k_doc) return false;
   if (params.causal && k_pos > q_pos) return false;
-  if (params.window_left >= 0 && k_pos < q_pos - params.window_left) return false;
-  if (params.window_right >= 0 && k_pos > q_pos + params.window_right) return false;
+  // Differences of positions (both >= 0) cannot overflow; q_pos + window_right could.
+  if (params.window_left >= 0 && q_pos - k_pos > params.window_left) return false;
+  if (params.window_right >= 0 && k_pos - q_pos > params.window_right) return false;
   return true;
 }
 

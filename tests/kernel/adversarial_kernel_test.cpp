@@ -67,7 +67,7 @@ INSTANTIATE_TEST_SUITE_P(
         OddCase{"Sq0_Sk7_Threads64", {2, 0, 7, 2, 1, 4, 4}, reference::MaskKind::kNone, 0.0f, 64},
         OddCase{"Sk0", {1, 7, 0, 2, 1, 4, 4}, reference::MaskKind::kCausal, 0.0f, 4},
         OddCase{"B0", {0, 7, 7, 2, 1, 4, 4}, reference::MaskKind::kNone, 0.0f, 2}),
-    [](const auto& info) { return info.param.name; });
+    [](const auto& test_info) { return test_info.param.name; });
 
 // Dv = 0 and Dqk = 0 (explicit scale) are legal degenerate shapes: no crash, lse is still right,
 // and empty operands may have null data.
@@ -85,8 +85,23 @@ TEST(KernelAdversarial, ZeroHeadDimsWithNullData) {
       in.v.data = nullptr;
     }
     const KernelForwardResult r = attention_kernel_forward(in, p.params, p.rng, {2});
-    const reference::Outputs want = reference::attention(p, false);
-    for (size_t i = 0; i < want.lse.size(); ++i) EXPECT_NEAR(r.lse.data()[i], want.lse[i], 1e-5);
+    // lse = log sum_visible exp(0.5 <q_i, k_j>), straight from the definition (the reference
+    // oracle rejects zero head dims).
+    const reference::Dims& d = p.dims;
+    for (int64_t h = 0; h < d.Hq; ++h) {
+      for (int64_t i = 0; i < d.Sq; ++i) {
+        double sum = 0;
+        for (int64_t j = 0; j < d.Sk; ++j) {
+          if (!reference::visible(p.params, p.q_pos[i], p.k_pos[j], 0, 0)) continue;
+          double dot = 0;
+          for (int64_t c = 0; c < d.Dqk; ++c) {
+            dot += p.q[(i * d.Hq + h) * d.Dqk + c] * p.k[j * d.Dqk + c];
+          }
+          sum += std::exp(0.5 * dot);
+        }
+        EXPECT_NEAR(r.lse.data()[h * d.Sq + i], std::log(sum), 1e-5) << "h " << h << " i " << i;
+      }
+    }
     const KernelGradients g =
         attention_kernel_backward(in, p.params, p.rng, t.dout.view(), r.out.view(), r.lse.span());
     for (const Tensor* x : {&g.dq, &g.dk, &g.dv}) {
@@ -161,12 +176,12 @@ TEST(KernelAdversarial, EveryRowFullyMasked) {
 
 // ---- non-finite inputs and extreme logits -------------------------------------------------------
 
-struct Run {
+struct KernelRunResult {
   KernelForwardResult fwd;
   KernelGradients grad;
 };
 
-Run run_modified(reference::Problem p, int threads, void (*modify)(testing::ProblemTensors&)) {
+KernelRunResult run_modified(reference::Problem p, int threads, void (*modify)(testing::ProblemTensors&)) {
   testing::ProblemTensors t(p);
   modify(t);
   KernelForwardResult f = attention_kernel_forward(t.inputs, p.params, p.rng, {threads});
@@ -196,7 +211,7 @@ bool row_all_finite(const Tensor& x, int64_t b, int64_t s, int64_t h) {
 TEST(KernelAdversarial, NaNInQueryPropagatesToItsRowOnly) {
   for (const int threads : {1, 4}) {
     const reference::Problem p = random_problem({1, 300, 300, 2, 1, 16, 16}, 11);
-    const Run r = run_modified(p, threads, [](testing::ProblemTensors& t) {
+    const KernelRunResult r = run_modified(p, threads, [](testing::ProblemTensors& t) {
       t.q.view()(0, 3, 0, 5) = kNaN;
     });
     EXPECT_TRUE(row_has_nan(r.fwd.out, 0, 3, 0)) << threads;
@@ -211,7 +226,7 @@ TEST(KernelAdversarial, NaNInQueryPropagatesToItsRowOnly) {
 TEST(KernelAdversarial, NaNInKeyPoisonsOnlyQueriesThatSeeIt) {
   reference::Problem p = random_problem({1, 260, 260, 1, 1, 8, 8}, 13);
   p.params.causal = true;
-  const Run r = run_modified(p, 2, [](testing::ProblemTensors& t) {
+  const KernelRunResult r = run_modified(p, 2, [](testing::ProblemTensors& t) {
     t.k.view()(0, 200, 0, 0) = kNaN;
   });
   for (int64_t i = 0; i < 260; ++i) {
@@ -227,7 +242,7 @@ TEST(KernelAdversarial, NaNInKeyPoisonsOnlyQueriesThatSeeIt) {
 // fully masked row (out 0, lse -inf).
 TEST(KernelAdversarial, InfInQueryGivesNaNNotAnEmptyRow) {
   const reference::Problem p = random_problem({1, 9, 9, 1, 1, 4, 4}, 17);
-  const Run r = run_modified(p, 1, [](testing::ProblemTensors& t) {
+  const KernelRunResult r = run_modified(p, 1, [](testing::ProblemTensors& t) {
     for (int64_t d = 0; d < 4; ++d) t.q.view()(0, 2, 0, d) = kInf;
     for (int64_t j = 0; j < 9; ++j) t.k.view()(0, j, 0, 0) = 1.0f;  // every score +inf
   });
@@ -238,7 +253,7 @@ TEST(KernelAdversarial, InfInQueryGivesNaNNotAnEmptyRow) {
 // A NaN value (v) flows through P V as usual.
 TEST(KernelAdversarial, NaNInValuePropagates) {
   const reference::Problem p = random_problem({1, 5, 5, 1, 1, 4, 4}, 19);
-  const Run r = run_modified(p, 1, [](testing::ProblemTensors& t) {
+  const KernelRunResult r = run_modified(p, 1, [](testing::ProblemTensors& t) {
     t.v.view()(0, 1, 0, 2) = kNaN;
   });
   for (int64_t i = 0; i < 5; ++i) EXPECT_TRUE(std::isnan(r.fwd.out.view()(0, i, 0, 2)));

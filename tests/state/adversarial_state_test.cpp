@@ -16,10 +16,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct Setup {
+struct Scenario {
   StackProblem p{1, 23, 2, 8, 17};
   AttentionParams params;
-  Setup() {
+  Scenario() {
     params.causal = true;
     params.dropout_p = 0.1f;
   }
@@ -39,7 +39,7 @@ Error error_of(const std::function<void()>& fn) {
 // communicators and their MemoryCounters; freeing them later must be safe (it was a
 // use-after-free of the destroyed counter) and the process totals must return to the baseline.
 TEST(StateAdversarial, ResultsOutliveTheirCommunicator) {
-  Setup s;
+  Scenario s;
   const MemoryStats before = memory_stats();
   {
     std::vector<std::optional<ForwardResult>> kept(3);
@@ -54,7 +54,9 @@ TEST(StateAdversarial, ResultsOutliveTheirCommunicator) {
       kept[static_cast<size_t>(r)] = std::move(f);
     });
     EXPECT_EQ(memory_stats().live_forward_results, before.live_forward_results + 3);
-    for (const auto& f : kept) EXPECT_EQ(f->out.shape()[1], s.p.sharding(3, 0).local_length(0));
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(kept[static_cast<size_t>(r)]->out.shape()[1], s.p.sharding(3, r).local_length());
+    }
     // Moving a kept result around after its rank ended is fine as well.
     ForwardResult moved = std::move(*kept[0]);
     kept[0].reset();
@@ -66,7 +68,7 @@ TEST(StateAdversarial, ResultsOutliveTheirCommunicator) {
 // Backward with a moved-from ForwardResult fails with kStateMismatch saying so, on that rank,
 // and releases the other rank.
 TEST(StateAdversarial, MovedFromResultIsRejected) {
-  Setup s;
+  Scenario s;
   std::vector<ErrorCode> codes(2, ErrorCode::kInternal);
   const Error e = error_of([&] {
     run_ranks(2, [&](Communicator& comm) {
@@ -93,7 +95,7 @@ TEST(StateAdversarial, MovedFromResultIsRejected) {
 // Views that cannot be read (null data, negative strides or dims) reach make_fingerprint before
 // any ring validation in backward and recompute: they must throw, not be dereferenced.
 TEST(StateAdversarial, MalformedViewsThrowBeforeBeingHashed) {
-  Setup s;
+  Scenario s;
   run_ranks(1, [&](Communicator& comm) {
     const SequenceSharding seq = s.p.sharding(1, 0);
     const ConstView x = s.p.x.view();
@@ -122,7 +124,7 @@ TEST(StateAdversarial, MalformedViewsThrowBeforeBeingHashed) {
 // that rank reports kStateMismatch, the others are released with kPeerFailed (no hang), and
 // nothing stays allocated.
 TEST(StateAdversarial, OneRankWithAMismatchedState) {
-  Setup s;
+  Scenario s;
   const MemoryStats before = memory_stats();
   std::vector<ErrorCode> codes(4, ErrorCode::kInternal);
   const Error e = error_of([&] {
@@ -157,7 +159,7 @@ TEST(StateAdversarial, OneRankWithAMismatchedState) {
 
 // Recompute with params that differ from the first forward is refused, naming the field.
 TEST(StateAdversarial, RecomputeWithOtherParams) {
-  Setup s;
+  Scenario s;
   run_ranks(2, [&](Communicator& comm) {
     const SequenceSharding seq = s.p.sharding(2, comm.rank());
     const Tensor x = shard_tensor(s.p.x.view(), s.p.layout, 2, comm.rank(), &comm.memory());
