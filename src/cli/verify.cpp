@@ -1,13 +1,20 @@
-// `cpattn verify`: runs a sweep of kernel cases against the float64 reference (the slow oracle of
-// kernel/reference.h) and prints a table, or JSON with --json; exits 1 if any case fails.
+// `cpattn verify`: runs a sweep of kernel cases (or, with --cp, of ring cases) against the float64
+// reference (the slow oracle of kernel/reference.h) and prints a table, or JSON with --json;
+// exits 1 if any case fails.
 #include "cli/verify.h"
 
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <span>
 
 #include "cli/commands.h"
 #include "cli/verify_report.h"
+#include "cli/verify_ring.h"
+#include "cpattn/error.h"
+#ifdef CPATTN_HAVE_MPI
+#include "cpattn/mpi_communicator.h"
+#endif
 
 namespace cpattn::cli {
 
@@ -32,7 +39,83 @@ CaseSpec spec(MaskKind mask, reference::Dims dims, PositionKind positions, float
 struct VerifyOptions {
   int threads = 1;
   bool json = false;
+  // Ring mode (--cp or --backend mpi); shape options replace the default sweep by one shape.
+  int cp = 0;          // 0: not given
+  std::string layout;  // empty: all three
+  std::string backend = "threads";
+  RingShape shape;
+  bool shape_given = false;
 };
+
+// Prints results as the table or JSON and returns the exit status (1 if any failed).
+int report(const std::string& title, const std::vector<VerifyResult>& results, bool json) {
+  if (json) {
+    std::printf("%s\n", verify_json(title, results).dump(2).c_str());
+  } else {
+    print_verify_table(stdout, title, results);
+  }
+  return all_passed(results) ? 0 : 1;
+}
+
+int run_kernel_sweep(const VerifyOptions& o) {
+  std::vector<VerifyResult> results;
+  for (const CaseSpec& s : default_kernel_cases()) {
+    results.push_back(verify_kernel_case(s, o.threads));
+  }
+  return report(
+      "cpattn verify: kernel vs float64 reference, " + std::to_string(o.threads) + " thread(s)",
+      results, o.json);
+}
+
+// The ring cases the options ask for: one shape, or the default sweep, over one or all layouts.
+std::vector<RingCase> ring_cases(const VerifyOptions& o, int cp_size) {
+  std::vector<Layout> layouts = {Layout::kContiguous, Layout::kZigzag, Layout::kStriped};
+  if (!o.layout.empty()) layouts = {parse_layout(o.layout)};
+  if (!o.shape_given) return default_ring_cases(cp_size, layouts);
+  std::vector<RingCase> cases;
+  for (const Layout layout : layouts) cases.push_back({o.shape, layout, cp_size});
+  return cases;
+}
+
+// Runs the ring cases on `world` (null: in-process ranks); rank 0 (or the only process) reports.
+int run_ring_cases(const VerifyOptions& o, int cp_size, Communicator* world) {
+  std::vector<VerifyResult> results;
+  for (const RingCase& c : ring_cases(o, cp_size)) {
+    for (VerifyResult& r : verify_ring_case(c, world, o.threads)) results.push_back(std::move(r));
+  }
+  int status = 0;
+  if (world == nullptr || world->rank() == 0) {
+    const std::string title =
+        "cpattn verify: ring over " + std::to_string(cp_size) + " rank(s) (" +
+        (world == nullptr ? std::string("in-process threads") : std::string("MPI processes")) +
+        ") vs float64 reference and vs the single-rank kernel (" + std::to_string(o.threads) +
+        " thread(s))";
+    status = report(title, results, o.json);
+  }
+  if (world == nullptr) return status;
+  double failed = status;  // every process exits with rank 0's verdict
+  world->allreduce_sum(std::span<double>(&failed, 1));
+  return failed > 0 ? 1 : 0;
+}
+
+int run_verify(const VerifyOptions& o) {
+  if (o.backend == "threads") {
+    if (o.cp == 0) return run_kernel_sweep(o);
+    return run_ring_cases(o, o.cp, nullptr);
+  }
+#ifdef CPATTN_HAVE_MPI
+  MpiSession session(nullptr, nullptr);
+  MpiCommunicator world;
+  // Under mpirun the ring is the MPI world: --cp, when given, must agree with -n.
+  CPATTN_CHECK(o.cp == 0 || o.cp == world.size(), ErrorCode::kInvalidArgument, "--cp ", o.cp,
+               " differs from the ", world.size(),
+               " MPI processes (--backend mpi uses one rank per process)");
+  return mpi_abort_on_error([&] { return run_ring_cases(o, world.size(), &world); });
+#else
+  throw Error(ErrorCode::kInvalidArgument,
+              "--backend mpi: this cpattn was built without MPI (OpenMPI not found at configure)");
+#endif
+}
 }  // namespace
 
 std::vector<CaseSpec> default_kernel_cases() {
@@ -80,25 +163,69 @@ Command verify_command() {
             CLI::App* sub = app.add_subcommand(
                 "verify",
                 "Check the attention kernel against a float64 reference on a sweep of cases "
-                "(masks, GQA, dropout, layouts, odd sizes); exit status 1 if any case fails");
-            auto options = std::make_shared<VerifyOptions>();
-            sub->add_option("--threads", options->threads, "Kernel worker threads per case")
+                "(masks, GQA, dropout, layouts, odd sizes); with --cp P, check the ring over P "
+                "ranks against the reference and the single-rank kernel instead; exit status 1 "
+                "if any case fails");
+            auto o = std::make_shared<VerifyOptions>();
+            sub->add_option("--threads", o->threads, "Kernel worker threads per case")
                 ->check(CLI::Range(1, 1024))
                 ->capture_default_str();
-            sub->add_flag("--json", options->json, "Print the results as JSON");
-            return [options] {
-              std::vector<VerifyResult> results;
-              for (const CaseSpec& s : default_kernel_cases()) {
-                results.push_back(verify_kernel_case(s, options->threads));
-              }
-              const std::string title = "cpattn verify: kernel vs float64 reference, " +
-                                        std::to_string(options->threads) + " thread(s)";
-              if (options->json) {
-                std::printf("%s\n", verify_json(title, results).dump(2).c_str());
-              } else {
-                print_verify_table(stdout, title, results);
-              }
-              return all_passed(results) ? 0 : 1;
+            sub->add_flag("--json", o->json, "Print the results as JSON");
+            CLI::Option* cp = sub->add_option(
+                "--cp", o->cp,
+                "Ring mode over P ranks (no shape option: sweep causal/not x dropout 0/0.1)");
+            cp->check(CLI::Range(1, 1024));
+            sub->add_option("--backend", o->backend,
+                            "Ring ranks: threads (in-process) | mpi (one per mpirun process)")
+                ->check(CLI::IsMember({"threads", "mpi"}))
+                ->capture_default_str();
+            sub->add_option("--layout", o->layout,
+                            "Ring split: contiguous | zigzag | striped "
+                            "(default: all three)")
+                ->check(CLI::IsMember({"contiguous", "zigzag", "striped"}));
+            // Shape options: any of them replaces the default sweep by this one shape.
+            RingShape& s = o->shape;
+            const std::vector<CLI::Option*> shape_options = {
+                sub->add_flag("--causal", s.causal, "Ring: causal mask"),
+                sub->add_option("--window-left", s.window_left,
+                                "Ring: sliding window, keys at most N before the query (-1: none)")
+                    ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40)),
+                sub->add_option("--window-right", s.window_right,
+                                "Ring: sliding window, keys at most N after the query (-1: none)")
+                    ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40)),
+                sub->add_option("--dropout", s.dropout_p, "Ring: dropout probability in [0, 1)")
+                    ->check(CLI::Range(0.0f, 0.999f)),
+                sub->add_flag("--docs", s.docs, "Ring: packed documents (block-diagonal mask)"),
+                sub->add_option("--seq", s.dims.Sq, "Ring: sequence length S")
+                    ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+                    ->capture_default_str(),
+                sub->add_option("--batch", s.dims.B, "Ring: batch size B")
+                    ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+                    ->capture_default_str(),
+                sub->add_option("--heads-q", s.dims.Hq, "Ring: query heads")
+                    ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+                    ->capture_default_str(),
+                sub->add_option("--heads-kv", s.dims.Hkv, "Ring: key/value heads (divides heads-q)")
+                    ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+                    ->capture_default_str(),
+                sub->add_option("--dqk", s.dims.Dqk, "Ring: head dim of q and k")
+                    ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+                    ->capture_default_str(),
+                sub->add_option("--dv", s.dims.Dv, "Ring: head dim of v")
+                    ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+                    ->capture_default_str(),
+                sub->add_option("--seed", s.seed, "Ring: seed of the inputs and dropout")
+                    ->capture_default_str(),
+            };
+            return [o, cp, shape_options, sub] {
+              for (CLI::Option* opt : shape_options) o->shape_given |= opt->count() > 0;
+              // Ring options without ring mode would be silently ignored: refuse them instead.
+              const bool ring = cp->count() > 0 || o->backend == "mpi";
+              CPATTN_CHECK(ring || (!o->shape_given && sub->count("--layout") == 0),
+                           ErrorCode::kInvalidArgument,
+                           "verify: ring options (--layout and the shape options) need --cp P or "
+                           "--backend mpi");
+              return run_verify(*o);
             };
           }};
 }

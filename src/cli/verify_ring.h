@@ -1,21 +1,58 @@
-// `cpattn verify --cp ...`: the ring (in-process ranks) against the double reference, with the
-// kernel's tolerance rule applied to the gathered whole-sequence results.
+// `cpattn verify --cp P ...`: the ring over P ranks (in-process, or the MPI world) against the
+// float64 reference and against the single-rank kernel, judged by the kernel's tolerance rule.
 #pragma once
 
-#include <cstdio>
+#include <optional>
+#include <string>
 #include <vector>
 
-#include "kernel/reference_case.h"
+#include "cli/verify.h"
+#include "cpattn/communicator.h"
+#include "cpattn/layout.h"
+#include "kernel/reference.h"
 
 namespace cpattn::cli {
 
-/// Runs a fixed set of ring cases (causal GQA with dropout, packed documents with MQA, a sliding
-/// window with Dqk 192 / Dv 128; odd lengths so some chunks differ) for every P in cp_sizes and
-/// every layout; returns one row per case, named like "Causal_GQA8x2_..._zigzag_cp4".
-/// Throws Error(kInvalidArgument) for a P < 1.
-std::vector<reference::ErrorRow> verify_ring(const std::vector<int>& cp_sizes);
+/// The attention problem of a ring case (self-attention, positions 0..S-1).
+struct RingShape {
+  reference::Dims dims{1, 197, 197, 8, 2, 64, 64};  ///< S = Sq (Sk is set equal to it)
+  bool causal = false;
+  int64_t window_left = -1;  ///< -1: unbounded (kernel.h)
+  int64_t window_right = -1;
+  float dropout_p = 0.0f;
+  bool docs = false;  ///< packed documents (reference::document_of)
+  uint64_t seed = 1;  ///< inputs and the dropout RngState derive from it
+};
 
-/// Prints rows as "PASS|FAIL name  out err/tol ..." lines to `out`; returns the number failing.
-int print_ring_rows(const std::vector<reference::ErrorRow>& rows, std::FILE* out);
+/// One line of the ring sweep: a shape split over cp_size ranks by layout.
+struct RingCase {
+  RingShape shape;
+  Layout layout = Layout::kZigzag;
+  int cp_size = 1;
+};
+
+/// Readable unique name, e.g. "Causal_GQA8x2_S197_D64x64_p0p1_W37x5_zigzag_cp4" (window part
+/// only when a window is set). Only letters, digits and '_'.
+std::string ring_case_name(const RingCase& c);
+
+/// The random problem of a shape: reference::make_problem (inputs ~ N(0, 1) rounded to float,
+/// documents when shape.docs) with the shape's causal flag, window and dropout.
+reference::Problem make_ring_problem(const RingShape& shape);
+
+/// The default `verify --cp P` sweep: the default RingShape, causal and not, dropout 0 and 0.1,
+/// over `layouts` (3 layouts: 12 cases, a few seconds).
+std::vector<RingCase> default_ring_cases(int cp_size, const std::vector<Layout>& layouts);
+
+/// Runs one case and judges it; returns two rows:
+///   "<name>":           ring vs the float64 reference under the kernel's rule (reference_case.h);
+///   "<name>_vs_kernel": max |ring - single-rank kernel| per tensor, held to the same tolerances
+///                       (splitting the sequence must not move the result further from the
+///                       kernel's than the rule allows either of them to be from the exact one).
+/// `world` null: cp_size in-process ranks (ThreadCommunicator), each kernel call using
+/// kernel_threads. Otherwise every rank of `world` (size == cp_size) must call it; the ring runs
+/// one rank per process, the references run on rank 0 only and other ranks return no rows.
+/// Throws Error(kInvalidArgument) on a bad case (e.g. cp_size < 1 or != world->size()).
+std::vector<VerifyResult> verify_ring_case(const RingCase& c, Communicator* world,
+                                           int kernel_threads);
 
 }  // namespace cpattn::cli

@@ -294,15 +294,6 @@ ErrorRow compare(std::string name, const Oracle& oracle, const Outputs& got) {
   return row;
 }
 
-ErrorRow compare(std::string name, const Outputs& exact, const Outputs& fp32, const Outputs& got) {
-  Oracle oracle{exact, exact, fp32};
-  for (std::vector<double>* t :
-       {&oracle.magnitude.dq, &oracle.magnitude.dk, &oracle.magnitude.dv}) {
-    for (double& e : *t) e = std::isfinite(e) ? std::fabs(e) : 0.0;
-  }
-  return compare(std::move(name), oracle, got);
-}
-
 ErrorRow check_kernel_case(const CaseSpec& spec, int num_threads) {
   const Problem problem = make_problem(spec);
   const Oracle oracle = make_oracle(problem);

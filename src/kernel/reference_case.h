@@ -106,10 +106,6 @@ struct ErrorRow {
 /// Applies the tolerance rule to `got` (gradients skipped when got has none).
 ErrorRow compare(std::string name, const Oracle& oracle, const Outputs& got);
 
-/// The rule without magnitudes: max|exact_t| stands in for max(magnitude_t). Stricter where
-/// gradients cancel (e.g. one that is exactly 0); prefer the Oracle form.
-ErrorRow compare(std::string name, const Outputs& exact, const Outputs& fp32, const Outputs& got);
-
 /// make_problem + both references + run_kernel (spec.layout, num_threads) + compare.
 ErrorRow check_kernel_case(const CaseSpec& spec, int num_threads = 1);
 

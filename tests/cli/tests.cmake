@@ -9,3 +9,25 @@ set_tests_properties(cli.verify_two_threads_json PROPERTIES LABELS cli
 add_test(NAME cli.verify_rejects_zero_threads COMMAND cpattn_cli verify --threads 0)
 set_tests_properties(cli.verify_rejects_zero_threads PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "--threads: Value 0 not in range 1 to 1024")
+
+# `verify --cp`: the ring over in-process ranks against the reference and the single-rank kernel,
+# and (with MPI) over mpirun processes, rank 0 printing. Ring options without --cp are refused.
+add_test(NAME cli.verify_ring_threads
+         COMMAND cpattn_cli verify --cp 3 --layout zigzag --causal --dropout 0.1)
+set_tests_properties(cli.verify_ring_threads PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "2 cases: 2 passed, 0 failed")
+add_test(NAME cli.verify_ring_options_need_cp COMMAND cpattn_cli verify --layout zigzag)
+set_tests_properties(cli.verify_ring_options_need_cp PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "need --cp P or --backend mpi")
+if(CPATTN_HAVE_MPI)
+  # Same launcher as the comm tests (root-safe, oversubscribed, shared-memory transport).
+  if(NOT DEFINED CPATTN_MPIRUN)
+    set(CPATTN_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
+        --mca btl self,vader)
+  endif()
+  add_test(NAME cli.verify_ring_mpi_np2
+           COMMAND ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:cpattn_cli> verify
+                   --backend mpi --cp 2)
+  set_tests_properties(cli.verify_ring_mpi_np2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+    PROCESSORS 2 PASS_REGULAR_EXPRESSION "24 cases: 24 passed, 0 failed")
+endif()

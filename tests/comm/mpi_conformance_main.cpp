@@ -4,12 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdio>
 #include <string>
 
 #include "comm/conformance.h"
 #include "cpattn/error.h"
 #include "cpattn/mpi_communicator.h"
+#include "support/mpi_gtest_main.h"
 
 namespace cpattn::testing {
 namespace {
@@ -95,41 +95,12 @@ TEST(MpiCommunicator, ArgumentsAreChecked) {
   }
 }
 
-// Prints only failed assertions, prefixed with the rank (for ranks other than 0).
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_,
-                 result.file_name() != nullptr ? result.file_name() : "?", result.line_number(),
-                 result.summary());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace cpattn::testing
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  return cpattn::mpi_main(argc, argv, [](cpattn::MpiCommunicator& comm) {
-    comm.set_timeout(std::chrono::seconds(30));  // a bug fails the job instead of hanging it
-    cpattn::testing::g_comm = &comm;
-    if (comm.rank() != 0) {
-      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-      delete listeners.Release(listeners.default_result_printer());
-      listeners.Append(new cpattn::testing::RankFailurePrinter(comm.rank()));
-    }
-    int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-    // The job passes only if every rank passed.
-    double any = failed;
-    comm.allreduce_sum(std::span<double>(&any, 1));
-    if (any > 0 && comm.rank() == 0 && failed == 0) {
-      std::fprintf(stderr, "a test failed on another rank (see its [rank N] lines)\n");
-    }
-    return any > 0 ? 1 : 0;
-  });
+  // A bug fails the job after the timeout instead of hanging it.
+  return cpattn::testing::mpi_gtest_main(
+      argc, argv, std::chrono::seconds(30),
+      [](cpattn::MpiCommunicator& comm) { cpattn::testing::g_comm = &comm; });
 }

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "cpattn/mpi_communicator.h"
 #include "kernel/reference_case.h"
 #include "support/metrics.h"
+#include "support/mpi_gtest_main.h"
 
 namespace cpattn::testing {
 namespace {
@@ -58,16 +58,9 @@ TEST_P(MpiRing, MatchesReferenceAndInProcessRanksBitwise) {
   const MpiCase& c = GetParam();
   const reference::Problem p = reference::make_problem(c.spec);
   const RingRun run{comm.size(), c.layout, c.spec.layout};
-  reference::Outputs got = zero_outputs(p.dims, true);
-  run_ring_rank(comm, p, ProblemFloats(p), run, got);
-  // Every row was written by exactly one rank and is 0 elsewhere, so a sum gathers them.
-  for (std::vector<double>* t : {&got.out, &got.lse, &got.dq, &got.dk, &got.dv}) {
-    // -inf rows would turn into NaN in a sum only with +inf elsewhere; other ranks hold 0 there.
-    comm.allreduce_sum(std::span<double>(*t));
-  }
-  const reference::Outputs exact = reference::attention(p);
-  const reference::Outputs fp32 = reference::attention_fp32(p);
-  EXPECT_TRUE(row_passes(reference::compare(reference::case_name(c.spec), exact, fp32, got)));
+  const reference::Outputs got = run_ring_gathered(comm, p, run);
+  EXPECT_TRUE(
+      row_passes(reference::compare(reference::case_name(c.spec), reference::make_oracle(p), got)));
   const reference::Outputs threads = run_ring(p, run);
   EXPECT_TRUE(bitwise_equal(got.out, threads.out));
   EXPECT_TRUE(bitwise_equal(got.lse, threads.lse));
@@ -83,37 +76,12 @@ INSTANTIATE_TEST_SUITE_P(Mpi, MpiRing, ::testing::ValuesIn(kCases),
                                   layout_name(tp.param.layout);
                          });
 
-// Prints only failed assertions, prefixed with the rank (for ranks other than 0).
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_,
-                 result.file_name() != nullptr ? result.file_name() : "?", result.line_number(),
-                 result.summary());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace cpattn::testing
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  return cpattn::mpi_main(argc, argv, [](cpattn::MpiCommunicator& comm) {
-    comm.set_timeout(std::chrono::seconds(60));  // a bug fails the job instead of hanging it
-    cpattn::testing::g_comm = &comm;
-    if (comm.rank() != 0) {
-      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-      delete listeners.Release(listeners.default_result_printer());
-      listeners.Append(new cpattn::testing::RankFailurePrinter(comm.rank()));
-    }
-    const int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-    double any = failed;  // the job passes only if every rank passed
-    comm.allreduce_sum(std::span<double>(&any, 1));
-    return any > 0 ? 1 : 0;
-  });
+  // A bug fails the job after the timeout instead of hanging it.
+  return cpattn::testing::mpi_gtest_main(
+      argc, argv, std::chrono::seconds(60),
+      [](cpattn::MpiCommunicator& comm) { cpattn::testing::g_comm = &comm; });
 }

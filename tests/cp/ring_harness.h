@@ -1,184 +1,21 @@
-// Test harness of the ring: shards a whole reference::Problem over P in-process ranks, runs the
-// ring forward and backward on each, and gathers the pieces back into whole-sequence Outputs.
+// Test harness of the ring: the library's verification helper (cp/ring_case.h: shard a whole
+// reference::Problem over P ranks, run the ring, gather whole-sequence Outputs) under the names
+// the cp tests use.
 #pragma once
 
-#include <array>
-#include <cstdint>
-#include <functional>
-#include <string>
-#include <utility>
-#include <vector>
-
+#include "cp/ring_case.h"
 #include "cpattn/layout.h"
 #include "cpattn/ring.h"
 #include "cpattn/thread_communicator.h"
 #include "kernel/reference.h"
-#include "support/vectors.h"
 
 namespace cpattn::testing {
 
-/// How run_ring runs a problem.
-struct RingRun {
-  int cp_size = 1;
-  Layout layout = Layout::kContiguous;
-  MemoryLayout memory = MemoryLayout::kBSHD;  ///< storage order of every rank's inputs
-  int num_threads = 1;
-  bool backward = true;
-};
-
-/// A dense float tensor of logical shape `shape` stored in `layout` order, holding the flat BSHD
-/// doubles x (rounded to float).
-inline Tensor float_tensor(const std::vector<double>& x, const std::array<int64_t, 4>& shape) {
-  Tensor t({shape[0], shape[1], shape[2], shape[3]});
-  for (size_t i = 0; i < x.size(); ++i) t.data()[i] = static_cast<float>(x[i]);
-  return t;
-}
-
-/// src copied into a new tensor stored in `layout` order (charged to `mem`).
-inline Tensor restride(ConstView src, MemoryLayout layout, MemoryCounter* mem) {
-  const auto& s = src.shape;
-  std::vector<int64_t> storage;
-  switch (layout) {
-    case MemoryLayout::kBSHD: storage = {s[0], s[1], s[2], s[3]}; break;
-    case MemoryLayout::kBHSD: storage = {s[0], s[2], s[1], s[3]}; break;
-    case MemoryLayout::kSBHD: storage = {s[1], s[0], s[2], s[3]}; break;
-  }
-  Tensor t(storage, mem);
-  const View dst = t.view(layout);
-  for (int64_t b = 0; b < s[0]; ++b)
-    for (int64_t i = 0; i < s[1]; ++i)
-      for (int64_t h = 0; h < s[2]; ++h)
-        for (int64_t d = 0; d < s[3]; ++d) dst(b, i, h, d) = src(b, i, h, d);
-  return t;
-}
-
-/// Writes a rank's [B, S_r, H, D] piece into the whole flat BSHD doubles at token rows idx.
-inline void scatter_rows(ConstView piece, const std::vector<int64_t>& idx, int64_t seq_len,
-                         std::vector<double>& whole) {
-  const auto& s = piece.shape;
-  for (int64_t b = 0; b < s[0]; ++b)
-    for (int64_t i = 0; i < s[1]; ++i)
-      for (int64_t h = 0; h < s[2]; ++h)
-        for (int64_t d = 0; d < s[3]; ++d)
-          whole[static_cast<size_t>(
-              ((b * seq_len + idx[static_cast<size_t>(i)]) * s[2] + h) * s[3] + d)] =
-              piece(b, i, h, d);
-}
-
-/// The sharding of a problem's q (is_q) or k/v sequence on `rank`. Identity positions are left
-/// empty so both the implicit and the explicit position paths get exercised.
-inline SequenceSharding problem_sharding(const reference::Problem& p, bool is_q, const RingRun& run,
-                                         int rank) {
-  SequenceSharding s;
-  s.layout = run.layout;
-  s.seq_len = is_q ? p.dims.Sq : p.dims.Sk;
-  s.cp_size = run.cp_size;
-  s.cp_rank = rank;
-  const std::vector<int64_t>& pos = is_q ? p.q_pos : p.k_pos;
-  bool identity = true;
-  for (size_t i = 0; i < pos.size(); ++i) identity = identity && pos[i] == static_cast<int64_t>(i);
-  if (!identity) s.positions = pos;
-  s.docs = is_q ? p.q_doc : p.k_doc;
-  return s;
-}
-
-/// The whole problem's inputs as BSHD float tensors (shared read-only by every rank).
-struct ProblemFloats {
-  explicit ProblemFloats(const reference::Problem& p)
-      : q(float_tensor(p.q, {p.dims.B, p.dims.Sq, p.dims.Hq, p.dims.Dqk})),
-        k(float_tensor(p.k, {p.dims.B, p.dims.Sk, p.dims.Hkv, p.dims.Dqk})),
-        v(float_tensor(p.v, {p.dims.B, p.dims.Sk, p.dims.Hkv, p.dims.Dv})),
-        dout(float_tensor(p.dout, {p.dims.B, p.dims.Sq, p.dims.Hq, p.dims.Dv})) {}
-  Tensor q, k, v, dout;
-};
-
-/// Zero whole-sequence Outputs of the problem's shapes (gradients only when backward).
-inline reference::Outputs zero_outputs(const reference::Dims& d, bool backward) {
-  reference::Outputs all;
-  all.out.resize(static_cast<size_t>(d.B * d.Sq * d.Hq * d.Dv));
-  all.lse.resize(static_cast<size_t>(d.B * d.Hq * d.Sq));
-  if (backward) {
-    all.dq.resize(static_cast<size_t>(d.B * d.Sq * d.Hq * d.Dqk));
-    all.dk.resize(static_cast<size_t>(d.B * d.Sk * d.Hkv * d.Dqk));
-    all.dv.resize(static_cast<size_t>(d.B * d.Sk * d.Hkv * d.Dv));
-  }
-  return all;
-}
-
-/// One rank's part of run_ring: shards the inputs, runs the ring forward (and backward) on
-/// `comm`, and writes this rank's rows into `all` (other rows untouched). run.cp_size must equal
-/// comm.size().
-inline void run_ring_rank(Communicator& comm, const reference::Problem& p, const ProblemFloats& f,
-                          const RingRun& run, reference::Outputs& all) {
-  const reference::Dims& d = p.dims;
-  const int r = comm.rank();
-  MemoryCounter* mem = &comm.memory();
-  const SequenceSharding qs = problem_sharding(p, true, run, r);
-  const SequenceSharding ks = problem_sharding(p, false, run, r);
-  const auto m = run.memory;
-  const auto local = [&](const Tensor& whole) {
-    return restride(shard_tensor(whole.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
-  };
-  const Tensor q_r = local(f.q), k_r = local(f.k), v_r = local(f.v);
-  RingOptions options;
-  options.num_threads = run.num_threads;
-  RingForwardResult fwd = ring_attention_forward(comm, q_r.view(m), k_r.view(m), v_r.view(m), qs,
-                                                 ks, p.params, p.rng, options);
-  const std::vector<int64_t> q_idx = shard_token_indices(run.layout, d.Sq, run.cp_size, r);
-  const std::vector<int64_t> k_idx = shard_token_indices(run.layout, d.Sk, run.cp_size, r);
-  scatter_rows(fwd.out.view(), q_idx, d.Sq, all.out);
-  const int64_t sr = static_cast<int64_t>(q_idx.size());
-  for (int64_t bh = 0; bh < d.B * d.Hq; ++bh)
-    for (int64_t i = 0; i < sr; ++i)
-      all.lse[static_cast<size_t>(bh * d.Sq + q_idx[static_cast<size_t>(i)])] =
-          fwd.lse.data()[bh * sr + i];
-  if (!run.backward) return;
-  const Tensor dout_r = local(f.dout);
-  const RingGradients g =
-      ring_attention_backward(comm, dout_r.view(m), q_r.view(m), k_r.view(m), v_r.view(m),
-                              fwd.out.view(), fwd.lse.span(), qs, ks, p.params, fwd.rng, options);
-  scatter_rows(g.dq.view(), q_idx, d.Sq, all.dq);
-  scatter_rows(g.dk.view(), k_idx, d.Sk, all.dk);
-  scatter_rows(g.dv.view(), k_idx, d.Sk, all.dv);
-}
-
-/// Runs the ring on every rank of a ThreadCommunicator group and gathers the results.
-/// `wrap` (optional) may decorate each rank's communicator (counting, fault injection): it gets
-/// the rank's communicator and the rank's body to call with the decorated one.
-inline reference::Outputs run_ring(
-    const reference::Problem& p, const RingRun& run,
-    const std::function<void(Communicator&, const std::function<void(Communicator&)>&)>& wrap =
-        {}) {
-  const ProblemFloats f(p);
-  reference::Outputs all = zero_outputs(p.dims, run.backward);
-  const std::function<void(Communicator&)> body = [&](Communicator& comm) {
-    run_ring_rank(comm, p, f, run, all);
-  };
-  run_ranks(run.cp_size, [&](Communicator& comm) {
-    if (wrap) {
-      wrap(comm, body);
-    } else {
-      body(comm);
-    }
-  });
-  return all;
-}
-
-/// A golden case of tests/data/cpattn_vectors.json as a reference::Problem.
-inline reference::Problem problem_of(const GoldenCase& g) {
-  reference::Problem p;
-  p.dims = {g.B, g.Sq, g.Sk, g.Hq, g.Hkv, g.Dqk, g.Dv};
-  p.params = g.params;
-  p.rng = g.rng;
-  p.q_pos = g.q_pos;
-  p.k_pos = g.k_pos;
-  p.q_doc = g.q_doc;
-  p.k_doc = g.k_doc;
-  p.q = g.q;
-  p.k = g.k;
-  p.v = g.v;
-  p.dout = g.dout;
-  return p;
-}
+using reference::ProblemTensors;
+using reference::RingRun;
+using reference::run_ring;
+using reference::run_ring_gathered;
+using reference::run_ring_rank;
+using reference::zero_outputs;
 
 }  // namespace cpattn::testing

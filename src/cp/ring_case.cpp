@@ -1,0 +1,157 @@
+// Sharding a reference problem over P ranks, running the ring and gathering (ring_case.h).
+#include "cp/ring_case.h"
+
+#include <array>
+#include <span>
+#include <vector>
+
+#include "cpattn/error.h"
+#include "cpattn/ring.h"
+#include "cpattn/thread_communicator.h"
+
+namespace cpattn::reference {
+
+namespace {
+
+// The flat BSHD doubles x as a dense float tensor of shape `shape` (rounded to float).
+Tensor float_tensor(const std::vector<double>& x, const std::array<int64_t, 4>& shape) {
+  Tensor t({shape[0], shape[1], shape[2], shape[3]});
+  for (size_t i = 0; i < x.size(); ++i) t.data()[i] = static_cast<float>(x[i]);
+  return t;
+}
+
+// src copied into a new tensor stored in `layout` order (charged to `mem`).
+Tensor restride(ConstView src, MemoryLayout layout, MemoryCounter* mem) {
+  const auto& s = src.shape;
+  std::vector<int64_t> storage;
+  switch (layout) {
+    case MemoryLayout::kBSHD:
+      storage = {s[0], s[1], s[2], s[3]};
+      break;
+    case MemoryLayout::kBHSD:
+      storage = {s[0], s[2], s[1], s[3]};
+      break;
+    case MemoryLayout::kSBHD:
+      storage = {s[1], s[0], s[2], s[3]};
+      break;
+  }
+  Tensor t(storage, mem);
+  const View dst = t.view(layout);
+  for (int64_t b = 0; b < s[0]; ++b)
+    for (int64_t i = 0; i < s[1]; ++i)
+      for (int64_t h = 0; h < s[2]; ++h)
+        for (int64_t d = 0; d < s[3]; ++d) dst(b, i, h, d) = src(b, i, h, d);
+  return t;
+}
+
+// Writes a rank's [B, S_r, H, D] piece into the whole flat BSHD doubles at token rows idx.
+void scatter_rows(ConstView piece, const std::vector<int64_t>& idx, int64_t seq_len,
+                  std::vector<double>& whole) {
+  const auto& s = piece.shape;
+  for (int64_t b = 0; b < s[0]; ++b)
+    for (int64_t i = 0; i < s[1]; ++i)
+      for (int64_t h = 0; h < s[2]; ++h)
+        for (int64_t d = 0; d < s[3]; ++d)
+          whole[static_cast<size_t>(
+              ((b * seq_len + idx[static_cast<size_t>(i)]) * s[2] + h) * s[3] + d)] =
+              piece(b, i, h, d);
+}
+
+// The sharding of the problem's q (is_q) or k/v sequence on `rank`. Identity positions stay
+// implicit so that both the implicit and the explicit position paths of the ring get used.
+SequenceSharding problem_sharding(const Problem& p, bool is_q, const RingRun& run, int rank) {
+  SequenceSharding s;
+  s.layout = run.layout;
+  s.seq_len = is_q ? p.dims.Sq : p.dims.Sk;
+  s.cp_size = run.cp_size;
+  s.cp_rank = rank;
+  const std::vector<int64_t>& pos = is_q ? p.q_pos : p.k_pos;
+  bool identity = true;
+  for (size_t i = 0; i < pos.size(); ++i) identity = identity && pos[i] == static_cast<int64_t>(i);
+  if (!identity) s.positions = pos;
+  s.docs = is_q ? p.q_doc : p.k_doc;
+  return s;
+}
+
+}  // namespace
+
+ProblemTensors::ProblemTensors(const Problem& p)
+    : q(float_tensor(p.q, {p.dims.B, p.dims.Sq, p.dims.Hq, p.dims.Dqk})),
+      k(float_tensor(p.k, {p.dims.B, p.dims.Sk, p.dims.Hkv, p.dims.Dqk})),
+      v(float_tensor(p.v, {p.dims.B, p.dims.Sk, p.dims.Hkv, p.dims.Dv})),
+      dout(float_tensor(p.dout, {p.dims.B, p.dims.Sq, p.dims.Hq, p.dims.Dv})) {}
+
+Outputs zero_outputs(const Dims& d, bool backward) {
+  Outputs all;
+  all.out.resize(static_cast<size_t>(d.B * d.Sq * d.Hq * d.Dv));
+  all.lse.resize(static_cast<size_t>(d.B * d.Hq * d.Sq));
+  if (backward) {
+    all.dq.resize(static_cast<size_t>(d.B * d.Sq * d.Hq * d.Dqk));
+    all.dk.resize(static_cast<size_t>(d.B * d.Sk * d.Hkv * d.Dqk));
+    all.dv.resize(static_cast<size_t>(d.B * d.Sk * d.Hkv * d.Dv));
+  }
+  return all;
+}
+
+void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& whole,
+                   const RingRun& run, Outputs& all) {
+  CPATTN_CHECK_EQ(comm.size(), run.cp_size, ErrorCode::kInvalidArgument,
+                  "run_ring_rank: communicator size (RingRun.cp_size)");
+  const Dims& d = p.dims;
+  const int r = comm.rank();
+  MemoryCounter* mem = &comm.memory();
+  const SequenceSharding qs = problem_sharding(p, true, run, r);
+  const SequenceSharding ks = problem_sharding(p, false, run, r);
+  const MemoryLayout m = run.memory;
+  const auto local = [&](const Tensor& t) {
+    return restride(shard_tensor(t.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
+  };
+  const Tensor q_r = local(whole.q), k_r = local(whole.k), v_r = local(whole.v);
+  RingOptions options;
+  options.num_threads = run.num_threads;
+  const RingForwardResult fwd = ring_attention_forward(comm, q_r.view(m), k_r.view(m), v_r.view(m),
+                                                       qs, ks, p.params, p.rng, options);
+  const std::vector<int64_t> q_idx = shard_token_indices(run.layout, d.Sq, run.cp_size, r);
+  const std::vector<int64_t> k_idx = shard_token_indices(run.layout, d.Sk, run.cp_size, r);
+  scatter_rows(fwd.out.view(), q_idx, d.Sq, all.out);
+  const int64_t sr = static_cast<int64_t>(q_idx.size());
+  for (int64_t bh = 0; bh < d.B * d.Hq; ++bh)
+    for (int64_t i = 0; i < sr; ++i)
+      all.lse[static_cast<size_t>(bh * d.Sq + q_idx[static_cast<size_t>(i)])] =
+          fwd.lse.data()[bh * sr + i];
+  if (!run.backward) return;
+  const Tensor dout_r = local(whole.dout);
+  const RingGradients g =
+      ring_attention_backward(comm, dout_r.view(m), q_r.view(m), k_r.view(m), v_r.view(m),
+                              fwd.out.view(), fwd.lse.span(), qs, ks, p.params, fwd.rng, options);
+  scatter_rows(g.dq.view(), q_idx, d.Sq, all.dq);
+  scatter_rows(g.dk.view(), k_idx, d.Sk, all.dk);
+  scatter_rows(g.dv.view(), k_idx, d.Sk, all.dv);
+}
+
+Outputs run_ring_gathered(Communicator& comm, const Problem& p, const RingRun& run) {
+  Outputs all = zero_outputs(p.dims, run.backward);
+  run_ring_rank(comm, p, ProblemTensors(p), run, all);
+  for (std::vector<double>* t : {&all.out, &all.lse, &all.dq, &all.dk, &all.dv}) {
+    comm.allreduce_sum(std::span<double>(*t));
+  }
+  return all;
+}
+
+Outputs run_ring(const Problem& p, const RingRun& run, const RankWrapper& wrap) {
+  const ProblemTensors whole(p);
+  Outputs all = zero_outputs(p.dims, run.backward);
+  const std::function<void(Communicator&)> body = [&](Communicator& comm) {
+    run_ring_rank(comm, p, whole, run, all);
+  };
+  run_ranks(run.cp_size, [&](Communicator& comm) {
+    if (wrap) {
+      wrap(comm, body);
+    } else {
+      body(comm);
+    }
+  });
+  return all;
+}
+
+}  // namespace cpattn::reference

@@ -1,0 +1,58 @@
+// Ring verification helper: shard a whole reference::Problem over P ranks, run the ring forward
+// (and backward) on each, and gather the pieces back into whole-sequence reference::Outputs, so
+// they can be judged like a kernel result (kernel/reference_case.h). Shared by tests/cp and
+// `cpattn verify --cp`.
+#pragma once
+
+#include <functional>
+
+#include "cpattn/communicator.h"
+#include "cpattn/layout.h"
+#include "cpattn/tensor.h"
+#include "kernel/reference.h"
+
+namespace cpattn::reference {
+
+/// How a problem is run on the ring.
+struct RingRun {
+  int cp_size = 1;                            ///< P, must equal the communicator's size
+  Layout layout = Layout::kContiguous;        ///< how the sequence is split over the ranks
+  MemoryLayout memory = MemoryLayout::kBSHD;  ///< storage order of every rank's q/k/v/dout
+  int num_threads = 1;                        ///< kernel threads per rank (RingOptions)
+  bool backward = true;                       ///< also run ring backward (dq, dk, dv)
+};
+
+/// The whole problem's inputs rounded to float, dense BSHD: q [B, Sq, Hq, Dqk], k [B, Sk, Hkv,
+/// Dqk], v [B, Sk, Hkv, Dv], dout [B, Sq, Hq, Dv]. Built once and shared read-only by the ranks.
+struct ProblemTensors {
+  explicit ProblemTensors(const Problem& p);
+  Tensor q, k, v, dout;
+};
+
+/// Zero whole-sequence Outputs of the problem's shapes (gradients only when backward).
+Outputs zero_outputs(const Dims& d, bool backward);
+
+/// One rank's part of the ring: shards `whole` by run.layout (q by Sq, k/v by Sk; positions and
+/// documents from the problem, identity positions left implicit), restrides it to run.memory,
+/// runs ring forward (and backward) on `comm`, and writes this rank's rows of out, lse, dq, dk, dv
+/// into `all` (other rows untouched, so ranks may share `all` without a lock).
+/// Throws Error(kInvalidArgument) when run.cp_size != comm.size(); ring errors propagate.
+void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& whole,
+                   const RingRun& run, Outputs& all);
+
+/// For a communicator spanning processes (MPI): every rank calls it; each runs its part and the
+/// pieces are gathered by an allreduce sum (every row is written by one rank and is 0 elsewhere,
+/// including -inf lse rows), so every rank returns the whole Outputs.
+Outputs run_ring_gathered(Communicator& comm, const Problem& p, const RingRun& run);
+
+/// Optional decoration of each in-process rank: gets the rank's communicator and the rank's body,
+/// which it must call with a (possibly wrapping) communicator, e.g. for counting or fault
+/// injection.
+using RankWrapper =
+    std::function<void(Communicator&, const std::function<void(Communicator&)>& body)>;
+
+/// Runs the problem on run.cp_size in-process ranks (run_ranks) and returns the gathered Outputs.
+/// Rethrows the first failing rank's exception (thread_communicator.h).
+Outputs run_ring(const Problem& p, const RingRun& run, const RankWrapper& wrap = {});
+
+}  // namespace cpattn::reference
