@@ -5,8 +5,8 @@
 
 #include <chrono>
 
-#include "support/attention_stack.h"
 #include "cpattn/thread_communicator.h"
+#include "support/attention_stack.h"
 
 namespace cpattn::testing {
 namespace {

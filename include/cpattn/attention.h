@@ -21,8 +21,8 @@ namespace cpattn {
 /// Everything that identifies one attention call on one rank, recorded by forward and checked by
 /// backward. Digests are 64-bit content hashes (cpattn/digest.h).
 struct Fingerprint {
-  std::array<int64_t, 4> q_shape{}, k_shape{}, v_shape{};        ///< [B, S_r, H, D]
-  std::array<int64_t, 4> q_stride{}, k_stride{}, v_stride{};     ///< elements
+  std::array<int64_t, 4> q_shape{}, k_shape{}, v_shape{};     ///< [B, S_r, H, D]
+  std::array<int64_t, 4> q_stride{}, k_stride{}, v_stride{};  ///< elements
   uint64_t positions_digest = 0;  ///< layout, seq_len, global positions and document ids
   uint64_t inputs_digest = 0;     ///< the values of q, k and v (identifies the layer/microbatch)
   float softmax_scale = 0.0f;     ///< resolved (default 1/sqrt(Dqk) filled in)
@@ -57,9 +57,9 @@ class ForwardResult {
   ForwardResult& operator=(const ForwardResult&) = delete;
   ~ForwardResult();
 
-  Tensor out;              ///< [B, S_r, Hq, Dv], dense BSHD
-  Tensor lse;              ///< fp32 [B, Hq, S_r], natural log; -inf for rows with no visible key
-  RngState rng;            ///< the dropout stream this forward consumed
+  Tensor out;    ///< [B, S_r, Hq, Dv], dense BSHD
+  Tensor lse;    ///< fp32 [B, Hq, S_r], natural log; -inf for rows with no visible key
+  RngState rng;  ///< the dropout stream this forward consumed
   Fingerprint fingerprint;
 
  private:
@@ -87,8 +87,8 @@ ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, Co
 /// Throws Error(kStateMismatch) listing every field of state.fingerprint that differs from this
 /// call's arguments (shape, strides, positions, inputs, params, cp_rank/cp_size), before any
 /// computation or message; otherwise like attention_forward.
-AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q,
-                                      ConstView k, ConstView v, const ForwardResult& state,
+AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                                      ConstView v, const ForwardResult& state,
                                       const SequenceSharding& seq, const AttentionParams& params,
                                       const RingOptions& options = {});
 

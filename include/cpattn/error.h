@@ -10,15 +10,15 @@ namespace cpattn {
 
 /// Why a cpattn call failed. The CLI maps each code to a distinct non-zero exit status.
 enum class ErrorCode {
-  kInvalidArgument = 1,   ///< a precondition on a value (range, NaN, flag combination)
-  kShapeMismatch = 2,     ///< a tensor's shape, stride or a span's length is not what was required
-  kStateMismatch = 3,     ///< a ForwardResult does not belong to this backward call
-  kRecomputeDiverged = 4, ///< a recomputed forward differs from the recorded one
-  kTimeout = 5,           ///< a communication wait passed its deadline
-  kPeerFailed = 6,        ///< another rank of the group failed
-  kCommunication = 7,     ///< a transport error (MPI error code, truncated message, ...)
-  kIo = 8,                ///< a file could not be read or written
-  kInternal = 9,          ///< a bug in cpattn: please report it
+  kInvalidArgument = 1,    ///< a precondition on a value (range, NaN, flag combination)
+  kShapeMismatch = 2,      ///< a tensor's shape, stride or a span's length is not what was required
+  kStateMismatch = 3,      ///< a ForwardResult does not belong to this backward call
+  kRecomputeDiverged = 4,  ///< a recomputed forward differs from the recorded one
+  kTimeout = 5,            ///< a communication wait passed its deadline
+  kPeerFailed = 6,         ///< another rank of the group failed
+  kCommunication = 7,      ///< a transport error (MPI error code, truncated message, ...)
+  kIo = 8,                 ///< a file could not be read or written
+  kInternal = 9,           ///< a bug in cpattn: please report it
 };
 
 /// Short stable name of a code, e.g. "invalid_argument".
@@ -48,23 +48,23 @@ std::string str_cat(const Args&... args) {
 }  // namespace cpattn
 
 /// Always-on contract check: throws cpattn::Error(code, str_cat(msg...)) when cond is false.
-#define CPATTN_CHECK(cond, code, ...)                                       \
-  do {                                                                      \
-    if (!(cond)) [[unlikely]] {                                             \
+#define CPATTN_CHECK(cond, code, ...)                                        \
+  do {                                                                       \
+    if (!(cond)) [[unlikely]] {                                              \
       throw ::cpattn::Error((code), ::cpattn::detail::str_cat(__VA_ARGS__)); \
-    }                                                                       \
+    }                                                                        \
   } while (0)
 
 /// Throws kInvalidArgument/kShapeMismatch naming what was expected and what came:
 /// "<what>: expected <expected>, got <actual>".
-#define CPATTN_CHECK_EQ(actual, expected, code, what)                                       \
-  do {                                                                                      \
-    const auto& cpattn_a_ = (actual);                                                       \
-    const auto& cpattn_e_ = (expected);                                                     \
-    if (!(cpattn_a_ == cpattn_e_)) [[unlikely]] {                                           \
-      throw ::cpattn::Error((code), ::cpattn::detail::str_cat(what, ": expected ", cpattn_e_, \
-                                                              ", got ", cpattn_a_));        \
-    }                                                                                       \
+#define CPATTN_CHECK_EQ(actual, expected, code, what)                                              \
+  do {                                                                                             \
+    const auto& cpattn_a_ = (actual);                                                              \
+    const auto& cpattn_e_ = (expected);                                                            \
+    if (!(cpattn_a_ == cpattn_e_)) [[unlikely]] {                                                  \
+      throw ::cpattn::Error(                                                                       \
+          (code), ::cpattn::detail::str_cat(what, ": expected ", cpattn_e_, ", got ", cpattn_a_)); \
+    }                                                                                              \
   } while (0)
 
 /// Debug-only check for hot loops (compiled out with NDEBUG).

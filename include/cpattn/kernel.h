@@ -71,7 +71,8 @@ struct BackwardOptions : KernelOptions {
 
 /// Backward (FlashAttention-2, Dao 2023, Alg. 2): given dout [B, Sq, Hq, Dv], the forward's out
 /// and lse (of the whole visible key set, so a ring passes the merged ones), and the same
-/// RngState, computes with P_ij = exp(s_ij - lse_i), Z_ij = keep_ij / (1 - p), D_i = <dout_i, out_i>:
+/// RngState, computes with P_ij = exp(s_ij - lse_i), Z_ij = keep_ij / (1 - p), D_i = <dout_i,
+/// out_i>:
 ///   dv_j = sum_i Z_ij P_ij dout_i
 ///   dP_ij = Z_ij <dout_i, v_j>,  dS_ij = P_ij (dP_ij - D_i)
 ///   dq_i = scale * sum_j dS_ij k_j,  dk_j = scale * sum_i dS_ij q_i

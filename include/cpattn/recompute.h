@@ -33,11 +33,11 @@ struct RecomputeOptions {
 };
 
 /// Recomputes the forward recorded in `checkpoint`. `replayed` is the RngState the training loop
-/// replays for this layer (e.g. from its Generator after restoring the recorded state): it must equal
-/// the recorded one. q, k, v, seq and params must be those of the first forward.
-/// Throws Error(kRecomputeDiverged) "recompute diverged: ..." when the replayed RngState differs
-/// (naming both), when q/k/v differ from the first forward's (input digests), when any other
-/// fingerprint field differs, or (strict) when the recomputed out differs from the first one.
+/// replays for this layer (e.g. from its Generator after restoring the recorded state): it must
+/// equal the recorded one. q, k, v, seq and params must be those of the first forward. Throws
+/// Error(kRecomputeDiverged) "recompute diverged: ..." when the replayed RngState differs (naming
+/// both), when q/k/v differ from the first forward's (input digests), when any other fingerprint
+/// field differs, or (strict) when the recomputed out differs from the first one.
 ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& checkpoint,
                                 RngState replayed, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& seq, const AttentionParams& params,

@@ -25,11 +25,12 @@ std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::arra
 /// first, so masks repeat with period 2^32 in q_pos and 2^34 in k_pos.
 struct DropoutStream {
   std::array<uint32_t, 2> key;
-  uint32_t q_word;     ///< counter[1] = lo32(q_pos)
-  uint32_t head_word;  ///< counter[2] = b * Hq + h
+  uint32_t q_word;       ///< counter[1] = lo32(q_pos)
+  uint32_t head_word;    ///< counter[2] = b * Hq + h
   uint32_t offset_word;  ///< counter[3] = lo32(offset)
 };
-DropoutStream dropout_stream(RngState rng, int64_t b, int64_t h, int64_t num_heads_q, int64_t q_pos);
+DropoutStream dropout_stream(RngState rng, int64_t b, int64_t h, int64_t num_heads_q,
+                             int64_t q_pos);
 
 /// The uint32 lane r of element (b, h, q_pos, k_pos):
 /// r = Philox4x32_10({k_pos/4, q_pos, b*Hq+h, lo32(offset)}, key)[k_pos % 4].

@@ -45,7 +45,8 @@ std::array<int64_t, 4> dense_strides(const std::array<int64_t, 4>& shape, Memory
 
 /// An owning, contiguous fp32 buffer with a shape (any rank). Its bytes are counted in a
 /// MemoryCounter (process_memory() unless another is given) from allocation until destruction.
-/// Move-only: copies are explicit (clone()) so a hidden duplicate of a big activation cannot happen.
+/// Move-only: copies are explicit (clone()) so a hidden duplicate of a big activation cannot
+/// happen.
 class Tensor {
  public:
   Tensor() = default;

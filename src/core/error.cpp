@@ -5,15 +5,24 @@ namespace cpattn {
 
 const char* error_code_name(ErrorCode code) noexcept {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return "invalid_argument";
-    case ErrorCode::kShapeMismatch: return "shape_mismatch";
-    case ErrorCode::kStateMismatch: return "state_mismatch";
-    case ErrorCode::kRecomputeDiverged: return "recompute_diverged";
-    case ErrorCode::kTimeout: return "timeout";
-    case ErrorCode::kPeerFailed: return "peer_failed";
-    case ErrorCode::kCommunication: return "communication";
-    case ErrorCode::kIo: return "io";
-    case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kInvalidArgument:
+      return "invalid_argument";
+    case ErrorCode::kShapeMismatch:
+      return "shape_mismatch";
+    case ErrorCode::kStateMismatch:
+      return "state_mismatch";
+    case ErrorCode::kRecomputeDiverged:
+      return "recompute_diverged";
+    case ErrorCode::kTimeout:
+      return "timeout";
+    case ErrorCode::kPeerFailed:
+      return "peer_failed";
+    case ErrorCode::kCommunication:
+      return "communication";
+    case ErrorCode::kIo:
+      return "io";
+    case ErrorCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }

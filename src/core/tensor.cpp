@@ -10,9 +10,12 @@ namespace cpattn {
 
 const char* memory_layout_name(MemoryLayout layout) noexcept {
   switch (layout) {
-    case MemoryLayout::kBSHD: return "BSHD";
-    case MemoryLayout::kBHSD: return "BHSD";
-    case MemoryLayout::kSBHD: return "SBHD";
+    case MemoryLayout::kBSHD:
+      return "BSHD";
+    case MemoryLayout::kBHSD:
+      return "BHSD";
+    case MemoryLayout::kSBHD:
+      return "SBHD";
   }
   return "?";
 }
@@ -20,9 +23,12 @@ const char* memory_layout_name(MemoryLayout layout) noexcept {
 std::array<int64_t, 4> dense_strides(const std::array<int64_t, 4>& shape, MemoryLayout layout) {
   const int64_t b = shape[0], s = shape[1], h = shape[2], d = shape[3];
   switch (layout) {
-    case MemoryLayout::kBSHD: return {s * h * d, h * d, d, 1};
-    case MemoryLayout::kBHSD: return {h * s * d, d, s * d, 1};
-    case MemoryLayout::kSBHD: return {h * d, b * h * d, d, 1};
+    case MemoryLayout::kBSHD:
+      return {s * h * d, h * d, d, 1};
+    case MemoryLayout::kBHSD:
+      return {h * s * d, d, s * d, 1};
+    case MemoryLayout::kSBHD:
+      return {h * d, b * h * d, d, 1};
   }
   throw Error(ErrorCode::kInvalidArgument, "unknown MemoryLayout");
 }
@@ -42,8 +48,8 @@ Tensor::Tensor(std::vector<int64_t> shape, MemoryCounter* counter) : shape_(std:
     counter = &process_memory();
   }
   // 64-byte alignment: whole cache lines and aligned AVX loads for the first row.
-  auto* p = static_cast<float*>(::operator new[](static_cast<size_t>(bytes > 0 ? bytes : 1),
-                                                 std::align_val_t{64}));
+  auto* p = static_cast<float*>(
+      ::operator new[](static_cast<size_t>(bytes > 0 ? bytes : 1), std::align_val_t{64}));
   if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
   storage_ = std::unique_ptr<float[], Release>(p, Release{counter, bytes});
   if (counter != nullptr) counter->add_bytes(bytes);
@@ -60,9 +66,12 @@ std::array<int64_t, 4> logical_shape(const std::vector<int64_t>& s, MemoryLayout
   CPATTN_CHECK(s.size() == 4, ErrorCode::kShapeMismatch,
                "Tensor::view needs a rank-4 tensor, got rank ", s.size());
   switch (layout) {
-    case MemoryLayout::kBSHD: return {s[0], s[1], s[2], s[3]};
-    case MemoryLayout::kBHSD: return {s[0], s[2], s[1], s[3]};
-    case MemoryLayout::kSBHD: return {s[1], s[0], s[2], s[3]};
+    case MemoryLayout::kBSHD:
+      return {s[0], s[1], s[2], s[3]};
+    case MemoryLayout::kBHSD:
+      return {s[0], s[2], s[1], s[3]};
+    case MemoryLayout::kSBHD:
+      return {s[1], s[0], s[2], s[3]};
   }
   throw Error(ErrorCode::kInvalidArgument, "unknown MemoryLayout");
 }

@@ -10,9 +10,12 @@ namespace cpattn {
 
 const char* layout_name(Layout layout) noexcept {
   switch (layout) {
-    case Layout::kContiguous: return "contiguous";
-    case Layout::kZigzag: return "zigzag";
-    case Layout::kStriped: return "striped";
+    case Layout::kContiguous:
+      return "contiguous";
+    case Layout::kZigzag:
+      return "zigzag";
+    case Layout::kStriped:
+      return "striped";
   }
   return "?";
 }
@@ -50,11 +53,13 @@ void check_shard_args(int64_t seq_len, int cp_size, int rank) {
 int64_t shard_length(Layout layout, int64_t seq_len, int cp_size, int rank) {
   check_shard_args(seq_len, cp_size, rank);
   switch (layout) {
-    case Layout::kContiguous: return chunk_range(seq_len, cp_size, rank).size();
+    case Layout::kContiguous:
+      return chunk_range(seq_len, cp_size, rank).size();
     case Layout::kZigzag:
       return chunk_range(seq_len, 2 * cp_size, rank).size() +
              chunk_range(seq_len, 2 * cp_size, 2 * cp_size - 1 - rank).size();
-    case Layout::kStriped: return seq_len > rank ? (seq_len - rank + cp_size - 1) / cp_size : 0;
+    case Layout::kStriped:
+      return seq_len > rank ? (seq_len - rank + cp_size - 1) / cp_size : 0;
   }
   throw Error(ErrorCode::kInvalidArgument, "unknown Layout");
 }
@@ -66,7 +71,9 @@ std::vector<int64_t> shard_token_indices(Layout layout, int64_t seq_len, int cp_
     for (int64_t t = r.begin; t < r.end; ++t) idx.push_back(t);
   };
   switch (layout) {
-    case Layout::kContiguous: append(chunk_range(seq_len, cp_size, rank)); break;
+    case Layout::kContiguous:
+      append(chunk_range(seq_len, cp_size, rank));
+      break;
     case Layout::kZigzag:
       append(chunk_range(seq_len, 2 * cp_size, rank));
       append(chunk_range(seq_len, 2 * cp_size, 2 * cp_size - 1 - rank));

@@ -192,8 +192,13 @@ class BackwardRunner {
     const V8 c = splat8(p_.scale);
     for (int64_t j = 0; j < nk; ++j) {
       float* s = w.st + j * kTileQ;
-      for (int64_t i = 0; i < nq_pad; i += kLanes)
-        store8(s + i, load8(s + i) * c - load8(w.lse_safe + i));
+      for (int64_t i = 0; i < nq_pad; i += kLanes) {
+        // s - lse <= 0 exactly (P <= 1), but rounding can push it above 0 (the forward rounded
+        // scale * s before subtracting its max; here the two may fuse into one FMA): by more than
+        // 88, where exp overflows, once |logits| ~ 1e11. Clamp at 0; NaN stays (NaN > 0 is false).
+        const V8 x = load8(s + i) * c - load8(w.lse_safe + i);
+        store8(s + i, x > V8{} ? V8{} : x);
+      }
     }
     if (kind == TileKind::kPartial) {
       for (int64_t i = 0; i < nq; ++i) mask_.mask_keys(qt.begin + i, kv, w.st + i, kTileQ);

@@ -214,7 +214,8 @@ class ForwardRunner {
     float* lse = p_.lse.data() + (b * p_.Hq + h) * p_.Sq;
     const int64_t sd = p_.out.stride[3];
     for (int64_t i = 0; i < qt.size; ++i) {
-      float* dst = &p_.out(b, qt.begin + i, h, 0);
+      // Dv = 0: out may have null data, so no row address is formed.
+      float* dst = p_.Dv > 0 ? &p_.out(b, qt.begin + i, h, 0) : nullptr;
       const float* src = o + i * dv_pad_;
       if (l[i] > 0.0f || std::isnan(l[i])) {  // NaN: a NaN input reached the row; keep it
         const float inv = 1.0f / l[i];

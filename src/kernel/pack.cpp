@@ -9,8 +9,11 @@
 
 namespace cpattn::detail {
 
+// Every helper returns at once for a zero head dim: there is nothing to copy, and the operand
+// may then have null data, so not even a row address may be formed.
 void pack_rows(const ConstView& x, TileRows t, float mul, float* dst, int64_t ld) {
   const int64_t dim = x.shape[3], sd = x.stride[3];
+  if (dim == 0) return;
   for (int64_t i = 0; i < t.rows; ++i) {
     const float* src = &x(t.b, t.begin + i, t.h, 0);
     float* row = dst + i * ld;
@@ -26,6 +29,7 @@ void pack_rows(const ConstView& x, TileRows t, float mul, float* dst, int64_t ld
 
 void pack_panels(const ConstView& x, TileRows t, float* dst) {
   const int64_t dim = x.shape[3], sd = x.stride[3];
+  if (dim == 0) return;
   const int64_t dim_pad = round_up_nr(dim);
   for (int64_t i = 0; i < t.rows; ++i) {
     const float* src = &x(t.b, t.begin + i, t.h, 0);
@@ -43,6 +47,7 @@ void pack_panels(const ConstView& x, TileRows t, float* dst) {
 
 void pack_panels_transposed(const ConstView& x, TileRows t, float mul, float* dst) {
   const int64_t dim = x.shape[3], sd = x.stride[3];
+  if (dim == 0) return;
   const int64_t rows_pad = round_up_nr(t.rows);
   for (int64_t i0 = 0; i0 < rows_pad; i0 += kNr) {
     // One panel: kNr rows read in parallel, written d-major so the stores are contiguous.
@@ -60,6 +65,7 @@ void pack_panels_transposed(const ConstView& x, TileRows t, float mul, float* ds
 
 void prefetch_rows(const ConstView& x, TileRows t) {
   const int64_t dim = x.shape[3], sd = x.stride[3];
+  if (dim == 0) return;
   constexpr int64_t kLineFloats = 16;  // 64-byte cache lines
   const int64_t step = sd == 1 ? kLineFloats : 1;
   for (int64_t i = 0; i < t.rows; ++i) {

@@ -40,11 +40,14 @@ inline float hsum8(V8 x) {
 /// carries no rounding from the reduction; degree-7 polynomial for e^r; 2^n added to the
 /// exponent bits). Lanes with x < -86 (including -inf) give exactly 0, so masked scores cost no
 /// branch (the flushed values are below e^-86 ~ 1e-37, invisible next to the row maximum's
-/// e^0). NaN lanes return NaN. x > 88 gives unspecified values; the softmax only passes x <= 0.
+/// e^0). NaN lanes return NaN and x > 88 gives +inf (the forward softmax only passes x <= 0; the
+/// backward's s - lse can exceed 0 by rounding, by a lot only for absurd logits or a wrong lse).
 inline V8 exp_8(V8 x) {
   const V8 in = x;
   const V8i keep = x >= splat8(-86.0f);
   x = max8(x, splat8(-86.0f));  // keeps the exponent of p * 2^n normal for flushed lanes
+  // ... and n <= 127 for large lanes, so the int32 exponent addition below cannot overflow.
+  x = x < splat8(88.0f) ? x : splat8(88.0f);
   // Adding 1.5 * 2^23 rounds to the nearest integer in the low mantissa bits (no float->int
   // conversion on the critical path).
   const V8 magic = splat8(12582912.0f);
@@ -69,6 +72,7 @@ inline V8 exp_8(V8 x) {
   std::memcpy(&out, &pbits, sizeof out);
   // A NaN score (NaN or Inf in q/k) must poison its row like any softmax would; the clamp and
   // `keep` above would otherwise turn it into 0, i.e. a silently masked key.
+  out = in > splat8(88.0f) ? splat8(__builtin_inff()) : out;
   return in == in ? out : in;
 }
 

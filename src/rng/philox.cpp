@@ -1,7 +1,7 @@
 // Philox4x32-10 (Salmon et al., SC'11) and the dropout contract's counter/key mapping.
-#include "cpattn/rng.h"
-
 #include <cstddef>
+
+#include "cpattn/rng.h"
 
 namespace cpattn {
 

@@ -57,14 +57,14 @@ ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, Co
   return ForwardResult(std::move(r.out), std::move(r.lse), r.rng, std::move(fp), comm.memory());
 }
 
-AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q,
-                                      ConstView k, ConstView v, const ForwardResult& state,
+AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                                      ConstView v, const ForwardResult& state,
                                       const SequenceSharding& seq, const AttentionParams& params,
                                       const RingOptions& options) {
   // A moved-from ForwardResult keeps its fingerprint (plain values) but no tensors.
-  CPATTN_CHECK(state.out.shape().size() == 4 && state.lse.shape().size() == 3,
-               ErrorCode::kStateMismatch,
-               "attention_backward: the ForwardResult holds no out/lse tensors (it was moved from)");
+  CPATTN_CHECK(
+      state.out.shape().size() == 4 && state.lse.shape().size() == 3, ErrorCode::kStateMismatch,
+      "attention_backward: the ForwardResult holds no out/lse tensors (it was moved from)");
   const Fingerprint called =
       make_fingerprint(comm.rank(), comm.size(), q, k, v, seq, params, state.rng);
   const std::vector<std::string> diffs = state.fingerprint.differences(called);
@@ -74,8 +74,8 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
     throw Error(ErrorCode::kStateMismatch, message);
   }
   check_group(comm, seq);
-  RingGradients g = ring_attention_backward(comm, dout, q, k, v, state.out.view(),
-                                            state.lse.span(), seq, params, state.rng, options);
+  RingGradients g = ring_attention_backward(comm, dout, q, k, v, state.out.view(), state.lse.span(),
+                                            seq, params, state.rng, options);
   return {std::move(g.dq), std::move(g.dk), std::move(g.dv)};
 }
 

@@ -29,11 +29,12 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
                " differs from the recorded ", rng_text(recorded.rng),
                " (restore the generator state before recomputing; otherwise dropout masks and "
                "gradients would be silently wrong)");
-  const Fingerprint called = make_fingerprint(comm.rank(), comm.size(), q, k, v, seq, params,
-                                              replayed);
+  const Fingerprint called =
+      make_fingerprint(comm.rank(), comm.size(), q, k, v, seq, params, replayed);
   const std::vector<std::string> diffs = recorded.differences(called);
   if (!diffs.empty()) {
-    std::string message = "recompute diverged: the recomputed call differs from the first forward: ";
+    std::string message =
+        "recompute diverged: the recomputed call differs from the first forward: ";
     for (size_t i = 0; i < diffs.size(); ++i) message += (i ? "; " : "") + diffs[i];
     throw Error(ErrorCode::kRecomputeDiverged, message);
   }

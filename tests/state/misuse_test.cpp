@@ -59,7 +59,8 @@ TEST(Misuse, StateOfAnotherShape) {
     attention_backward(comm, y, y, y, y, state, seq, f.params);
   });
   EXPECT_EQ(e.code(), ErrorCode::kStateMismatch);
-  EXPECT_THAT(e.what(), HasSubstr("q shape=[1, 20, 2, 8], backward called with q shape=[1, 20, 2, 16]"));
+  EXPECT_THAT(e.what(),
+              HasSubstr("q shape=[1, 20, 2, 8], backward called with q shape=[1, 20, 2, 16]"));
 }
 
 TEST(Misuse, StateWithAnotherDropout) {
@@ -178,8 +179,10 @@ TEST(Misuse, FingerprintListsEveryDifference) {
   b.causal = true;
   const auto diffs = a.differences(b);
   ASSERT_EQ(diffs.size(), 2u);
-  EXPECT_EQ(diffs[0], "ForwardResult was produced with causal=false, backward called with causal=true");
-  EXPECT_EQ(diffs[1], "ForwardResult was produced with window_left=-1, backward called with window_left=16");
+  EXPECT_EQ(diffs[0],
+            "ForwardResult was produced with causal=false, backward called with causal=true");
+  EXPECT_EQ(diffs[1],
+            "ForwardResult was produced with window_left=-1, backward called with window_left=16");
 }
 
 TEST(Generator, AdvancesOffsetByOnePerCallAndReplays) {

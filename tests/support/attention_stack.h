@@ -23,11 +23,11 @@ struct StackConfig {
 /// One microbatch's activations between its forward and its backward. With recompute only the
 /// layer inputs and AttentionCheckpoints survive; without it every layer's ForwardResult does.
 struct StackActivations {
-  std::vector<Tensor> inputs;                    ///< x_l, [B, S_r, H, D], l = 0..L-1
+  std::vector<Tensor> inputs;                        ///< x_l, [B, S_r, H, D], l = 0..L-1
   std::vector<std::optional<ForwardResult>> states;  ///< without recompute
   std::vector<AttentionCheckpoint> checkpoints;      ///< with recompute
-  RngState first_rng;                             ///< generator state before layer 0
-  Tensor output;                                  ///< x_L
+  RngState first_rng;                                ///< generator state before layer 0
+  Tensor output;                                     ///< x_L
 };
 
 /// Forward of every layer on this rank; draws one RngState per layer from `generator`.
