@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages cpattn builds with, only those missing (idempotent). Needs root
 # (or sudo) only when something is missing.
 set -euo pipefail
-packages=(cmake ninja-build g++ pkg-config googletest libgtest-dev libbenchmark-dev
+packages=(cmake ninja-build g++ pkg-config googletest libgtest-dev libgmock-dev libbenchmark-dev
           libopenblas-dev libcli11-dev nlohmann-json3-dev librapidcheck-dev
           libopenmpi-dev openmpi-bin gnuplot-nox)
 missing=()
@@ -13,7 +13,13 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   sudo_cmd=()
   [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}"
+  log=$(mktemp /tmp/cpattn-setup.XXXXXX.log)
+  if ! { "${sudo_cmd[@]}" apt-get update -qq &&
+         DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
+           --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    echo "setup: apt-get failed (full log: $log)" >&2
+    exit 1
+  fi
+  echo "setup: done (log: $log)"
 fi

@@ -152,8 +152,10 @@ void print_summary(const Summary& s, std::FILE* out) {
   std::fprintf(out,
                "final loss            %.4f nats/byte (mean of the last %lld steps; first %.4f)\n",
                s.final_loss, static_cast<long long>(s.final_window), s.first_loss);
-  std::fprintf(out, "unigram entropy       %.4f nats/byte (byte frequencies only; %.4f below it)\n",
-               s.unigram_entropy, s.unigram_entropy - s.final_loss);
+  const double gap = s.unigram_entropy - s.final_loss;
+  std::fprintf(
+      out, "unigram entropy       %.4f nats/byte (byte frequencies only; final loss %.4f %s it)\n",
+      s.unigram_entropy, std::abs(gap), gap >= 0 ? "below" : "above");
   std::fprintf(out, "throughput            %.0f tokens/s (%lld tokens in %.1f s)\n", s.tokens_per_s,
                static_cast<long long>(s.tokens), s.elapsed_s);
   std::fprintf(out, "peak RSS              %.1f MiB%s\n", mib(s.peak_rss_bytes), summed);

@@ -58,7 +58,7 @@ ThreadCommunicator::~ThreadCommunicator() {
   const MemoryStats s = memory_->stats();
   if (s.live_bytes == 0 && s.live_forward_results == 0) return;
   static std::mutex mutex;
-  static auto* parked = new std::vector<std::unique_ptr<MemoryCounter>>;  // never destroyed
+  static auto* parked = new std::vector<std::unique_ptr<MemoryCounter>>;  // not-forward-state
   const std::lock_guard<std::mutex> lock(mutex);
   parked->push_back(std::move(memory_));
 }
