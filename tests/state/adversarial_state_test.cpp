@@ -48,7 +48,8 @@ TEST(StateAdversarial, ResultsOutliveTheirCommunicator) {
       const int r = comm.rank();
       const SequenceSharding seq = s.p.sharding(3, r);
       const Tensor x = shard_tensor(s.p.x.view(), s.p.layout, 3, r, &comm.memory());
-      ForwardResult f = attention_forward(comm, x.view(), x.view(), x.view(), seq, s.params, {5, 0});
+      ForwardResult f =
+          attention_forward(comm, x.view(), x.view(), x.view(), seq, s.params, {5, 0});
       grads[static_cast<size_t>(r)] =
           attention_backward(comm, x.view(), x.view(), x.view(), x.view(), f, seq, s.params);
       kept[static_cast<size_t>(r)] = std::move(f);
@@ -75,7 +76,8 @@ TEST(StateAdversarial, MovedFromResultIsRejected) {
       const int r = comm.rank();
       const SequenceSharding seq = s.p.sharding(2, r);
       const Tensor x = shard_tensor(s.p.x.view(), s.p.layout, 2, r, &comm.memory());
-      ForwardResult f = attention_forward(comm, x.view(), x.view(), x.view(), seq, s.params, {1, 0});
+      ForwardResult f =
+          attention_forward(comm, x.view(), x.view(), x.view(), seq, s.params, {1, 0});
       ForwardResult thief = std::move(f);
       try {
         attention_backward(comm, x.view(), x.view(), x.view(), x.view(), r == 0 ? f : thief, seq,
@@ -130,15 +132,17 @@ TEST(StateAdversarial, OneRankWithAMismatchedState) {
   const Error e = error_of([&] {
     run_ranks(4, [&](Communicator& comm) {
       const int r = comm.rank();
-      const SequenceSharding seq = s.p.sharding(4, r);
-      const Tensor x = shard_tensor(s.p.x.view(), s.p.layout, 4, r, &comm.memory());
-      const Tensor y = shard_tensor(s.p.w.view(), s.p.layout, 4, r, &comm.memory());
-      Generator gen(3);
-      const ForwardResult fx = attention_forward(comm, x.view(), x.view(), x.view(), seq, s.params,
-                                                 gen.next());
-      const ForwardResult fy = attention_forward(comm, y.view(), y.view(), y.view(), seq, s.params,
-                                                 gen.next());
+      // The try covers the forwards too: rank 2 may fail while a peer still completes its last
+      // forward transfer, and that peer is then released inside attention_forward.
       try {
+        const SequenceSharding seq = s.p.sharding(4, r);
+        const Tensor x = shard_tensor(s.p.x.view(), s.p.layout, 4, r, &comm.memory());
+        const Tensor y = shard_tensor(s.p.w.view(), s.p.layout, 4, r, &comm.memory());
+        Generator gen(3);
+        const ForwardResult fx =
+            attention_forward(comm, x.view(), x.view(), x.view(), seq, s.params, gen.next());
+        const ForwardResult fy =
+            attention_forward(comm, y.view(), y.view(), y.view(), seq, s.params, gen.next());
         attention_backward(comm, y.view(), y.view(), y.view(), y.view(), r == 2 ? fx : fy, seq,
                            s.params);
       } catch (const Error& err) {
@@ -195,7 +199,8 @@ TEST(StateAdversarial, RanksWithoutTokens) {
     const ForwardResult f = attention_forward(comm, v, v, v, seq, params, {1, 1});
     const AttentionCheckpoint ckpt = make_checkpoint(f);
     const AttentionGradients g = attention_backward(comm, v, v, v, v, f, seq, params);
-    const AttentionGradients again = recompute_backward(comm, ckpt, {1, 1}, v, v, v, v, seq, params);
+    const AttentionGradients again =
+        recompute_backward(comm, ckpt, {1, 1}, v, v, v, v, seq, params);
     EXPECT_EQ(g.dq.shape()[1], seq.local_length());
     for (int64_t i = 0; i < g.dq.numel(); ++i) EXPECT_EQ(g.dq.data()[i], again.dq.data()[i]);
   });
