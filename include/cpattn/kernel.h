@@ -48,7 +48,7 @@ struct KernelOptions {
 };
 
 /// Forward: writes out [B, Sq, Hq, Dv] (any strides) and lse fp32 [B, Hq, Sq] (contiguous,
-/// natural log). Computes, for each (b, h, i):
+/// natural log). Outputs must not alias any input (that is not detected; the result is undefined). Computes, for each (b, h, i):
 ///   s_ij = scale * <q_i, k_j>,  lse_i = log sum_{visible j} exp(s_ij),
 ///   out_i = sum_{visible j} keep_ij / (1 - p) * exp(s_ij - lse_i) * v_j.
 /// A row with no visible key gets out_i = 0, lse_i = -inf. Online softmax with fp32
@@ -76,7 +76,8 @@ struct BackwardOptions : KernelOptions {
 ///   dv_j = sum_i Z_ij P_ij dout_i
 ///   dP_ij = Z_ij <dout_i, v_j>,  dS_ij = P_ij (dP_ij - D_i)
 ///   dq_i = scale * sum_j dS_ij k_j,  dk_j = scale * sum_i dS_ij q_i
-/// dk/dv are summed over the GQA group. Shapes: dq like q, dk like k, dv like v (any strides).
+/// dk/dv are summed over the GQA group. Shapes: dq like q, dk like k, dv like v (any strides);
+/// dq/dk/dv must not alias any input.
 /// Rows with lse = -inf contribute nothing. Throws like the forward.
 void attention_kernel_backward(const AttentionInputs& in, const AttentionParams& params,
                                RngState rng, ConstView dout, ConstView out,

@@ -103,8 +103,9 @@ TEST(CommAdversarial, BadPeersTagsAndSizesAreRejected) {
     EXPECT_EQ(code_of([&] { (void)comm.isend(cb, 0, -5); }), ErrorCode::kInvalidArgument);
     EXPECT_EQ(code_of([&] { (void)comm.irecv(b, 0, INT_MIN); }), ErrorCode::kInvalidArgument);
     std::vector<std::byte> odd(3), odd_out(3);
-    EXPECT_EQ(code_of([&] { comm.all_to_all(std::span<const std::byte>(odd), std::span(odd_out)); }),
-              ErrorCode::kShapeMismatch);
+    EXPECT_EQ(
+        code_of([&] { comm.all_to_all(std::span<const std::byte>(odd), std::span(odd_out)); }),
+        ErrorCode::kShapeMismatch);
     EXPECT_EQ(code_of([&] { comm.all_to_all(cb, std::span(odd_out)); }), ErrorCode::kShapeMismatch);
     Request empty;
     EXPECT_EQ(code_of([&] { empty.wait(); }), ErrorCode::kInvalidArgument);

@@ -91,20 +91,19 @@ TEST(CpAdversarial, FailureAtEverySendLeaksNothing) {
     const int64_t process_before = process_memory().stats().live_bytes;
     std::mutex mu;
     std::vector<int64_t> live_after(kRanks, -1);
-    EXPECT_THROW(
-        run_ring(p, {kRanks, Layout::kZigzag},
-                 [&](Communicator& inner, const std::function<void(Communicator&)>& body) {
-                   FailingCommunicator c(inner, inner.rank() == 1 ? fail_at : 1 << 30);
-                   try {
-                     body(c);
-                   } catch (const Error&) {
-                     const std::lock_guard<std::mutex> lock(mu);
-                     live_after[static_cast<size_t>(inner.rank())] =
-                         inner.memory().stats().live_bytes;
-                     throw;
-                   }
-                 }),
-        Error)
+    EXPECT_THROW(run_ring(p, {kRanks, Layout::kZigzag},
+                          [&](Communicator& inner, const std::function<void(Communicator&)>& body) {
+                            FailingCommunicator c(inner, inner.rank() == 1 ? fail_at : 1 << 30);
+                            try {
+                              body(c);
+                            } catch (const Error&) {
+                              const std::lock_guard<std::mutex> lock(mu);
+                              live_after[static_cast<size_t>(inner.rank())] =
+                                  inner.memory().stats().live_bytes;
+                              throw;
+                            }
+                          }),
+                 Error)
         << "fail_at " << fail_at;
     for (int r = 0; r < kRanks; ++r) {
       EXPECT_EQ(live_after[static_cast<size_t>(r)], 0) << "rank " << r << " fail_at " << fail_at;

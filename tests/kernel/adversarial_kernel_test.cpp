@@ -33,8 +33,8 @@ reference::Problem random_problem(reference::Dims dims, uint64_t seed,
 
 ::testing::AssertionResult matches_reference(const reference::Problem& p, int threads,
                                              MemoryLayout layout = MemoryLayout::kBSHD) {
-  return testing::row_passes(reference::compare(
-      "adversarial", reference::make_oracle(p), reference::run_kernel(p, {layout, threads, true})));
+  return testing::row_passes(reference::compare("adversarial", reference::make_oracle(p),
+                                                reference::run_kernel(p, {layout, threads, true})));
 }
 
 // ---- odd sizes ----------------------------------------------------------------------------------
@@ -62,8 +62,8 @@ INSTANTIATE_TEST_SUITE_P(
         OddCase{"S2_D3_Threads64", {2, 2, 2, 3, 3, 3, 3}, reference::MaskKind::kNone, 0.3f, 64},
         OddCase{"S7_Sk97_DqkNeDv", {1, 7, 97, 4, 2, 5, 11}, reference::MaskKind::kWindow, 0.1f, 3},
         OddCase{"S97_D200_MQA", {1, 97, 97, 3, 1, 200, 24}, reference::MaskKind::kCausal, 0.0f, 2},
-        OddCase{"S1025_HqEqHkv", {1, 1025, 130, 2, 2, 8, 4}, reference::MaskKind::kDocsCausal,
-                0.2f, 5},
+        OddCase{
+            "S1025_HqEqHkv", {1, 1025, 130, 2, 2, 8, 4}, reference::MaskKind::kDocsCausal, 0.2f, 5},
         OddCase{"Sq0_Sk7_Threads64", {2, 0, 7, 2, 1, 4, 4}, reference::MaskKind::kNone, 0.0f, 64},
         OddCase{"Sk0", {1, 7, 0, 2, 1, 4, 4}, reference::MaskKind::kCausal, 0.0f, 4},
         OddCase{"B0", {0, 7, 7, 2, 1, 4, 4}, reference::MaskKind::kNone, 0.0f, 2}),
@@ -114,8 +114,8 @@ TEST(KernelAdversarial, ZeroHeadDimsWithNullData) {
 
 // Duplicate, non-monotone positions (e.g. two copies of a token) with causal + window + dropout.
 TEST(KernelAdversarial, DuplicateAndShuffledPositions) {
-  reference::Problem p = random_problem({2, 37, 53, 4, 2, 16, 8}, 7, reference::MaskKind::kNone,
-                                        0.15f);
+  reference::Problem p =
+      random_problem({2, 37, 53, 4, 2, 16, 8}, 7, reference::MaskKind::kNone, 0.15f);
   p.params.causal = true;
   p.params.window_left = 9;
   for (int64_t i = 0; i < 37; ++i) p.q_pos[i] = (i * 17) % 20;  // each position about twice
@@ -127,8 +127,8 @@ TEST(KernelAdversarial, DuplicateAndShuffledPositions) {
 // changes neither word, and the masks only see differences, so the result is bitwise unchanged.
 // Kernel, reference and the documented contract agree on this (rng.h, DESIGN.md section 4).
 TEST(KernelAdversarial, DropoutCounterWrapsAtDocumentedPeriod) {
-  reference::Problem p = random_problem({1, 40, 70, 2, 1, 8, 8}, 9, reference::MaskKind::kCausal,
-                                        0.3f);
+  reference::Problem p =
+      random_problem({1, 40, 70, 2, 1, 8, 8}, 9, reference::MaskKind::kCausal, 0.3f);
   const reference::Outputs base = reference::run_kernel(p, {MemoryLayout::kBSHD, 1, true});
   constexpr int64_t kShift = int64_t{1} << 34;
   for (int64_t& x : p.q_pos) x += kShift;
@@ -164,8 +164,8 @@ TEST(KernelAdversarial, PositionsNearInt64MaxWithHugeWindow) {
 
 // Every row fully masked (all keys after all queries): out 0, lse -inf, zero gradients.
 TEST(KernelAdversarial, EveryRowFullyMasked) {
-  reference::Problem p = random_problem({2, 33, 200, 2, 1, 8, 8}, 5, reference::MaskKind::kCausal,
-                                        0.2f);
+  reference::Problem p =
+      random_problem({2, 33, 200, 2, 1, 8, 8}, 5, reference::MaskKind::kCausal, 0.2f);
   for (int64_t j = 0; j < 200; ++j) p.k_pos[j] = 1000 + j;
   const reference::Outputs got = reference::run_kernel(p, {MemoryLayout::kSBHD, 3, true});
   for (double x : got.lse) EXPECT_EQ(x, -std::numeric_limits<double>::infinity());
@@ -181,7 +181,8 @@ struct KernelRunResult {
   KernelGradients grad;
 };
 
-KernelRunResult run_modified(reference::Problem p, int threads, void (*modify)(testing::ProblemTensors&)) {
+KernelRunResult run_modified(reference::Problem p, int threads,
+                             void (*modify)(testing::ProblemTensors&)) {
   testing::ProblemTensors t(p);
   modify(t);
   KernelForwardResult f = attention_kernel_forward(t.inputs, p.params, p.rng, {threads});
@@ -211,9 +212,8 @@ bool row_all_finite(const Tensor& x, int64_t b, int64_t s, int64_t h) {
 TEST(KernelAdversarial, NaNInQueryPropagatesToItsRowOnly) {
   for (const int threads : {1, 4}) {
     const reference::Problem p = random_problem({1, 300, 300, 2, 1, 16, 16}, 11);
-    const KernelRunResult r = run_modified(p, threads, [](testing::ProblemTensors& t) {
-      t.q.view()(0, 3, 0, 5) = kNaN;
-    });
+    const KernelRunResult r =
+        run_modified(p, threads, [](testing::ProblemTensors& t) { t.q.view()(0, 3, 0, 5) = kNaN; });
     EXPECT_TRUE(row_has_nan(r.fwd.out, 0, 3, 0)) << threads;
     EXPECT_TRUE(std::isnan(r.fwd.lse.data()[3])) << threads;
     EXPECT_TRUE(row_has_nan(r.grad.dq, 0, 3, 0)) << threads;
@@ -226,9 +226,8 @@ TEST(KernelAdversarial, NaNInQueryPropagatesToItsRowOnly) {
 TEST(KernelAdversarial, NaNInKeyPoisonsOnlyQueriesThatSeeIt) {
   reference::Problem p = random_problem({1, 260, 260, 1, 1, 8, 8}, 13);
   p.params.causal = true;
-  const KernelRunResult r = run_modified(p, 2, [](testing::ProblemTensors& t) {
-    t.k.view()(0, 200, 0, 0) = kNaN;
-  });
+  const KernelRunResult r =
+      run_modified(p, 2, [](testing::ProblemTensors& t) { t.k.view()(0, 200, 0, 0) = kNaN; });
   for (int64_t i = 0; i < 260; ++i) {
     if (i < 200) {
       EXPECT_TRUE(row_all_finite(r.fwd.out, 0, i, 0)) << "query " << i;
@@ -253,9 +252,8 @@ TEST(KernelAdversarial, InfInQueryGivesNaNNotAnEmptyRow) {
 // A NaN value (v) flows through P V as usual.
 TEST(KernelAdversarial, NaNInValuePropagates) {
   const reference::Problem p = random_problem({1, 5, 5, 1, 1, 4, 4}, 19);
-  const KernelRunResult r = run_modified(p, 1, [](testing::ProblemTensors& t) {
-    t.v.view()(0, 1, 0, 2) = kNaN;
-  });
+  const KernelRunResult r =
+      run_modified(p, 1, [](testing::ProblemTensors& t) { t.v.view()(0, 1, 0, 2) = kNaN; });
   for (int64_t i = 0; i < 5; ++i) EXPECT_TRUE(std::isnan(r.fwd.out.view()(0, i, 0, 2)));
 }
 
