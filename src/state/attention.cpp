@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "cpattn/error.h"
+#include "state/state_detail.h"
 
 namespace cpattn {
 
@@ -40,6 +41,7 @@ ForwardResult::~ForwardResult() {
   if (counter_ != nullptr) counter_->add_forward_results(-1);
 }
 
+namespace detail {
 namespace {
 void check_group(const Communicator& comm, const SequenceSharding& seq) {
   CPATTN_CHECK(seq.cp_size == comm.size() && seq.cp_rank == comm.rank(),
@@ -48,13 +50,38 @@ void check_group(const Communicator& comm, const SequenceSharding& seq) {
 }
 }  // namespace
 
+std::string join_differences(std::string_view prefix, const std::vector<std::string>& diffs) {
+  std::string message(prefix);
+  for (size_t i = 0; i < diffs.size(); ++i) message += (i ? "; " : "") + diffs[i];
+  return message;
+}
+
+ForwardResult forward_with_fingerprint(Communicator& comm, ConstView q, ConstView k, ConstView v,
+                                       const SequenceSharding& seq, const AttentionParams& params,
+                                       RngState rng, const RingOptions& options, Fingerprint fp) {
+  check_group(comm, seq);
+  RingForwardResult r = ring_attention_forward(comm, q, k, v, seq, params, rng, options);
+  return ForwardResult(std::move(r.out), std::move(r.lse), r.rng, std::move(fp), comm.memory());
+}
+
+AttentionGradients backward_from_checked_state(Communicator& comm, ConstView dout, ConstView q,
+                                               ConstView k, ConstView v, const ForwardResult& state,
+                                               const SequenceSharding& seq,
+                                               const AttentionParams& params,
+                                               const RingOptions& options) {
+  check_group(comm, seq);
+  RingGradients g = ring_attention_backward(comm, dout, q, k, v, state.out.view(), state.lse.span(),
+                                            seq, params, state.rng, options);
+  return {std::move(g.dq), std::move(g.dk), std::move(g.dv)};
+}
+
+}  // namespace detail
+
 ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& seq, const AttentionParams& params,
                                 RngState rng, const RingOptions& options) {
-  check_group(comm, seq);
-  RingForwardResult r = ring_attention_forward(comm, q, k, v, seq, params, rng, options);
   Fingerprint fp = make_fingerprint(comm.rank(), comm.size(), q, k, v, seq, params, rng);
-  return ForwardResult(std::move(r.out), std::move(r.lse), r.rng, std::move(fp), comm.memory());
+  return detail::forward_with_fingerprint(comm, q, k, v, seq, params, rng, options, std::move(fp));
 }
 
 AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
@@ -69,14 +96,11 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
       make_fingerprint(comm.rank(), comm.size(), q, k, v, seq, params, state.rng);
   const std::vector<std::string> diffs = state.fingerprint.differences(called);
   if (!diffs.empty()) {
-    std::string message = "attention_backward: the ForwardResult does not belong to this call: ";
-    for (size_t i = 0; i < diffs.size(); ++i) message += (i ? "; " : "") + diffs[i];
-    throw Error(ErrorCode::kStateMismatch, message);
+    throw Error(ErrorCode::kStateMismatch,
+                detail::join_differences(
+                    "attention_backward: the ForwardResult does not belong to this call: ", diffs));
   }
-  check_group(comm, seq);
-  RingGradients g = ring_attention_backward(comm, dout, q, k, v, state.out.view(), state.lse.span(),
-                                            seq, params, state.rng, options);
-  return {std::move(g.dq), std::move(g.dk), std::move(g.dv)};
+  return detail::backward_from_checked_state(comm, dout, q, k, v, state, seq, params, options);
 }
 
 }  // namespace cpattn

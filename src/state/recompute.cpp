@@ -3,6 +3,7 @@
 
 #include "cpattn/digest.h"
 #include "cpattn/error.h"
+#include "state/state_detail.h"
 
 namespace cpattn {
 
@@ -29,16 +30,17 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
                " differs from the recorded ", rng_text(recorded.rng),
                " (restore the generator state before recomputing; otherwise dropout masks and "
                "gradients would be silently wrong)");
-  const Fingerprint called =
-      make_fingerprint(comm.rank(), comm.size(), q, k, v, seq, params, replayed);
+  Fingerprint called = make_fingerprint(comm.rank(), comm.size(), q, k, v, seq, params, replayed);
   const std::vector<std::string> diffs = recorded.differences(called);
   if (!diffs.empty()) {
-    std::string message =
-        "recompute diverged: the recomputed call differs from the first forward: ";
-    for (size_t i = 0; i < diffs.size(); ++i) message += (i ? "; " : "") + diffs[i];
-    throw Error(ErrorCode::kRecomputeDiverged, message);
+    throw Error(
+        ErrorCode::kRecomputeDiverged,
+        detail::join_differences(
+            "recompute diverged: the recomputed call differs from the first forward: ", diffs));
   }
-  ForwardResult state = attention_forward(comm, q, k, v, seq, params, replayed, options.ring);
+  // `called` is this call's fingerprint already: q/k/v are hashed once per recompute.
+  ForwardResult state = detail::forward_with_fingerprint(comm, q, k, v, seq, params, replayed,
+                                                         options.ring, std::move(called));
   if (options.strict) {
     const uint64_t again = output_digest(state);
     CPATTN_CHECK(again == checkpoint.output_digest, ErrorCode::kRecomputeDiverged,
@@ -57,7 +59,8 @@ AttentionGradients recompute_backward(Communicator& comm, const AttentionCheckpo
                                       const RecomputeOptions& options) {
   const ForwardResult state =
       recompute_forward(comm, checkpoint, replayed, q, k, v, seq, params, options);
-  return attention_backward(comm, dout, q, k, v, state, seq, params, options.ring);
+  // The fresh state was made from these very arguments: no second fingerprint check is needed.
+  return detail::backward_from_checked_state(comm, dout, q, k, v, state, seq, params, options.ring);
 }
 
 }  // namespace cpattn
