@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.h"
 #include "cpattn/kernel.h"
 #include "cpattn/memory.h"
 
@@ -26,21 +27,8 @@ using cpattn::Tensor;
 constexpr int kThreads = 2;
 constexpr int64_t kHeadsQ = 8;
 
-// Seconds per iteration of every run, keyed by case; the summary uses medians over repetitions.
-std::map<std::string, std::vector<double>>& timings() {
-  static std::map<std::string, std::vector<double>> t;
-  return t;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? NAN : v[v.size() / 2];
-}
-
-double median_of(const std::string& key) {
-  const auto it = timings().find(key);
-  return it == timings().end() ? NAN : median(it->second);
-}
+namespace bench = cpattn::bench;
+using bench::median_of;
 
 constexpr int64_t kSgemmN = 2048;
 double sgemm_gflops() { return 2.0 * std::pow(double(kSgemmN), 3) / median_of("sgemm") / 1e9; }
@@ -52,9 +40,10 @@ void timed_loop(benchmark::State& state, const std::string& key, double flops, F
   for (auto _ : state) fn();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
                       double(state.iterations());
-  timings()[key].push_back(secs);
+  bench::record(key, secs);
   state.counters["GFLOPS"] = flops / secs / 1e9;
-  if (timings().count("sgemm")) state.counters["vs_sgemm"] = flops / secs / 1e9 / sgemm_gflops();
+  if (bench::samples().count("sgemm"))
+    state.counters["vs_sgemm"] = flops / secs / 1e9 / sgemm_gflops();
 }
 
 void fill_random(Tensor& t, uint32_t seed) {
@@ -230,7 +219,7 @@ void print_ratio(const char* what, double value, const char* target) {
 // The targets as ratios of medians measured in this run.
 void print_summary() {
   std::printf("\nSummary (medians of this run, %d threads)\n", kThreads);
-  if (timings().count("sgemm")) std::printf("  sgemm 2048^3: %.1f GFLOPS\n", sgemm_gflops());
+  if (bench::samples().count("sgemm")) std::printf("  sgemm 2048^3: %.1f GFLOPS\n", sgemm_gflops());
   for (int64_t hkv : {8, 2}) {
     for (const char* dir : {"fwd", "bwd"}) {
       const double flops = (dir[0] == 'b' ? 2.5 : 1.0) * attention_flops(4096, 128, false);

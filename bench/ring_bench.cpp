@@ -1,17 +1,25 @@
-// Ring attention benchmarks: ring wall time vs the single-rank kernel on the same work, the share
-// of communication left exposed, causal load balance per layout, and per-rank peak memory.
-// Usage: bench_ring [--seq=16384] [--heads=8] [--dim=128] [--reps=1] [--ranks=2,4,8]
-//                   [--sections=perf,balance,memory]   (results: docs/performance.md "## Ring")
+// Ring attention benchmarks (docs/performance.md, "Ring"): ring wall time against the single-rank
+// kernel on the same work, the communication left exposed, causal load balance per layout, and
+// per-rank peak memory. A summary of the figures (ratios of medians measured in this run)
+// is printed after the Google Benchmark table.
+//
+// Full run with interleaved repetitions (the machine is shared; medians are the stable figure):
+//   bench_ring --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
+// Only the S=16384, P=2 overhead:  --benchmark_filter='SingleRank/S:16384/|S:16384/P:2/'
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench_support.h"
 #include "cp/ring_detail.h"
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"
@@ -26,50 +34,58 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-struct Config {
-  int64_t seq = 16384, heads = 8, dim = 128;
-  int reps = 1;
-  std::vector<int> ranks = {2, 4, 8};
-  std::string sections = "perf,balance,memory";
-};
+// The problem: B = 1, Hq = Hkv = 8, D = 128, causal, zigzag layout.
+constexpr int64_t kHeads = 8;
+constexpr int64_t kDim = 128;
+constexpr int kSingleRankThreads = 2;  // the machine's cores; each in-process rank gets 1
+constexpr int64_t kBalanceSeq = 8192;
+constexpr int kBalanceRanks = 8;
+constexpr int64_t kMemorySeq = 4096;
+
+std::string key(const char* what, int64_t S, int P = 0) {
+  std::string k = std::string(what) + "/S" + std::to_string(S);
+  return P > 0 ? k + "/P" + std::to_string(P) : k;
+}
 
 struct Problem {
-  int64_t S, H, D;
-  Tensor q, k, v, dout;  // whole sequence, BSHD, B = 1
+  explicit Problem(int64_t s)
+      : S(s),
+        q({1, s, kHeads, kDim}),
+        k({1, s, kHeads, kDim}),
+        v({1, s, kHeads, kDim}),
+        dout({1, s, kHeads, kDim}) {
+    params.causal = true;
+    std::mt19937 gen(1);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (Tensor* t : {&q, &k, &v, &dout}) {
+      for (float& x : t->span()) x = normal(gen);
+    }
+  }
+  int64_t S;
+  Tensor q, k, v, dout;  // whole sequence, BSHD
   AttentionParams params;
   RngState rng{7, 0};
 };
 
-Problem make_problem(int64_t S, int64_t H, int64_t D) {
-  Problem p{S,
-            H,
-            D,
-            Tensor({1, S, H, D}),
-            Tensor({1, S, H, D}),
-            Tensor({1, S, H, D}),
-            Tensor({1, S, H, D}),
-            {},
-            {7, 0}};
-  p.params.causal = true;
-  std::mt19937 gen(1);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (Tensor* t : {&p.q, &p.k, &p.v, &p.dout}) {
-    for (float& x : t->span()) x = normal(gen);
-  }
-  return p;
+// Inputs are made once per sequence length and shared by every benchmark and repetition.
+const Problem& problem(int64_t S) {
+  static std::map<int64_t, std::unique_ptr<Problem>> cache;
+  auto& slot = cache[S];
+  if (!slot) slot = std::make_unique<Problem>(S);
+  return *slot;
 }
 
-// Single-rank kernel forward + backward with `threads` threads; returns seconds.
-double time_single(const Problem& p, int threads) {
+// Single-rank kernel forward + backward with kSingleRankThreads threads; returns seconds.
+double time_single(const Problem& p) {
   std::vector<int64_t> pos(static_cast<size_t>(p.S));
   for (int64_t i = 0; i < p.S; ++i) pos[static_cast<size_t>(i)] = i;
   const AttentionInputs in{p.q.view(), p.k.view(), p.v.view(), pos, pos, {}, {}};
-  KernelOptions options;
-  options.num_threads = threads;
+  const KernelOptions options{kSingleRankThreads};
   const auto start = Clock::now();
   const KernelForwardResult f = attention_kernel_forward(in, p.params, p.rng, options);
   const KernelGradients g = attention_kernel_backward(in, p.params, p.rng, p.dout.view(),
                                                       f.out.view(), f.lse.span(), options);
+  benchmark::DoNotOptimize(g.dq.data());
   return seconds_since(start);
 }
 
@@ -79,21 +95,21 @@ struct RingTiming {
   int64_t peak_bytes = 0;  // largest per-rank peak of live bytes
 };
 
-// Ring forward + backward over P in-process ranks, 1 kernel thread each.
-RingTiming time_ring(const Problem& p, int P, Layout layout) {
+// Ring forward + backward over P in-process ranks, 1 kernel thread each, zigzag layout.
+RingTiming time_ring(const Problem& p, int P) {
   RingTiming result;
   std::mutex mu;
   run_ranks(P, [&](Communicator& comm) {
     SequenceSharding s;
-    s.layout = layout;
+    s.layout = Layout::kZigzag;
     s.seq_len = p.S;
     s.cp_size = P;
     s.cp_rank = comm.rank();
     MemoryCounter* mem = &comm.memory();
-    const Tensor q = shard_tensor(p.q.view(), layout, P, s.cp_rank, mem);
-    const Tensor k = shard_tensor(p.k.view(), layout, P, s.cp_rank, mem);
-    const Tensor v = shard_tensor(p.v.view(), layout, P, s.cp_rank, mem);
-    const Tensor dout = shard_tensor(p.dout.view(), layout, P, s.cp_rank, mem);
+    const Tensor q = shard_tensor(p.q.view(), s.layout, P, s.cp_rank, mem);
+    const Tensor k = shard_tensor(p.k.view(), s.layout, P, s.cp_rank, mem);
+    const Tensor v = shard_tensor(p.v.view(), s.layout, P, s.cp_rank, mem);
+    const Tensor dout = shard_tensor(p.dout.view(), s.layout, P, s.cp_rank, mem);
     RingStats stats;
     RingOptions options;
     options.stats = &stats;
@@ -117,13 +133,12 @@ RingTiming time_ring(const Problem& p, int P, Layout layout) {
 
 // The same messages as one ring forward + backward (P - 1 k/v blocks twice, P dk/dv blocks),
 // with no compute in between: the time the transfers take when nothing hides them.
-double time_transfers_only(const Problem& p, int P, Layout layout) {
+double time_transfers_only(int64_t S, int P) {
   double worst = 0;
   std::mutex mu;
   run_ranks(P, [&](Communicator& comm) {
     const int r = comm.rank();
-    const int64_t max_len = shard_length(layout, p.S, P, 0);
-    const int64_t floats = 2 * max_len * p.H * p.D;  // k|v or dk|dv
+    const int64_t floats = 2 * shard_length(Layout::kZigzag, S, P, 0) * kHeads * kDim;  // k|v
     Tensor a({floats}, &comm.memory()), b({floats}, &comm.memory());
     comm.barrier();
     const auto start = Clock::now();
@@ -141,118 +156,176 @@ double time_transfers_only(const Problem& p, int P, Layout layout) {
   return worst;
 }
 
-void run_perf(const Config& c) {
-  std::printf("## perf: causal zigzag, B=1, S=%lld, Hq=Hkv=%lld, D=%lld, forward+backward\n",
-              static_cast<long long>(c.seq), static_cast<long long>(c.heads),
-              static_cast<long long>(c.dim));
-  const Problem p = make_problem(c.seq, c.heads, c.dim);
-  double single = 1e30;
-  std::vector<RingTiming> ring(c.ranks.size());
-  for (auto& r : ring) r.wall = 1e30;
-  // Interleaved repetitions, best of each: the machine is shared, so minima are the stable figure.
-  for (int rep = 0; rep < c.reps; ++rep) {
-    single = std::min(single, time_single(p, 2));
-    for (size_t i = 0; i < c.ranks.size(); ++i) {
-      const RingTiming t = time_ring(p, c.ranks[i], Layout::kZigzag);
-      if (t.wall < ring[i].wall) ring[i] = t;
-    }
-  }
-  std::printf("single-rank kernel, 2 threads: %.3f s\n", single);
-  std::printf(
-      "| P | ranks x threads | ring wall s | ring / single | kernel s | comm s | other s |"
-      " transfers alone s | transfer hidden |\n|---|---|---|---|---|---|---|---|---|\n");
-  for (size_t i = 0; i < c.ranks.size(); ++i) {
-    const int P = c.ranks[i];
-    const RingStats& st = ring[i].busiest;
-    const double xfer = time_transfers_only(p, P, Layout::kZigzag);
-    // comm_seconds is the time the busiest rank spent inside isend/irecv/wait: the exposed part.
-    const double hidden = xfer > 0 ? std::clamp(1.0 - st.comm_seconds / xfer, 0.0, 1.0) : 1.0;
-    std::printf("| %d | %d x 1 | %.3f | %.3f | %.3f | %.3f | %.3f | %.4f | %.0f%% |\n", P, P,
-                ring[i].wall, ring[i].wall / single, st.kernel_seconds, st.comm_seconds,
-                st.other_seconds, xfer, 100.0 * hidden);
+void BM_SingleRank(benchmark::State& state) {
+  const int64_t S = state.range(0);
+  const Problem& p = problem(S);
+  for (auto _ : state) {
+    const double t = time_single(p);
+    state.SetIterationTime(t);
+    bench::record(key("single", S), t);
   }
 }
 
-void run_balance() {
-  const int64_t S = 8192;
-  const int P = 8;
-  std::printf("\n## balance: causal, S=%lld, P=%d: visible (q, k) pairs per rank\n",
-              static_cast<long long>(S), P);
-  std::printf("| layout | busiest / mean | least / mean |\n|---|---|---|\n");
+void BM_Ring(benchmark::State& state) {
+  const int64_t S = state.range(0);
+  const int P = static_cast<int>(state.range(1));
+  const Problem& p = problem(S);
+  for (auto _ : state) {
+    const RingTiming t = time_ring(p, P);
+    state.SetIterationTime(t.wall);
+    bench::record(key("ring", S, P), t.wall);
+    bench::record(key("ring_kernel", S, P), t.busiest.kernel_seconds);
+    bench::record(key("ring_comm", S, P), t.busiest.comm_seconds);
+    bench::record(key("ring_other", S, P), t.busiest.other_seconds);
+    state.counters["kernel_s"] = t.busiest.kernel_seconds;
+    state.counters["comm_s"] = t.busiest.comm_seconds;
+    state.counters["other_s"] = t.busiest.other_seconds;
+  }
+}
+
+void BM_TransfersOnly(benchmark::State& state) {
+  const int64_t S = state.range(0);
+  const int P = static_cast<int>(state.range(1));
+  for (auto _ : state) {
+    const double t = time_transfers_only(S, P);
+    state.SetIterationTime(t);
+    bench::record(key("xfer", S, P), t);
+  }
+}
+
+// Visible (q, k) pairs per rank, counted exactly (deterministic: one iteration is enough).
+void BM_LoadBalance(benchmark::State& state) {
+  const Layout layout = static_cast<Layout>(state.range(0));
   AttentionParams causal;
   causal.causal = true;
-  std::vector<int64_t> all(static_cast<size_t>(S));
-  for (int64_t i = 0; i < S; ++i) all[static_cast<size_t>(i)] = i;
-  for (Layout layout : {Layout::kZigzag, Layout::kStriped, Layout::kContiguous}) {
-    std::vector<int64_t> n;
-    for (int r = 0; r < P; ++r) {
-      const auto q = shard_token_indices(layout, S, P, r);
-      n.push_back(detail::count_visible_pairs(q, all, {}, {}, causal));
+  std::vector<int64_t> all(static_cast<size_t>(kBalanceSeq));
+  for (int64_t i = 0; i < kBalanceSeq; ++i) all[static_cast<size_t>(i)] = i;
+  for (auto _ : state) {
+    std::vector<double> n;
+    for (int r = 0; r < kBalanceRanks; ++r) {
+      const auto q = shard_token_indices(layout, kBalanceSeq, kBalanceRanks, r);
+      n.push_back(static_cast<double>(detail::count_visible_pairs(q, all, {}, {}, causal)));
     }
     double mean = 0;
-    for (int64_t x : n) mean += static_cast<double>(x) / P;
-    std::printf("| %s | %.4f | %.4f |\n", layout_name(layout),
-                static_cast<double>(*std::max_element(n.begin(), n.end())) / mean,
-                static_cast<double>(*std::min_element(n.begin(), n.end())) / mean);
+    for (double x : n) mean += x / kBalanceRanks;
+    const double busiest = *std::max_element(n.begin(), n.end()) / mean;
+    const double least = *std::min_element(n.begin(), n.end()) / mean;
+    state.counters["busiest_over_mean"] = busiest;
+    bench::record(std::string("balance_max/") + layout_name(layout), busiest);
+    bench::record(std::string("balance_min/") + layout_name(layout), least);
+  }
+  state.SetLabel(layout_name(layout));
+}
+
+void BM_RankPeakMemory(benchmark::State& state) {
+  const int P = static_cast<int>(state.range(0));
+  const Problem& p = problem(kMemorySeq);
+  for (auto _ : state) {
+    const double mib = static_cast<double>(time_ring(p, P).peak_bytes) / 1048576.0;
+    state.counters["peak_MiB"] = mib;
+    bench::record(key("peak_mib", kMemorySeq, P), mib);
   }
 }
 
-void run_memory(const Config& c) {
-  const int64_t S = std::min<int64_t>(c.seq, 4096);
-  std::printf("\n## memory: peak live bytes per rank, causal zigzag, S=%lld, H=%lld, D=%lld\n",
-              static_cast<long long>(S), static_cast<long long>(c.heads),
-              static_cast<long long>(c.dim));
-  std::printf("| P | peak MiB per rank | vs P=1 | x P |\n|---|---|---|---|\n");
-  const Problem p = make_problem(S, c.heads, c.dim);
-  double base = 0;
+BENCHMARK(BM_SingleRank)
+    ->ArgNames({"S"})
+    ->Args({8192})
+    ->Args({16384})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kSecond);
+void ring_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"S", "P"})->Args({8192, 2})->Args({8192, 4});
+  b->Args({16384, 2})->Args({16384, 4})->Args({16384, 8});
+  b->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
+}
+BENCHMARK(BM_Ring)->Apply(ring_args);
+BENCHMARK(BM_TransfersOnly)->Apply(ring_args);
+BENCHMARK(BM_LoadBalance)
+    ->ArgNames({"layout"})
+    ->Arg(static_cast<int>(Layout::kZigzag))
+    ->Arg(static_cast<int>(Layout::kStriped))
+    ->Arg(static_cast<int>(Layout::kContiguous))
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RankPeakMemory)
+    ->ArgNames({"P"})
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+
+void print_overhead() {
+  if (std::isnan(bench::median_of(key("single", 16384))) &&
+      std::isnan(bench::median_of(key("single", 8192))))
+    return;  // the baselines were filtered out: no ratios to print
+  std::printf(
+      "\nOverhead, causal zigzag, B=1, Hq=Hkv=%lld, D=%lld, forward+backward: P ranks x 1 thread"
+      " vs the single-rank kernel with %d threads (target at S=16384, P=2: <= 1.10)\n",
+      static_cast<long long>(kHeads), static_cast<long long>(kDim), kSingleRankThreads);
+  std::printf(
+      "| S | P | single-rank s | ring wall s | ring / single | kernel s | comm s | comm / wall |"
+      " other s | transfers alone s | transfer hidden "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int64_t S : {8192, 16384}) {
+    for (int P : {2, 4, 8}) {
+      const double ring = bench::median_of(key("ring", S, P));
+      if (std::isnan(ring)) continue;
+      const double single = bench::median_of(key("single", S));
+      const double comm = bench::median_of(key("ring_comm", S, P));
+      const double xfer = bench::median_of(key("xfer", S, P));
+      // comm is the time the busiest rank spent inside isend/irecv/wait (copying, or waiting for
+      // a peer that is still computing): what was not hidden.
+      const double hidden = xfer > 0 ? std::clamp(1.0 - comm / xfer, 0.0, 1.0) : NAN;
+      std::printf(
+          "| %lld | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f%% | %.3f | %.4f | %.0f%% |\n",
+          static_cast<long long>(S), P, single, ring, ring / single,
+          bench::median_of(key("ring_kernel", S, P)), comm, 100.0 * comm / ring,
+          bench::median_of(key("ring_other", S, P)), xfer, 100.0 * hidden);
+    }
+  }
+}
+
+void print_balance() {
+  if (std::isnan(bench::median_of("balance_max/zigzag"))) return;
+  std::printf(
+      "\nLoad balance, causal, S=%lld, P=%d, visible (q, k) pairs per rank (target <= 1.05 for"
+      " zigzag and striped)\n| layout | busiest / mean | least / mean |\n|---|---|---|\n",
+      static_cast<long long>(kBalanceSeq), kBalanceRanks);
+  for (Layout layout : {Layout::kZigzag, Layout::kStriped, Layout::kContiguous}) {
+    const double busiest = bench::median_of(std::string("balance_max/") + layout_name(layout));
+    if (std::isnan(busiest)) continue;
+    std::printf("| %s | %.4f | %.4f |\n", layout_name(layout), busiest,
+                bench::median_of(std::string("balance_min/") + layout_name(layout)));
+  }
+}
+
+void print_memory() {
+  const double base = bench::median_of(key("peak_mib", kMemorySeq, 1));
+  if (std::isnan(base)) return;
+  std::printf(
+      "\nPer-rank peak live bytes, causal zigzag, S=%lld, H=%lld, D=%lld (O(S/P): x P stays"
+      " flat)\n| P | peak MiB per rank | vs P=1 | x P |\n|---|---|---|---|\n",
+      static_cast<long long>(kMemorySeq), static_cast<long long>(kHeads),
+      static_cast<long long>(kDim));
   for (int P : {1, 2, 4}) {
-    const double mib = static_cast<double>(time_ring(p, P, Layout::kZigzag).peak_bytes) / 1048576.0;
-    if (P == 1) base = mib;
+    const double mib = bench::median_of(key("peak_mib", kMemorySeq, P));
+    if (std::isnan(mib)) continue;
     std::printf("| %d | %.2f | %.3f | %.2f |\n", P, mib, mib / base, P * mib / base);
   }
-}
-
-std::vector<int> parse_ints(const char* s) {
-  std::vector<int> v;
-  for (const char* p = s; *p != '\0';) {
-    v.push_back(std::atoi(p));
-    p = std::strchr(p, ',');
-    if (p == nullptr) break;
-    ++p;
-  }
-  return v;
 }
 
 }  // namespace
 }  // namespace cpattn
 
 int main(int argc, char** argv) {
-  cpattn::Config c;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto value = [&](const char* key) -> const char* {
-      const size_t n = std::strlen(key);
-      return a.compare(0, n, key) == 0 ? argv[i] + n : nullptr;
-    };
-    if (const char* x = value("--seq="))
-      c.seq = std::atoll(x);
-    else if (const char* y = value("--heads="))
-      c.heads = std::atoll(y);
-    else if (const char* z = value("--dim="))
-      c.dim = std::atoll(z);
-    else if (const char* r = value("--reps="))
-      c.reps = std::atoi(r);
-    else if (const char* k = value("--ranks="))
-      c.ranks = cpattn::parse_ints(k);
-    else if (const char* s = value("--sections="))
-      c.sections = s;
-    else {
-      std::fprintf(stderr, "unknown argument %s\n", argv[i]);
-      return 2;
-    }
-  }
-  if (c.sections.find("perf") != std::string::npos) cpattn::run_perf(c);
-  if (c.sections.find("balance") != std::string::npos) cpattn::run_balance();
-  if (c.sections.find("memory") != std::string::npos) cpattn::run_memory(c);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  cpattn::print_overhead();
+  cpattn::print_balance();
+  cpattn::print_memory();
+  benchmark::Shutdown();
   return 0;
 }

@@ -34,10 +34,29 @@ class CountedScratch {
   int64_t bytes_;
 };
 
-// Waits on every request in order; the first failure propagates and the destructors of the
+// A posted send or receive and the exact number of bytes it must move: a peer that called the
+// collective with another length is caught on the receiving side even when its message fits.
+struct Pending {
+  Request request;
+  size_t bytes;
+};
+
+// Waits on every operation in order; the first failure propagates and the destructors of the
 // rest cancel (the stack is unwinding).
-void wait_all(std::vector<Request>& requests) {
-  for (Request& r : requests) r.wait();
+void wait_all(std::vector<Pending>& ops) {
+  for (Pending& op : ops) {
+    const size_t got = op.request.wait();
+    CPATTN_CHECK(got == op.bytes, ErrorCode::kCommunication, "a message of ", got,
+                 " bytes arrived where ", op.bytes,
+                 " were expected (did the ranks pass buffers of different lengths?)");
+  }
+}
+
+Pending post_recv(const CollectiveChannel& ch, std::span<std::byte> buffer, int src) {
+  return {ch.recv(buffer, src), buffer.size()};
+}
+Pending post_send(const CollectiveChannel& ch, std::span<const std::byte> buffer, int dest) {
+  return {ch.send(buffer, dest), buffer.size()};
 }
 
 }  // namespace
@@ -67,17 +86,17 @@ void allreduce_sum(const CollectiveChannel& ch, std::span<T> data) {
     // Reduce-scatter. Scratch layout: P slots of `len` elements; slot j holds rank j's values of
     // this rank's slice (slot `rank` stays unused: our own values are read from `data`).
     CountedScratch<T> scratch(len * static_cast<size_t>(p), ch.memory);
-    std::vector<Request> requests;
+    std::vector<Pending> requests;
     requests.reserve(2 * static_cast<size_t>(p));
     for (int j = 0; j < p; ++j) {
       if (j == ch.rank) continue;
       requests.push_back(
-          ch.recv(std::as_writable_bytes(std::span<T>(scratch.data() + len * j, len)), j));
+          post_recv(ch, std::as_writable_bytes(std::span<T>(scratch.data() + len * j, len)), j));
     }
     for (int j = 0; j < p; ++j) {
       if (j == ch.rank) continue;
       const Slice s = slice_of(n, j, p);
-      requests.push_back(ch.send(std::as_bytes(data.subspan(s.begin, s.end - s.begin)), j));
+      requests.push_back(post_send(ch, std::as_bytes(data.subspan(s.begin, s.end - s.begin)), j));
     }
     wait_all(requests);
     requests.clear();
@@ -100,11 +119,11 @@ void allreduce_sum(const CollectiveChannel& ch, std::span<T> data) {
       if (j == ch.rank) continue;
       const Slice s = slice_of(n, j, p);
       requests.push_back(
-          ch.recv(std::as_writable_bytes(data.subspan(s.begin, s.end - s.begin)), j));
+          post_recv(ch, std::as_writable_bytes(data.subspan(s.begin, s.end - s.begin)), j));
     }
     for (int j = 0; j < p; ++j) {
       if (j == ch.rank) continue;
-      requests.push_back(ch.send(std::as_bytes(data.subspan(mine.begin, len)), j));
+      requests.push_back(post_send(ch, std::as_bytes(data.subspan(mine.begin, len)), j));
     }
     wait_all(requests);
   } catch (const Error&) {
@@ -125,13 +144,15 @@ void all_to_all(const CollectiveChannel& ch, std::span<const std::byte> send,
   const size_t block = send.size() / p;
   const auto me = static_cast<size_t>(ch.rank);
   try {
-    std::vector<Request> requests;
+    std::vector<Pending> requests;
     requests.reserve(2 * p);
     for (size_t j = 0; j < p; ++j) {
-      if (j != me) requests.push_back(ch.recv(recv.subspan(j * block, block), static_cast<int>(j)));
+      if (j != me)
+        requests.push_back(post_recv(ch, recv.subspan(j * block, block), static_cast<int>(j)));
     }
     for (size_t j = 0; j < p; ++j) {
-      if (j != me) requests.push_back(ch.send(send.subspan(j * block, block), static_cast<int>(j)));
+      if (j != me)
+        requests.push_back(post_send(ch, send.subspan(j * block, block), static_cast<int>(j)));
     }
     if (block > 0) std::memcpy(recv.data() + me * block, send.data() + me * block, block);
     wait_all(requests);

@@ -131,10 +131,17 @@ View PackedKv::v(float* base, int64_t len) const {
 }
 
 void copy_view(ConstView src, View dst) {
+  const int64_t D = src.shape[3], ss = src.stride[3], ds = dst.stride[3];
   for (int64_t b = 0; b < src.shape[0]; ++b) {
     for (int64_t s = 0; s < src.shape[1]; ++s) {
       for (int64_t h = 0; h < src.shape[2]; ++h) {
-        for (int64_t x = 0; x < src.shape[3]; ++x) dst(b, s, h, x) = src(b, s, h, x);
+        const float* from = &src(b, s, h, 0);
+        float* to = &dst(b, s, h, 0);
+        if (ss == 1 && ds == 1) {
+          std::copy_n(from, D, to);  // the common case: rows of D contiguous floats
+        } else {
+          for (int64_t x = 0; x < D; ++x) to[x * ds] = from[x * ss];
+        }
       }
     }
   }
