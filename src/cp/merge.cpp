@@ -30,6 +30,7 @@ void merge_attention_partials(View out_acc, std::span<float> lse_acc, ConstView 
   CPATTN_CHECK_EQ(lse_part.size(), rows, ErrorCode::kShapeMismatch,
                   "merge_attention_partials: lse_part length (B * H * S)");
   const int64_t B = sh[0], S = sh[1], H = sh[2], Dv = sh[3];
+  // Rows in (b, i, h) order: the memory order of a dense BSHD tensor.
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t i = 0; i < S; ++i) {
       for (int64_t h = 0; h < H; ++h) {
@@ -44,11 +45,7 @@ void merge_attention_partials(View out_acc, std::span<float> lse_acc, ConstView 
         float* acc = &out_acc(b, i, h, 0);
         const float* part = &out_part(b, i, h, 0);
         const int64_t sa = out_acc.stride[3], sp = out_part.stride[3];
-        if (sa == 1 && sp == 1) {
-          for (int64_t d = 0; d < Dv; ++d) acc[d] = acc[d] * wa + part[d] * wc;
-        } else {
-          for (int64_t d = 0; d < Dv; ++d) acc[d * sa] = acc[d * sa] * wa + part[d * sp] * wc;
-        }
+        for (int64_t d = 0; d < Dv; ++d) acc[d * sa] = acc[d * sa] * wa + part[d * sp] * wc;
         lse_acc[row] = lse;
       }
     }

@@ -19,17 +19,14 @@ Tensor row_dot(ConstView dout, ConstView out, MemoryCounter* mem) {
   Tensor delta({B, H, S}, mem);
   float* p = delta.data();
   const int64_t sd = dout.stride[3], so = out.stride[3];
+  // Rows in (b, i, h) order: the memory order of a dense BSHD tensor.
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t i = 0; i < S; ++i) {
       for (int64_t h = 0; h < H; ++h) {
         const float* x = &dout(b, i, h, 0);
         const float* y = &out(b, i, h, 0);
         float acc = 0.0f;
-        if (sd == 1 && so == 1) {
-          for (int64_t c = 0; c < D; ++c) acc += x[c] * y[c];
-        } else {
-          for (int64_t c = 0; c < D; ++c) acc += x[c * sd] * y[c * so];
-        }
+        for (int64_t c = 0; c < D; ++c) acc += x[c * sd] * y[c * so];
         p[(b * H + h) * S + i] = acc;
       }
     }
