@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -160,11 +159,6 @@ int64_t status_kib(const char* field) {
   return -1;
 }
 
-std::map<std::string, double>& memory_results() {
-  static std::map<std::string, double> m;
-  return m;
-}
-
 // Peak memory of a forward at S = 65536, D = 64, Hq = Hkv = 8 beyond its inputs and outputs.
 // Counted: cpattn::memory_stats() peak over live bytes before the call (all kernel scratch is
 // counted Tensors). Uncounted: VmHWM after the call minus VmRSS before it, with the high-water
@@ -187,8 +181,8 @@ void BM_ForwardPeakMemory(benchmark::State& state) {
     const double rss = double(status_kib("VmHWM:") - rss_before) / 1024.0;
     state.counters["counted_extra_MiB"] = counted;
     state.counters["rss_extra_MiB"] = rss;
-    memory_results()["counted"] = counted;
-    memory_results()["rss"] = rss;
+    bench::record("peak_memory/counted_MiB", counted);
+    bench::record("peak_memory/rss_MiB", rss);
   }
 }
 
@@ -241,11 +235,11 @@ void print_summary() {
     print_ratio((naive + " time / flash fwd Hkv8").c_str(),
                 median_of(naive) / median_of(case_key("fwd", 8, d, 4096, false)), ">= 1.5");
   }
-  if (memory_results().count("counted")) {
+  if (!std::isnan(median_of("peak_memory/counted_MiB"))) {
     std::printf(
         "  forward S=65536 D=64 Hq=8 extra memory: counted %.1f MiB, RSS %.1f MiB "
         "(target < 64 MiB)\n",
-        memory_results()["counted"], memory_results()["rss"]);
+        median_of("peak_memory/counted_MiB"), median_of("peak_memory/rss_MiB"));
   }
 }
 
