@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cpattn/communicator.h"
+#include "cpattn/stopwatch.h"
 #include "cpattn/thread_communicator.h"
 #ifdef CPATTN_HAVE_MPI
 #include "cpattn/mpi_communicator.h"
@@ -26,7 +27,6 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr size_t kMiB = size_t{1} << 20;
 constexpr size_t kSizesMiB[] = {1, 4, 16, 64, 256};
 
@@ -36,9 +36,6 @@ int steps_for(size_t bytes) {
   return static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 3, 50));
 }
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // The slowest rank's time of one step, known to every rank (max via allreduce of one slot each).
 double slowest(cpattn::Communicator& comm, double mine) {
@@ -65,10 +62,10 @@ Result measure(cpattn::Communicator& comm, size_t bytes) {
   double best_ring = 1e30;
   auto group_time = [&](const std::function<void()>& step) {
     comm.barrier();
-    const auto t = Clock::now();
+    const cpattn::Stopwatch t;
     step();
     comm.barrier();
-    return slowest(comm, seconds_since(t));
+    return slowest(comm, t.seconds());
   };
   for (int s = -1; s < steps_for(bytes); ++s) {  // step -1 warms up (page faults, matching)
     const double copy = group_time([&] { std::memcpy(in.data(), out.data(), bytes); });

@@ -160,7 +160,7 @@ int64_t status_kib(const char* field) {
 }
 
 // Peak memory of a forward at S = 65536, D = 64, Hq = Hkv = 8 beyond its inputs and outputs.
-// Counted: cpattn::memory_stats() peak over live bytes before the call (all kernel scratch is
+// Counted: the process MemoryCounter's peak over live bytes before the call (all kernel scratch is
 // counted Tensors). Uncounted: VmHWM after the call minus VmRSS before it, with the high-water
 // mark reset through /proc/self/clear_refs. A causal 512-token sliding window keeps the run short
 // (tile skipping); scratch does not depend on the mask.
@@ -173,11 +173,11 @@ void BM_ForwardPeakMemory(benchmark::State& state) {
   for (auto _ : state) {
     std::ofstream("/proc/self/clear_refs") << "5";
     const int64_t rss_before = status_kib("VmRSS:");
-    const int64_t live_before = cpattn::memory_stats().live_bytes;
+    const int64_t live_before = cpattn::process_memory().stats().live_bytes;
     cpattn::process_memory().reset_peak();
     cpattn::attention_kernel_forward(p.inputs(), params, {}, p.out.view(), p.lse.span(),
                                      {kThreads});
-    const double counted = double(cpattn::memory_stats().peak_bytes - live_before) / (1 << 20);
+    const double counted = double(cpattn::process_memory().stats().peak_bytes - live_before) / (1 << 20);
     const double rss = double(status_kib("VmHWM:") - rss_before) / 1024.0;
     state.counters["counted_extra_MiB"] = counted;
     state.counters["rss_extra_MiB"] = rss;

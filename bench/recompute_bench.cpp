@@ -5,13 +5,13 @@
 
 #include <chrono>
 
+#include "cpattn/stopwatch.h"
 #include "cpattn/thread_communicator.h"
 #include "support/attention_stack.h"
 
 namespace cpattn::testing {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 struct Timings {
   double forward_s = 0, plain_s = 0, recompute_s = 0;
@@ -29,18 +29,14 @@ Timings time_step(int64_t seq_len, int layers) {
   config.recompute_options.strict = false;
   Timings t;
   run_ranks(kCp, [&](Communicator& comm) {
-    SequenceSharding seq;
-    seq.layout = Layout::kZigzag;
-    seq.seq_len = seq_len;
-    seq.cp_size = kCp;
-    seq.cp_rank = comm.rank();
+    SequenceSharding seq = SequenceSharding::of(Layout::kZigzag, seq_len, kCp, comm.rank());
     const Tensor xr = shard_tensor(x.view(), seq.layout, kCp, comm.rank(), &comm.memory());
     const auto seconds = [&](auto&& fn) {
       comm.barrier();
-      const auto start = Clock::now();
+      const Stopwatch start;
       fn();
       comm.barrier();
-      return std::chrono::duration<double>(Clock::now() - start).count();
+      return start.seconds();
     };
     Generator gen(3);
     const double fwd = seconds([&] { stack_forward(comm, config, xr.view(), seq, gen, false); });

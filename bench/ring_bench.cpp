@@ -20,19 +20,16 @@
 #include <vector>
 
 #include "bench_support.h"
-#include "cp/ring_detail.h"
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"
+#include "cpattn/mask.h"
 #include "cpattn/ring.h"
+#include "cpattn/stopwatch.h"
 #include "cpattn/thread_communicator.h"
 
 namespace cpattn {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // The problem: B = 1, Hq = Hkv = 8, D = 128, causal, zigzag layout.
 constexpr int64_t kHeads = 8;
@@ -81,12 +78,12 @@ double time_single(const Problem& p) {
   for (int64_t i = 0; i < p.S; ++i) pos[static_cast<size_t>(i)] = i;
   const AttentionInputs in{p.q.view(), p.k.view(), p.v.view(), pos, pos, {}, {}};
   const KernelOptions options{kSingleRankThreads};
-  const auto start = Clock::now();
+  const Stopwatch start;
   const KernelForwardResult f = attention_kernel_forward(in, p.params, p.rng, options);
-  const KernelGradients g = attention_kernel_backward(in, p.params, p.rng, p.dout.view(),
+  const AttentionGradients g = attention_kernel_backward(in, p.params, p.rng, p.dout.view(),
                                                       f.out.view(), f.lse.span(), options);
   benchmark::DoNotOptimize(g.dq.data());
-  return seconds_since(start);
+  return start.seconds();
 }
 
 struct RingTiming {
@@ -100,11 +97,7 @@ RingTiming time_ring(const Problem& p, int P) {
   RingTiming result;
   std::mutex mu;
   run_ranks(P, [&](Communicator& comm) {
-    SequenceSharding s;
-    s.layout = Layout::kZigzag;
-    s.seq_len = p.S;
-    s.cp_size = P;
-    s.cp_rank = comm.rank();
+    const SequenceSharding s = SequenceSharding::of(Layout::kZigzag, p.S, P, comm.rank());
     MemoryCounter* mem = &comm.memory();
     const Tensor q = shard_tensor(p.q.view(), s.layout, P, s.cp_rank, mem);
     const Tensor k = shard_tensor(p.k.view(), s.layout, P, s.cp_rank, mem);
@@ -114,13 +107,13 @@ RingTiming time_ring(const Problem& p, int P) {
     RingOptions options;
     options.stats = &stats;
     comm.barrier();
-    const auto start = Clock::now();
-    const RingForwardResult f =
-        ring_attention_forward(comm, q.view(), k.view(), v.view(), s, p.params, p.rng, options);
-    const RingGradients g =
-        ring_attention_backward(comm, dout.view(), q.view(), k.view(), v.view(), f.out.view(),
-                                f.lse.span(), s, p.params, f.rng, options);
-    const double wall = seconds_since(start);
+    const Stopwatch start;
+    const unchecked::RingForwardResult f = unchecked::ring_attention_forward(
+        comm, q.view(), k.view(), v.view(), s, s, p.params, p.rng, options);
+    const AttentionGradients g = unchecked::ring_attention_backward(
+        comm, dout.view(), q.view(), k.view(), v.view(), f.out.view(), f.lse.span(), s, s,
+        p.params, f.rng, options);
+    const double wall = start.seconds();
     std::lock_guard<std::mutex> lock(mu);
     if (wall > result.wall) {
       result.wall = wall;
@@ -141,7 +134,7 @@ double time_transfers_only(int64_t S, int P) {
     const int64_t floats = 2 * shard_length(Layout::kZigzag, S, P, 0) * kHeads * kDim;  // k|v
     Tensor a({floats}, &comm.memory()), b({floats}, &comm.memory());
     comm.barrier();
-    const auto start = Clock::now();
+    const Stopwatch start;
     const int hops = 2 * (P - 1) + P;
     for (int s = 0; s < hops; ++s) {
       Request send = comm.isend(std::span<const float>(a.span()), (r + 1) % P, s);
@@ -149,7 +142,7 @@ double time_transfers_only(int64_t S, int P) {
       recv.wait();
       send.wait();
     }
-    const double t = seconds_since(start);
+    const double t = start.seconds();
     std::lock_guard<std::mutex> lock(mu);
     worst = std::max(worst, t);
   });
@@ -204,7 +197,7 @@ void BM_LoadBalance(benchmark::State& state) {
     std::vector<double> n;
     for (int r = 0; r < kBalanceRanks; ++r) {
       const auto q = shard_token_indices(layout, kBalanceSeq, kBalanceRanks, r);
-      n.push_back(static_cast<double>(detail::count_visible_pairs(q, all, {}, {}, causal)));
+      n.push_back(static_cast<double>(count_visible_pairs(q, all, {}, {}, causal)));
     }
     double mean = 0;
     for (double x : n) mean += x / kBalanceRanks;

@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config googletest libgtest-dev libgmock-dev libbenchmark-dev
           libopenblas-dev libcli11-dev nlohmann-json3-dev librapidcheck-dev
-          libopenmpi-dev openmpi-bin gnuplot-nox)
+          libopenmpi-dev openmpi-bin gnuplot-nox python3-torch python3-numpy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,17 +1,20 @@
-// The public attention API (DESIGN.md section 6): forward returns every piece of state backward
-// needs as a caller-owned ForwardResult; backward takes it back and checks that it belongs to the
-// call. Nothing is cached anywhere else, so any backward order and any number of forwards without
-// backward (evaluation) are correct, and recompute under activation checkpointing is exact.
+// The safe attention API (docs/design.md section 6): forward returns every piece of state
+// backward needs as a caller-owned ForwardResult; backward takes it back and checks that it
+// belongs to the call. Nothing is cached anywhere else, so any backward order and any number of
+// forwards without backward (evaluation) are correct, and recompute under activation
+// checkpointing is exact. (The unchecked building blocks are in cpattn::unchecked, ring.h.)
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cpattn/communicator.h"
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"
+#include "cpattn/memory.h"
 #include "cpattn/ring.h"
 #include "cpattn/rng.h"
 #include "cpattn/tensor.h"
@@ -23,14 +26,15 @@ namespace cpattn {
 struct Fingerprint {
   std::array<int64_t, 4> q_shape{}, k_shape{}, v_shape{};     ///< [B, S_r, H, D]
   std::array<int64_t, 4> q_stride{}, k_stride{}, v_stride{};  ///< elements
-  uint64_t positions_digest = 0;  ///< layout, seq_len, global positions and document ids
-  uint64_t inputs_digest = 0;     ///< the values of q, k and v (identifies the layer/microbatch)
-  float softmax_scale = 0.0f;     ///< resolved (default 1/sqrt(Dqk) filled in)
+  /// Layouts, lengths, global positions and document ids of both shardings.
+  uint64_t positions_digest = 0;
+  uint64_t inputs_digest = 0;  ///< the values of q, k and v (identifies the layer/microbatch)
+  float softmax_scale = 0.0f;  ///< resolved (default 1/sqrt(Dqk) filled in)
   bool causal = false;
   int64_t window_left = -1, window_right = -1;
   float dropout_p = 0.0f;
-  Layout layout = Layout::kContiguous;
-  int64_t seq_len = 0;
+  Layout q_layout = Layout::kContiguous, kv_layout = Layout::kContiguous;
+  int64_t q_seq_len = 0, kv_seq_len = 0;  ///< whole-sequence lengths Sq, Sk
   int cp_rank = 0, cp_size = 1;
   RngState rng;
 
@@ -43,11 +47,11 @@ struct Fingerprint {
 /// Cost: one pass over q, k and v (a few ms per 100 MB), negligible next to attention.
 /// Throws like attention_forward on inconsistent arguments.
 Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,
-                             const SequenceSharding& seq, const AttentionParams& params,
-                             RngState rng);
+                             const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                             const AttentionParams& params, RngState rng);
 
 /// The state of one forward call, owned by the caller. Move-only; destroying it frees its buffers
-/// (counted in the rank's MemoryCounter, as is the object itself in live_forward_results).
+/// (counted in the rank's MemoryCounter, where the object itself counts as a live ForwardResult).
 class ForwardResult {
  public:
   ForwardResult(Tensor out, Tensor lse, RngState rng, Fingerprint fp, MemoryCounter& counter);
@@ -63,33 +67,57 @@ class ForwardResult {
   Fingerprint fingerprint;
 
  private:
-  MemoryCounter* counter_;  ///< null once moved from
+  std::shared_ptr<MemoryCounter> counter_;  ///< null once moved from
 };
 
-/// Gradients of one rank, dense BSHD: dq [B, S_r, Hq, Dqk], dk [B, S_r, Hkv, Dqk],
-/// dv [B, S_r, Hkv, Dv].
-struct AttentionGradients {
-  Tensor dq, dk, dv;
+/// Memory held through cpattn as the state layer sees it: every counted buffer, and the
+/// ForwardResults alive (a soak test proves both return to their baseline).
+struct StateMemoryStats {
+  int64_t live_bytes = 0;            ///< bytes currently allocated through cpattn
+  int64_t peak_bytes = 0;            ///< high-water mark since the counter's last reset_peak()
+  int64_t live_forward_results = 0;  ///< ForwardResult objects currently alive
+  int64_t peak_forward_results = 0;  ///< high-water mark since the last reset_peak()
 };
+/// The stats of `counter`: the process (default), or one rank's comm.memory().
+StateMemoryStats memory_stats(const MemoryCounter& counter = process_memory());
 
-/// Context-parallel self-attention forward on rank comm.rank() of a CP group (ring attention,
-/// DESIGN.md sections 1 and 5; math in kernel.h). q [B, S_r, Hq, Dqk], k [B, S_r, Hkv, Dqk],
-/// v [B, S_r, Hkv, Dv] with S_r = seq.local_length(); any strides. seq.cp_rank/cp_size must equal
-/// comm.rank()/size(). `rng` is recorded in the result (take it from a Generator).
-/// Throws Error(kShapeMismatch | kInvalidArgument) for bad arguments, and the communicator's
-/// errors (kTimeout, kPeerFailed) when another rank fails.
+/// Context-parallel attention forward on rank comm.rank() of a CP group (ring attention,
+/// docs/design.md sections 1 and 5; math in kernel.h). q [B, Sq_r, Hq, Dqk], k [B, Sk_r, Hkv, Dqk],
+/// v [B, Sk_r, Hkv, Dv] with Sq_r = q_seq.local_length(), Sk_r = kv_seq.local_length(); any
+/// strides. q_seq and kv_seq say how the query and the key/value sequences are split (the same
+/// object for self-attention; different ones for cross-attention or Sq != Sk); their
+/// cp_rank/cp_size must equal comm.rank()/size(). `rng` is recorded in the result (take it from
+/// a Generator). Throws Error(kShapeMismatch | kInvalidArgument) for bad arguments, and the
+/// communicator's errors (kTimeout, kPeerFailed) when another rank fails.
 ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
-                                const SequenceSharding& seq, const AttentionParams& params,
-                                RngState rng, const RingOptions& options = {});
+                                const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                                const AttentionParams& params, RngState rng,
+                                const RingOptions& options = {});
+/// Self-attention: q and k/v split alike by `seq`.
+inline ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
+                                       const SequenceSharding& seq, const AttentionParams& params,
+                                       RngState rng, const RingOptions& options = {}) {
+  return attention_forward(comm, q, k, v, seq, seq, params, rng, options);
+}
 
-/// Backward of the forward that produced `state`, given dout [B, S_r, Hq, Dv] and the same q, k,
-/// v, seq and params. Uses state.out, state.lse and state.rng (never anything global).
+/// Backward of the forward that produced `state`, given dout [B, Sq_r, Hq, Dv] and the same q, k,
+/// v, shardings and params. Uses state.out, state.lse and state.rng (never anything global).
 /// Throws Error(kStateMismatch) listing every field of state.fingerprint that differs from this
 /// call's arguments (shape, strides, positions, inputs, params, cp_rank/cp_size), before any
 /// computation or message; otherwise like attention_forward.
 AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
                                       ConstView v, const ForwardResult& state,
-                                      const SequenceSharding& seq, const AttentionParams& params,
+                                      const SequenceSharding& q_seq,
+                                      const SequenceSharding& kv_seq,
+                                      const AttentionParams& params,
                                       const RingOptions& options = {});
+/// Self-attention: q and k/v split alike by `seq`.
+inline AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q,
+                                             ConstView k, ConstView v, const ForwardResult& state,
+                                             const SequenceSharding& seq,
+                                             const AttentionParams& params,
+                                             const RingOptions& options = {}) {
+  return attention_backward(comm, dout, q, k, v, state, seq, seq, params, options);
+}
 
 }  // namespace cpattn

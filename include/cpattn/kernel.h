@@ -3,28 +3,13 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <span>
 
+#include "cpattn/params.h"
 #include "cpattn/rng.h"
 #include "cpattn/tensor.h"
 
 namespace cpattn {
-
-/// What attention computes, independent of how the sequence is split (DESIGN.md section 1).
-struct AttentionParams {
-  /// Multiplies <q, k>. Default (nullopt): 1 / sqrt(Dqk). Must be finite.
-  std::optional<float> softmax_scale;
-  /// Key j is visible to query i only if k_pos[j] <= q_pos[i].
-  bool causal = false;
-  /// Sliding window on global positions: q_pos - window_left <= k_pos <= q_pos + window_right.
-  /// -1 = unbounded on that side; 0 is allowed (only the same position). Combines with causal.
-  int64_t window_left = -1;
-  int64_t window_right = -1;
-  /// Probability of dropping an attention probability, in [0, 1). Kept values are scaled by
-  /// 1 / (1 - dropout_p). The mask follows the contract of rng.h.
-  float dropout_p = 0.0f;
-};
 
 /// The operands of one kernel call. All views are [B, S, H, D] with strides in elements.
 /// - q: [B, Sq, Hq, Dqk]; k: [B, Sk, Hkv, Dqk]; v: [B, Sk, Hkv, Dv]; Hq % Hkv == 0 (GQA/MQA:
@@ -84,20 +69,23 @@ void attention_kernel_backward(const AttentionInputs& in, const AttentionParams&
                                std::span<const float> lse, View dq, View dk, View dv,
                                const BackwardOptions& options = {});
 
-/// Convenience results for callers that want owned, BSHD-contiguous tensors.
+/// Owned results for callers that want dense BSHD tensors.
 struct KernelForwardResult {
   Tensor out;  ///< [B, Sq, Hq, Dv]
-  Tensor lse;  ///< [B, Hq, Sq]
+  Tensor lse;  ///< fp32 [B, Hq, Sq]
 };
-struct KernelGradients {
-  Tensor dq;  ///< [B, Sq, Hq, Dqk]
-  Tensor dk;  ///< [B, Sk, Hkv, Dqk]
-  Tensor dv;  ///< [B, Sk, Hkv, Dv]
+/// The gradients of one attention call, dense BSHD: dq [B, Sq, Hq, Dqk], dk [B, Sk, Hkv, Dqk],
+/// dv [B, Sk, Hkv, Dv] (dk/dv summed over the GQA group and, for a CP group, over every rank's
+/// queries). The one gradients type of the kernel, the CP strategies and the state API.
+struct AttentionGradients {
+  Tensor dq;
+  Tensor dk;
+  Tensor dv;
 };
 KernelForwardResult attention_kernel_forward(const AttentionInputs& in,
                                              const AttentionParams& params, RngState rng,
                                              const KernelOptions& options = {});
-KernelGradients attention_kernel_backward(const AttentionInputs& in, const AttentionParams& params,
+AttentionGradients attention_kernel_backward(const AttentionInputs& in, const AttentionParams& params,
                                           RngState rng, ConstView dout, ConstView out,
                                           std::span<const float> lse,
                                           const KernelOptions& options = {});

@@ -1,4 +1,4 @@
-// Sequence layouts of context parallelism (DESIGN.md section 5): which global tokens each of P
+// Sequence layouts of context parallelism (docs/design.md section 5): which global tokens each of P
 // ranks holds, and shard/unshard helpers between a whole [B, S, H, D] tensor and the per-rank
 // pieces.
 #pragma once
@@ -88,6 +88,17 @@ struct SequenceSharding {
   /// Document id of each token (length S) for packed sequences; empty: one document. Known to every
   /// rank (8 bytes per token, tiny next to k/v), so document ids never travel.
   std::vector<int64_t> docs;
+
+  /// The sharding of tokens 0..seq_len-1 at positions 0..seq_len-1, one document (positions and
+  /// docs left empty; set them afterwards for other positions or packed documents).
+  static SequenceSharding of(Layout layout, int64_t seq_len, int cp_size, int cp_rank) {
+    SequenceSharding s;
+    s.layout = layout;
+    s.seq_len = seq_len;
+    s.cp_size = cp_size;
+    s.cp_rank = cp_rank;
+    return s;
+  }
 
   /// Throws Error(kInvalidArgument | kShapeMismatch) naming the bad field.
   void validate() const;

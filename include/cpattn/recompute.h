@@ -1,4 +1,4 @@
-// Activation checkpointing for attention (DESIGN.md section 6): the first forward keeps only a
+// Activation checkpointing for attention (docs/design.md section 6): the first forward keeps only a
 // small AttentionCheckpoint; backward recomputes the forward with the recorded RngState, checks
 // that the recompute reproduces the first forward, runs backward and frees the fresh state.
 #pragma once
@@ -40,15 +40,33 @@ struct RecomputeOptions {
 /// field differs, or (strict) when the recomputed out differs from the first one.
 ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& checkpoint,
                                 RngState replayed, ConstView q, ConstView k, ConstView v,
-                                const SequenceSharding& seq, const AttentionParams& params,
+                                const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                                const AttentionParams& params,
                                 const RecomputeOptions& options = {});
+/// Self-attention: q and k/v split alike by `seq`.
+inline ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& checkpoint,
+                                       RngState replayed, ConstView q, ConstView k, ConstView v,
+                                       const SequenceSharding& seq, const AttentionParams& params,
+                                       const RecomputeOptions& options = {}) {
+  return recompute_forward(comm, checkpoint, replayed, q, k, v, seq, seq, params, options);
+}
 
 /// recompute_forward, then attention_backward with the fresh state, which is freed before
 /// returning: during the call exactly one ForwardResult of this layer is alive.
 AttentionGradients recompute_backward(Communicator& comm, const AttentionCheckpoint& checkpoint,
                                       RngState replayed, ConstView dout, ConstView q, ConstView k,
-                                      ConstView v, const SequenceSharding& seq,
+                                      ConstView v, const SequenceSharding& q_seq,
+                                      const SequenceSharding& kv_seq,
                                       const AttentionParams& params,
                                       const RecomputeOptions& options = {});
+/// Self-attention: q and k/v split alike by `seq`.
+inline AttentionGradients recompute_backward(Communicator& comm,
+                                             const AttentionCheckpoint& checkpoint,
+                                             RngState replayed, ConstView dout, ConstView q,
+                                             ConstView k, ConstView v, const SequenceSharding& seq,
+                                             const AttentionParams& params,
+                                             const RecomputeOptions& options = {}) {
+  return recompute_backward(comm, checkpoint, replayed, dout, q, k, v, seq, seq, params, options);
+}
 
 }  // namespace cpattn

@@ -1,6 +1,8 @@
-// Ring context-parallel attention (DESIGN.md section 5): exact attention forward/backward over a
-// sequence sharded across the ranks of a Communicator, k/v blocks passed around a ring.
-// The schedule, message counts and a worked example are in docs/ring.md.
+// Ring context-parallel attention (docs/design.md section 5): the ring schedule, the fp32 merge of
+// partial results, the ring's options and statistics, and, in namespace cpattn::unchecked, the
+// ring forward/backward entry points themselves. Those take the forward's out/lse/RngState as
+// plain arguments and check nothing about where they came from: programs use the safe API of
+// attention.h, which records and checks that state. Details and a worked example: docs/ring.md.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +22,8 @@ namespace cpattn {
 ///   step 0: kv_block 1 (its own), relay it to 2, receive block 0 from 0; grad: send acc(1) to 2
 ///   step 1: kv_block 0, relay to 2, receive block 3 from 0; grad: recv acc(0) from 0, send to 2
 ///   step 2: kv_block 3, relay to 2, receive block 2 from 0; grad: recv acc(3) from 0, send to 2
-///   step 3: kv_block 2, no relay (rank 2 owns it);        grad: recv acc(2) from 0, send to 2
-///   after the ring: receive its own block's finished dk/dv (acc(1)) from 0.
+///   step 3: kv_block 2, no relay (rank 2 owns it);        grad: recv acc(2) from 0, send to 2;
+///           then receive its own block's finished dk/dv (acc(1)) from 0.
 struct RingStep {
   int kv_block = -1;       ///< (r - s) mod P: the rank whose k/v block is computed at this step
   int kv_send_to = -1;     ///< relay kv_block here, posted before compute; -1 at the last step
@@ -33,6 +35,9 @@ struct RingStep {
   /// Backward: after adding its share, the rank sends the accumulator here, (r + 1) mod P; at the
   /// last step that is kv_block's home rank. -1 when P == 1.
   int grad_send_to = -1;
+  /// Backward, last step only: the rank's own block's finished dk/dv arrives from here (the rank
+  /// that added the last share, (r - 1) mod P). -1 at other steps and when P == 1.
+  int home_grad_recv_from = -1;
   friend bool operator==(const RingStep&, const RingStep&) = default;
 };
 
@@ -69,6 +74,8 @@ struct RingOptions {
   RingStats* stats = nullptr;
 };
 
+namespace unchecked {
+
 /// Forward result on one rank: out [B, Sq_r, Hq, Dv] (dense BSHD), lse fp32 [B, Hq, Sq_r] (natural
 /// log, -inf for rows that see no key) and the RngState used, which backward must get back.
 struct RingForwardResult {
@@ -77,37 +84,25 @@ struct RingForwardResult {
   RngState rng;
 };
 
-/// Gradients on one rank, dense BSHD: dq [B, Sq_r, Hq, Dqk], dk [B, Sk_r, Hkv, Dqk],
-/// dv [B, Sk_r, Hkv, Dv] (dk/dv summed over every rank's queries and over the GQA group).
-struct RingGradients {
-  Tensor dq;
-  Tensor dk;
-  Tensor dv;
-};
-
 /// Ring forward of rank comm.rank(). Computes exactly the attention of the whole sequence
-/// (DESIGN.md section 1) for this rank's queries:
+/// (docs/design.md section 1) for this rank's queries:
 ///   out_i = sum_{visible j, all ranks} keep_ij / (1 - p) * exp(s_ij - lse_i) * v_j
 /// in P steps: at step s the kernel runs q against the k/v block of rank (r - s) mod P with that
 /// block's global positions and document ids, while the next block is already in flight; partial
-/// (out, lse) pairs merge with merge_attention_partials. Blocks that the masks hide entirely (from
-/// position and document ranges) are not computed.
+/// (out, lse) pairs merge with merge_attention_partials. Blocks that the mask hides entirely
+/// (MaskRule::classify of their position and document ranges) are not computed.
 /// \param comm         the CP group; comm.size() == P and comm.rank() == cp_rank of the shardings
 /// \param q            [B, Sq_r, Hq, Dqk], any strides, Sq_r = q_sharding.local_length()
-/// \param k, v         [B, Sk_r, Hkv, Dqk] and [B, Sk_r, Hkv, Dv], Sk_r =
-/// kv_sharding.local_length() \param q_sharding   how the query sequence is split (positions,
-/// documents) \param kv_sharding  how the key/value sequence is split; same cp_size and cp_rank
+/// \param k, v         [B, Sk_r, Hkv, Dqk] and [B, Sk_r, Hkv, Dv], any strides,
+///                     Sk_r = kv_sharding.local_length()
+/// \param q_sharding   how the query sequence is split (positions, documents)
+/// \param kv_sharding  how the key/value sequence is split; same cp_size and cp_rank
 /// Allocations are charged to comm.memory(). Messages per rank: P - 1 sends, P - 1 receives.
 /// Throws Error(kShapeMismatch | kInvalidArgument) on bad arguments (before any message), and the
 /// communicator's kTimeout / kPeerFailed when another rank fails.
 RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                          const SequenceSharding& q_sharding,
                                          const SequenceSharding& kv_sharding,
-                                         const AttentionParams& params, RngState rng,
-                                         const RingOptions& options = {});
-/// Self-attention: q, k and v are split alike by `sharding`.
-RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
-                                         const SequenceSharding& sharding,
                                          const AttentionParams& params, RngState rng,
                                          const RingOptions& options = {});
 
@@ -118,18 +113,16 @@ RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstV
 /// accumulator travels around the ring behind its k/v, every rank adding its share in rank order,
 /// and reaches its home rank after step P - 1. The reduction order is fixed, so two runs are
 /// bitwise identical. Messages per rank: P - 1 k/v sends + P dk/dv sends (0 when P == 1), the
-/// same number of receives. Throws like the forward.
-RingGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
-                                      ConstView v, ConstView out, std::span<const float> lse,
-                                      const SequenceSharding& q_sharding,
-                                      const SequenceSharding& kv_sharding,
-                                      const AttentionParams& params, RngState rng,
-                                      const RingOptions& options = {});
-/// Self-attention: q, k and v are split alike by `sharding`.
-RingGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
-                                      ConstView v, ConstView out, std::span<const float> lse,
-                                      const SequenceSharding& sharding,
-                                      const AttentionParams& params, RngState rng,
-                                      const RingOptions& options = {});
+/// same number of receives. Nothing checks that out, lse and rng come from the forward of these
+/// inputs (attention_backward does). Throws like the forward.
+AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q,
+                                           ConstView k, ConstView v, ConstView out,
+                                           std::span<const float> lse,
+                                           const SequenceSharding& q_sharding,
+                                           const SequenceSharding& kv_sharding,
+                                           const AttentionParams& params, RngState rng,
+                                           const RingOptions& options = {});
+
+}  // namespace unchecked
 
 }  // namespace cpattn

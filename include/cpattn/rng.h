@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 namespace cpattn {
 
@@ -13,6 +14,9 @@ struct RngState {
   uint64_t offset = 0;
   friend bool operator==(const RngState&, const RngState&) = default;
 };
+
+/// "{seed=7, offset=3}": the one format of RngStates in messages.
+std::string to_string(RngState rng);
 
 /// Philox4x32-10 counter-based generator (Salmon et al., "Parallel Random Numbers: As Easy as
 /// 1, 2, 3", SC'11): 10 rounds, multipliers 0xD2511F53 / 0xCD9E8D57, Weyl key increments

@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cpattn/memory.h"
@@ -43,8 +44,34 @@ const char* memory_layout_name(MemoryLayout layout) noexcept;
 /// Strides (elements) of a densely packed [B, S, H, D] tensor stored in `layout` order.
 std::array<int64_t, 4> dense_strides(const std::array<int64_t, 4>& shape, MemoryLayout layout);
 
+/// The storage-order dims of a logical [B, S, H, D] shape stored in `layout` order, e.g.
+/// [B, H, S, D] for kBHSD (the shape of the Tensor that holds it).
+std::vector<int64_t> storage_shape(const std::array<int64_t, 4>& shape, MemoryLayout layout);
+
+/// "[2, 1024, 8, 64]": the one format of shapes in messages.
+std::string shape_string(std::span<const int64_t> dims);
+
+/// Checks an operand that will be read: every dim and stride >= 0 (Error(kShapeMismatch)), data
+/// present when it has elements (Error(kInvalidArgument)); messages start with `name`.
+void check_readable(StridedView<const float> view, std::string_view name);
+/// check_readable plus view.shape == expected: Error(kShapeMismatch) "<name> must have shape
+/// <dims> = [..], got [..]", e.g. dims = "[B, Sq, Hq, Dqk]".
+void check_view(StridedView<const float> view, std::string_view name, std::string_view dims,
+                const std::array<int64_t, 4>& expected);
+
+/// Copies every element of src into dst (same shape, any strides on either side; they must not
+/// overlap). Throws Error(kShapeMismatch) when the shapes differ.
+void copy_view(StridedView<const float> src, StridedView<float> dst);
+
+class Tensor;
+/// A dense copy of `src` stored in `layout` order (charged to `counter`, process_memory() when
+/// null): Tensor shape storage_shape(src.shape, layout), viewed back with view(layout).
+Tensor dense_copy(StridedView<const float> src, MemoryLayout layout = MemoryLayout::kBSHD,
+                  MemoryCounter* counter = nullptr);
+
 /// An owning, contiguous fp32 buffer with a shape (any rank). Its bytes are counted in a
-/// MemoryCounter (process_memory() unless another is given) from allocation until destruction.
+/// MemoryCounter (process_memory() unless another is given) from allocation until destruction;
+/// the tensor holds a reference to that counter until then.
 /// Move-only: copies are explicit (clone()) so a hidden duplicate of a big activation cannot
 /// happen.
 class Tensor {
@@ -75,14 +102,15 @@ class Tensor {
   std::string shape_string() const;
 
  private:
+  // Frees the buffer and releases its bytes from the counter (which it keeps alive till then).
   struct Release {
-    MemoryCounter* counter;
-    int64_t bytes;
+    std::shared_ptr<MemoryCounter> counter;
+    int64_t bytes = 0;
     void operator()(float* p) const noexcept;
   };
   std::vector<int64_t> shape_;
   int64_t numel_ = 0;
-  std::unique_ptr<float[], Release> storage_{nullptr, Release{nullptr, 0}};
+  std::unique_ptr<float[], Release> storage_{nullptr, Release{}};
 };
 
 }  // namespace cpattn

@@ -55,7 +55,7 @@ class ThreadCommunicator final : public Communicator {
 
   detail::ThreadGroup& group_;
   int rank_;
-  std::unique_ptr<MemoryCounter> memory_;  // parked, not freed, if still in use at destruction
+  std::shared_ptr<MemoryCounter> memory_;  // shared with everything charged to this rank
 };
 
 /// Runs fn(comm) for every rank of a group of `size` in-process ranks, each on its own thread,

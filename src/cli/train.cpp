@@ -11,9 +11,9 @@
 #include "cli/train_report.h"
 #include "cpattn/digest.h"
 #include "cpattn/error.h"
-#include "cpattn/memory.h"
+#include "cpattn/attention.h"
 #include "train/data.h"
-#include "train/linear.h"
+#include "train/blas.h"
 #include "train/trainer.h"
 #ifdef CPATTN_HAVE_MPI
 #include "cpattn/mpi_communicator.h"
@@ -127,7 +127,7 @@ int run(const TrainOptions& o, const std::vector<uint8_t>& text, const Backend& 
   s.steps = cfg.steps;
   s.tokens = result.tokens;
   s.peak_rss_bytes = sum_over_processes(backend.world, peak_rss_bytes());
-  const MemoryStats stats = memory_stats();
+  const StateMemoryStats stats = memory_stats();
   s.cpattn_peak_bytes = sum_over_processes(backend.world, stats.peak_bytes);
   s.live_forward_results = sum_over_processes(backend.world, stats.live_forward_results);
   s.processes = backend.world != nullptr ? backend.world->size() : 1;

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "kernel/reference_case.h"
+#include "verify/reference_case.h"
 
 namespace cpattn::cli {
 

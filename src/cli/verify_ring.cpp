@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <utility>
 
-#include "cp/ring_case.h"
+#include "verify/ring_case.h"
 #include "cpattn/error.h"
-#include "kernel/reference_case.h"
+#include "verify/reference_case.h"
 
 namespace cpattn::cli {
 

@@ -9,7 +9,7 @@
 #include "cli/verify.h"
 #include "cpattn/communicator.h"
 #include "cpattn/layout.h"
-#include "kernel/reference.h"
+#include "verify/reference.h"
 
 namespace cpattn::cli {
 

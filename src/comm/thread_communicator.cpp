@@ -2,7 +2,6 @@
 #include "cpattn/thread_communicator.h"
 
 #include <exception>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -49,19 +48,11 @@ std::string what_of(const std::exception_ptr& error) {
 }  // namespace detail
 
 ThreadCommunicator::ThreadCommunicator(detail::ThreadGroup& group, int rank)
-    : group_(group), rank_(rank), memory_(std::make_unique<MemoryCounter>(&process_memory())) {}
+    : group_(group), rank_(rank), memory_(MemoryCounter::create(&process_memory())) {}
 
-ThreadCommunicator::~ThreadCommunicator() {
-  // Tensors and ForwardResults charged to this rank may outlive it (kept after run_ranks returns)
-  // and update the counter when freed, so a counter still in use is parked for the life of the
-  // process (a few dozen bytes) instead of being freed under them.
-  const MemoryStats s = memory_->stats();
-  if (s.live_bytes == 0 && s.live_forward_results == 0) return;
-  static std::mutex mutex;
-  static auto* parked = new std::vector<std::unique_ptr<MemoryCounter>>;  // not-forward-state
-  const std::lock_guard<std::mutex> lock(mutex);
-  parked->push_back(std::move(memory_));
-}
+// Tensors and ForwardResults charged to this rank may outlive it (kept after run_ranks returns):
+// they share ownership of memory_, so it is freed with the last of them.
+ThreadCommunicator::~ThreadCommunicator() = default;
 
 int ThreadCommunicator::size() const { return group_.size(); }
 

@@ -33,6 +33,71 @@ std::array<int64_t, 4> dense_strides(const std::array<int64_t, 4>& shape, Memory
   throw Error(ErrorCode::kInvalidArgument, "unknown MemoryLayout");
 }
 
+std::vector<int64_t> storage_shape(const std::array<int64_t, 4>& s, MemoryLayout layout) {
+  switch (layout) {
+    case MemoryLayout::kBSHD:
+      return {s[0], s[1], s[2], s[3]};
+    case MemoryLayout::kBHSD:
+      return {s[0], s[2], s[1], s[3]};
+    case MemoryLayout::kSBHD:
+      return {s[1], s[0], s[2], s[3]};
+  }
+  throw Error(ErrorCode::kInvalidArgument, "unknown MemoryLayout");
+}
+
+std::string shape_string(std::span<const int64_t> dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(dims[i]);
+  }
+  return s + "]";
+}
+
+void check_readable(ConstView view, std::string_view name) {
+  for (int i = 0; i < 4; ++i) {
+    CPATTN_CHECK(view.shape[i] >= 0, ErrorCode::kShapeMismatch, name,
+                 " dimensions must be >= 0, got ", shape_string(view.shape));
+    CPATTN_CHECK(view.stride[i] >= 0, ErrorCode::kShapeMismatch, name,
+                 " strides must be >= 0, got ", shape_string(view.stride));
+  }
+  CPATTN_CHECK(view.data != nullptr || view.numel() == 0, ErrorCode::kInvalidArgument, name,
+               " has shape ", shape_string(view.shape), " but a null data pointer");
+}
+
+void check_view(ConstView view, std::string_view name, std::string_view dims,
+                const std::array<int64_t, 4>& expected) {
+  CPATTN_CHECK(view.shape == expected, ErrorCode::kShapeMismatch, name, " must have shape ", dims,
+               " = ", shape_string(expected), ", got ", shape_string(view.shape));
+  check_readable(view, name);
+}
+
+void copy_view(ConstView src, View dst) {
+  CPATTN_CHECK(src.shape == dst.shape, ErrorCode::kShapeMismatch, "copy_view: shapes ",
+               shape_string(src.shape), " and ", shape_string(dst.shape), " differ");
+  const int64_t D = src.shape[3], ss = src.stride[3], ds = dst.stride[3];
+  for (int64_t b = 0; b < src.shape[0]; ++b) {
+    for (int64_t s = 0; s < src.shape[1]; ++s) {
+      for (int64_t h = 0; h < src.shape[2]; ++h) {
+        if (D == 0) continue;  // no row address is formed (data may be null)
+        const float* from = &src(b, s, h, 0);
+        float* to = &dst(b, s, h, 0);
+        if (ss == 1 && ds == 1) {
+          std::memcpy(to, from, static_cast<size_t>(D) * sizeof(float));  // the common case
+        } else {
+          for (int64_t x = 0; x < D; ++x) to[x * ds] = from[x * ss];
+        }
+      }
+    }
+  }
+}
+
+Tensor dense_copy(ConstView src, MemoryLayout layout, MemoryCounter* counter) {
+  Tensor t(storage_shape(src.shape, layout), counter);
+  copy_view(src, t.view(layout));
+  return t;
+}
+
 Tensor::Tensor(std::vector<int64_t> shape, MemoryCounter* counter) : shape_(std::move(shape)) {
   numel_ = 1;
   for (int64_t d : shape_) {
@@ -42,17 +107,14 @@ Tensor::Tensor(std::vector<int64_t> shape, MemoryCounter* counter) : shape_(std:
   }
   const int64_t bytes = numel_ * static_cast<int64_t>(sizeof(float));
   // An empty tensor is not charged anywhere, so it never touches (or pins) a counter.
-  if (bytes == 0) {
-    counter = nullptr;
-  } else if (counter == nullptr) {
-    counter = &process_memory();
-  }
+  std::shared_ptr<MemoryCounter> charged;
+  if (bytes > 0) charged = (counter ? *counter : process_memory()).shared_from_this();
   // 64-byte alignment: whole cache lines and aligned AVX loads for the first row.
   auto* p = static_cast<float*>(
       ::operator new[](static_cast<size_t>(bytes > 0 ? bytes : 1), std::align_val_t{64}));
   if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
-  storage_ = std::unique_ptr<float[], Release>(p, Release{counter, bytes});
-  if (counter != nullptr) counter->add_bytes(bytes);
+  if (charged) charged->add_bytes(bytes);
+  storage_ = std::unique_ptr<float[], Release>(p, Release{std::move(charged), bytes});
 }
 
 void Tensor::Release::operator()(float* p) const noexcept {
@@ -88,18 +150,11 @@ ConstView Tensor::view(MemoryLayout layout) const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor t(shape_, storage_.get_deleter().counter);
+  Tensor t(shape_, storage_.get_deleter().counter.get());
   if (numel_ > 0) std::memcpy(t.data(), data(), static_cast<size_t>(numel_) * sizeof(float));
   return t;
 }
 
-std::string Tensor::shape_string() const {
-  std::string s = "[";
-  for (size_t i = 0; i < shape_.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape_[i]);
-  }
-  return s + "]";
-}
+std::string Tensor::shape_string() const { return cpattn::shape_string(shape_); }
 
 }  // namespace cpattn

@@ -1,15 +1,17 @@
-// Private pieces shared by the ring forward and backward: argument validation, k/v block packing,
-// block-level mask skipping and message tags.
+// Private pieces of the ring forward and backward: argument validation, message tags, the
+// channel that times and counts messages, the packed k/v block and the k/v relay both passes use.
 #pragma once
 
-#include <chrono>
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"
+#include "cpattn/mask.h"
 #include "cpattn/ring.h"
+#include "cpattn/stopwatch.h"
 
 namespace cpattn::detail {
 
@@ -20,14 +22,16 @@ struct RingDims {
   int rank = 0, world = 1;
 };
 
-/// The single validation layer of the ring: group vs shardings, shapes vs local lengths, and the
-/// kernel's shape rules. Throws Error(kShapeMismatch | kInvalidArgument) naming expected vs got.
+/// The single validation layer of the ring: group vs shardings, shapes vs local lengths,
+/// resolve_params and the options. Throws Error(kShapeMismatch | kInvalidArgument) naming
+/// expected vs got. Every rank checks the same things, so a bad call fails on every rank before
+/// any message.
 RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
                             const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
                             const AttentionParams& params, const RingOptions& options);
 
-/// Message tags: one kind per stream, the step in the low bits (unique per call and readable in
-/// timeout messages: "tag 4098" = k/v of the backward, step 2).
+/// Message tags: one kind per stream, the step in the low bits (readable in timeout messages:
+/// "tag 8194" = k/v of the backward, step 2).
 enum class RingStream { kForwardKv = 1, kBackwardKv = 2, kBackwardGrad = 3 };
 inline int ring_tag(RingStream stream, int step) {
   return static_cast<int>(stream) * 4096 + step % 4096;
@@ -44,29 +48,13 @@ class RingChannel {
   void wait_recv(Request& r, int64_t floats, const char* what);
   /// Waits for a request if one is pending (sends; receives already checked).
   void wait_if_pending(Request& r);
+  MemoryCounter& memory() { return comm_.memory(); }
+  RingStats* stats() const { return stats_; }
 
  private:
+  double* comm_seconds() const { return stats_ ? &stats_->comm_seconds : nullptr; }
   Communicator& comm_;
   RingStats* stats_;
-};
-
-/// Adds the seconds from construction to destruction to *sink (nothing when sink is null).
-class ScopedSeconds {
- public:
-  explicit ScopedSeconds(double* sink) : sink_(sink) {
-    if (sink_ != nullptr) start_ = std::chrono::steady_clock::now();
-  }
-  ~ScopedSeconds() {
-    if (sink_ != nullptr) {
-      *sink_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    }
-  }
-  ScopedSeconds(const ScopedSeconds&) = delete;
-  ScopedSeconds& operator=(const ScopedSeconds&) = delete;
-
- private:
-  double* sink_;
-  std::chrono::steady_clock::time_point start_;
 };
 
 /// Times a whole ring call: on destruction adds (elapsed - kernel - comm time of this call) to
@@ -81,31 +69,76 @@ class CallTimer {
  private:
   RingStats* stats_;
   double kernel0_ = 0, comm0_ = 0;
-  std::chrono::steady_clock::time_point start_;
+  Stopwatch watch_;
 };
 
 /// A travelling k/v block packed in one buffer: k [B, len, Hkv, Dqk] then v [B, len, Hkv, Dv],
 /// both dense BSHD. The buffer holds max_block tokens; a block of `len` tokens uses the prefix.
+/// The backward's dk/dv accumulators use the same layout.
 struct PackedKv {
   int64_t B, Hkv, Dk, Dv;
   int64_t floats(int64_t len) const { return B * len * Hkv * (Dk + Dv); }
-  View k(float* base, int64_t len) const;
-  View v(float* base, int64_t len) const;
+  View k(float* base, int64_t len) const { return {base, k_shape(len), k_strides(len)}; }
+  View v(float* base, int64_t len) const { return {base + k_floats(len), v_shape(len), v_strides(len)}; }
+  ConstView k(const float* base, int64_t len) const { return {base, k_shape(len), k_strides(len)}; }
+  ConstView v(const float* base, int64_t len) const {
+    return {base + k_floats(len), v_shape(len), v_strides(len)};
+  }
+
+ private:
+  int64_t k_floats(int64_t len) const { return B * len * Hkv * Dk; }
+  std::array<int64_t, 4> k_shape(int64_t len) const { return {B, len, Hkv, Dk}; }
+  std::array<int64_t, 4> v_shape(int64_t len) const { return {B, len, Hkv, Dv}; }
+  std::array<int64_t, 4> k_strides(int64_t len) const {
+    return dense_strides(k_shape(len), MemoryLayout::kBSHD);
+  }
+  std::array<int64_t, 4> v_strides(int64_t len) const {
+    return dense_strides(v_shape(len), MemoryLayout::kBSHD);
+  }
 };
-/// Copies k and v (any strides) into base (dense, as PackedKv describes).
-void pack_kv(const PackedKv& p, ConstView k, ConstView v, float* base);
-/// Copies a packed view out into a dense BSHD tensor view.
-void copy_view(ConstView src, View dst);
 
-/// Conservative block skip: true only if the masks hide every (q, k) pair, judged from the ranges
-/// of positions (causal, window) and document ids. Empty q or k counts as hidden.
-bool block_hidden(std::span<const int64_t> q_pos, std::span<const int64_t> k_pos,
-                  std::span<const int64_t> q_doc, std::span<const int64_t> k_doc,
-                  const AttentionParams& params);
+/// The k/v double buffer of a ring pass: at step s the block of rank ring_step(s).kv_block is
+/// current in one buffer and relayed on, while the next block arrives in the other. Starts with
+/// this rank's own k/v packed in; one object per pass (forward, backward), each on its own
+/// message stream.
+class KvRelay {
+ public:
+  KvRelay(RingChannel& channel, const RingDims& d, const SequenceSharding& kv_sharding,
+          RingStream stream, ConstView k, ConstView v);
+  /// Makes step `s`'s block current: waits for it to arrive (s > 0), posts its relay and the
+  /// receive of the next block as `step` says. Call for s = 0, 1, ..., P - 1 in order.
+  void advance(const RingStep& step, int s);
+  /// The current block's k and v ([B, len, Hkv, D] dense views) and its token count.
+  ConstView k() const { return pk_.k(current(), len_); }
+  ConstView v() const { return pk_.v(current(), len_); }
+  int64_t length() const { return len_; }
+  /// Waits for the relays still in flight (the buffers may be freed afterwards).
+  void finish();
 
-/// Number of (q, k) pairs the masks leave visible (exact, O(Sq * Sk)); load-balance statistics.
-int64_t count_visible_pairs(std::span<const int64_t> q_pos, std::span<const int64_t> k_pos,
-                            std::span<const int64_t> q_doc, std::span<const int64_t> k_doc,
-                            const AttentionParams& params);
+ private:
+  const float* current() const { return buf_[static_cast<size_t>(cur_)].data(); }
+  RingChannel& channel_;
+  const SequenceSharding& kv_;
+  RingStream stream_;
+  PackedKv pk_;
+  std::array<Tensor, 2> buf_;
+  std::array<Request, 2> sends_;
+  Request recv_;
+  int cur_ = 0;
+  int64_t len_ = 0;
+};
+
+/// The ring's use of the mask rule: whether a k/v block is hidden from every query of this rank
+/// (MaskRule::classify of the blocks' position and document ranges).
+class BlockSkip {
+ public:
+  BlockSkip(const AttentionParams& params, std::span<const int64_t> q_pos,
+            std::span<const int64_t> q_doc);
+  bool hidden(std::span<const int64_t> k_pos, std::span<const int64_t> k_doc) const;
+
+ private:
+  MaskRule rule_;
+  BlockRange q_;
+};
 
 }  // namespace cpattn::detail

@@ -24,6 +24,7 @@ RingStep ring_step(int rank, int world, int step) {
   if (world > 1) {
     s.grad_recv_from = step > 0 ? mod(rank - 1, world) : -1;
     s.grad_send_to = mod(rank + 1, world);
+    if (step + 1 == world) s.home_grad_recv_from = mod(rank - 1, world);
   }
   return s;
 }

@@ -31,12 +31,12 @@ KernelForwardResult attention_kernel_forward(const AttentionInputs& in,
   return r;
 }
 
-KernelGradients attention_kernel_backward(const AttentionInputs& in, const AttentionParams& params,
+AttentionGradients attention_kernel_backward(const AttentionInputs& in, const AttentionParams& params,
                                           RngState rng, ConstView dout, ConstView out,
                                           std::span<const float> lse,
                                           const KernelOptions& options) {
   const detail::Problem p = detail::validate_inputs(in, params, rng, options);
-  KernelGradients g{Tensor({p.B, p.Sq, p.Hq, p.Dqk}), Tensor({p.B, p.Sk, p.Hkv, p.Dqk}),
+  AttentionGradients g{Tensor({p.B, p.Sq, p.Hq, p.Dqk}), Tensor({p.B, p.Sk, p.Hkv, p.Dqk}),
                     Tensor({p.B, p.Sk, p.Hkv, p.Dv})};
   BackwardOptions bwd;
   bwd.num_threads = options.num_threads;

@@ -14,6 +14,7 @@
 #include "kernel/gemm.h"
 #include "kernel/pack.h"
 #include "kernel/parallel.h"
+#include "kernel/scratch.h"
 #include "kernel/simd.h"
 #include "kernel/tiles.h"
 
@@ -30,7 +31,8 @@ constexpr int64_t kTileK = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
 
-// Per-worker scratch (floats), one counted Tensor per worker. Score-shaped tiles are transposed
+// Per-worker scratch (floats), one counted Tensor per worker, carved by the ScratchLayout of
+// BackwardRunner::plan_scratch. Score-shaped tiles are transposed
 // ([keys][queries]) so that K and V rows are the broadcast operands of S^T = K Q^T and
 // dP^T = V dO^T, and per-query lse/D load as vectors along a row.
 struct Scratch {
@@ -68,6 +70,7 @@ class BackwardRunner {
         // whose dq contributions meet in per-chunk partial buffers.
         chunks_(p.B * p.Hkv >= 4 * p.num_threads ? 1 : p.num_threads),
         tiles_per_chunk_((static_cast<int64_t>(k_tiles_.size()) + chunks_ - 1) / chunks_),
+        at_(plan_scratch()),
         delta_(p.delta) {}
 
   void run() {
@@ -77,13 +80,10 @@ class BackwardRunner {
       dq_part_ = dq_partial_.data();
     }
     const int64_t items = p_.B * p_.Hkv * chunks_;
-    const int64_t floats = kTileQ * (2 * p_.Dqk + p_.Dv + 2 * dqk_pad_ + dv_pad_ + 2) +
-                           kTileK * (p_.Dqk + dqk_pad_ + p_.Dv + 3 * kTileQ + 1) +
-                           tiles_per_chunk_ * kTileK * (dqk_pad_ + dv_pad_);
     std::vector<Tensor> scratch(static_cast<size_t>(worker_count(items, p_.num_threads)));
     parallel_for(items, p_.num_threads, [&](int64_t item, int worker) {
       Tensor& buf = scratch[static_cast<size_t>(worker)];
-      if (buf.numel() == 0) buf = Tensor({floats});
+      if (buf.numel() == 0) buf = Tensor({layout_.total()});
       run_item(item, carve(buf.data()));
     });
     scratch.clear();
@@ -91,25 +91,35 @@ class BackwardRunner {
   }
 
  private:
+  // The offsets of every Scratch array, from one ScratchLayout (sizes as in Scratch's comments).
+  struct Offsets {
+    int64_t qt, ot, qp, op, dq, kr, kp, vr, st, dst, pzt, z, lse_safe, dd, dk, dv;
+  };
+  Offsets plan_scratch() {
+    Offsets o;
+    o.qt = layout_.add(kTileQ * p_.Dqk);
+    o.ot = layout_.add(kTileQ * p_.Dv);
+    o.qp = layout_.add(kTileQ * dqk_pad_);
+    o.op = layout_.add(kTileQ * dv_pad_);
+    o.dq = layout_.add(kTileQ * dqk_pad_);
+    o.kr = layout_.add(kTileK * p_.Dqk);
+    o.kp = layout_.add(kTileK * dqk_pad_);
+    o.vr = layout_.add(kTileK * p_.Dv);
+    o.st = layout_.add(kTileK * kTileQ);
+    o.dst = layout_.add(kTileK * kTileQ);
+    o.pzt = layout_.add(kTileK * kTileQ);
+    o.z = layout_.add(kTileK);
+    o.lse_safe = layout_.add(kTileQ);
+    o.dd = layout_.add(kTileQ);
+    o.dk = layout_.add(tiles_per_chunk_ * kTileK * dqk_pad_);
+    o.dv = layout_.add(tiles_per_chunk_ * kTileK * dv_pad_);
+    return o;
+  }
+
   Scratch carve(float* f) const {
-    Scratch s;
-    s.qt = f;
-    s.ot = s.qt + kTileQ * p_.Dqk;
-    s.qp = s.ot + kTileQ * p_.Dv;
-    s.op = s.qp + kTileQ * dqk_pad_;
-    s.dq = s.op + kTileQ * dv_pad_;
-    s.kr = s.dq + kTileQ * dqk_pad_;
-    s.kp = s.kr + kTileK * p_.Dqk;
-    s.vr = s.kp + kTileK * dqk_pad_;
-    s.st = s.vr + kTileK * p_.Dv;
-    s.dst = s.st + kTileK * kTileQ;
-    s.pzt = s.dst + kTileK * kTileQ;
-    s.z = s.pzt + kTileK * kTileQ;
-    s.lse_safe = s.z + kTileK;
-    s.dd = s.lse_safe + kTileQ;
-    s.dk = s.dd + kTileQ;
-    s.dv = s.dk + tiles_per_chunk_ * kTileK * dqk_pad_;
-    return s;
+    const Offsets& o = at_;
+    return {f + o.qt, f + o.ot, f + o.qp, f + o.op, f + o.dq, f + o.kr, f + o.kp, f + o.vr,
+            f + o.st, f + o.dst, f + o.pzt, f + o.z, f + o.lse_safe, f + o.dd, f + o.dk, f + o.dv};
   }
 
   // D_i = <dout_i, out_i> (FlashAttention-2 Alg. 2 line 4), fp32 [B, Hq, Sq].
@@ -140,8 +150,8 @@ class BackwardRunner {
         bool packed = false;
         for (int64_t t = chunk; t < n_kt; t += chunks_) {
           const TileRange& kv = k_tiles_[static_cast<size_t>(t)];
-          const TileKind kind = mask_.classify(qt, kv);
-          if (kind == TileKind::kSkip) continue;
+          const BlockVisibility kind = mask_.classify(qt, kv);
+          if (kind == BlockVisibility::kHidden) continue;
           if (!packed) {
             pack_q_tile(b, h, qt, w);
             packed = true;
@@ -180,7 +190,7 @@ class BackwardRunner {
   }
 
   void run_pair(int64_t b, int64_t g, int64_t h, const TileRange& qt, const TileRange& kv,
-                TileKind kind, const Scratch& w, float* dk, float* dv) const {
+                BlockVisibility kind, const Scratch& w, float* dk, float* dv) const {
     const int64_t nq = qt.size, nk = kv.size, nq_pad = round_up_nr(nq);
     const TileRows rows{b, g, kv.begin, nk};
     pack_rows(p_.k, rows, 1.0f, w.kr, p_.Dqk);
@@ -200,7 +210,7 @@ class BackwardRunner {
         store8(s + i, x > V8{} ? V8{} : x);
       }
     }
-    if (kind == TileKind::kPartial) {
+    if (kind == BlockVisibility::kPartial) {
       for (int64_t i = 0; i < nq; ++i) mask_.mask_keys(qt.begin + i, kv, w.st + i, kTileQ);
     }
     const bool dropout = p_.dropout_p > 0.0f;
@@ -294,11 +304,13 @@ class BackwardRunner {
   }
 
   const BackwardProblem& p_;
-  MaskRule mask_;
+  TileMask mask_;
   DropoutRow dropout_;
   std::vector<TileRange> q_tiles_, k_tiles_;
   int64_t dqk_pad_, dv_pad_;
   int64_t chunks_, tiles_per_chunk_;
+  ScratchLayout layout_;  // declared before at_: plan_scratch() fills it
+  Offsets at_;
   std::span<const float> delta_;
   Tensor delta_storage_;
   Tensor dq_partial_;         // [chunks][B][Hq][Sq][Dqk_pad] fp32 dq contributions

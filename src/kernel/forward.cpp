@@ -14,6 +14,7 @@
 #include "kernel/gemm.h"
 #include "kernel/pack.h"
 #include "kernel/parallel.h"
+#include "kernel/scratch.h"
 #include "kernel/simd.h"
 #include "kernel/tiles.h"
 
@@ -56,11 +57,22 @@ class ForwardRunner {
     //   st [kTileK][kTileQ]         S^T scores, then probabilities
     //   z  [kTileK]                 dropout multipliers of one query
     //   al [kTileQ]                 per-query rescale factors exp(m_old - m_new)
-    //   per head of the item: qt [kTileQ/16][Dqk][16] Q^T panels,
+    //   per head of the item (head_stride apart): qt [kTileQ/16][Dqk][16] Q^T panels,
     //     o [kTileQ][Dv_pad] accumulator, m [kTileQ] running max, l [kTileQ] running sum
-    head_floats_ = kTileQ * (p.Dqk + dv_pad_ + 2);
-    scratch_floats_ =
-        kTileK * (p.Dqk + dv_pad_ + kTileQ + 1) + kTileQ + heads_per_item_ * head_floats_;
+    ScratchLayout head;
+    at_.qt = head.add(kTileQ * p.Dqk);
+    at_.o = head.add(kTileQ * dv_pad_);
+    at_.m = head.add(kTileQ);
+    at_.l = head.add(kTileQ);
+    at_.head_stride = head.total();
+    ScratchLayout item;
+    at_.kr = item.add(kTileK * p.Dqk);
+    at_.vp = item.add(kTileK * dv_pad_);
+    at_.st = item.add(kTileK * kTileQ);
+    at_.z = item.add(kTileK);
+    at_.alpha = item.add(kTileQ);
+    at_.heads = item.add(heads_per_item_ * at_.head_stride);
+    scratch_floats_ = item.total();
     order_q_tiles_by_cost();
   }
 
@@ -81,7 +93,7 @@ class ForwardRunner {
     std::vector<int64_t> cost(q_tiles_.size(), 0);
     for (size_t i = 0; i < q_tiles_.size(); ++i) {
       for (const TileRange& kt : k_tiles_) {
-        cost[i] += mask_.classify(q_tiles_[i], kt) != TileKind::kSkip;
+        cost[i] += mask_.classify(q_tiles_[i], kt) != BlockVisibility::kHidden;
       }
     }
     q_order_.resize(q_tiles_.size());
@@ -100,28 +112,26 @@ class ForwardRunner {
     const int64_t nh = std::min(heads_per_item_, p_.group - chunk * heads_per_item_);
     const int64_t nq_pad = round_up_nr(qt.size);
 
-    float* kr = scratch;
-    float* vp = kr + kTileK * p_.Dqk;
-    float* st = vp + kTileK * dv_pad_;
-    float* z = st + kTileK * kTileQ;
-    float* alpha = z + kTileK;
-    float* heads = alpha + kTileQ;
+    float* kr = scratch + at_.kr;
+    float* vp = scratch + at_.vp;
+    float* st = scratch + at_.st;
+    float* z = scratch + at_.z;
+    float* alpha = scratch + at_.alpha;
+    const auto head = [&](int64_t hh) { return scratch + at_.heads + hh * at_.head_stride; };
     for (int64_t hh = 0; hh < nh; ++hh) {
-      float* qtp = heads + hh * head_floats_;
-      pack_panels_transposed(p_.q, {b, h0 + hh, qt.begin, qt.size}, 1.0f, qtp);
-      float* o = qtp + kTileQ * p_.Dqk;
-      std::fill(o, o + kTileQ * dv_pad_, 0.0f);
-      std::fill(o + kTileQ * dv_pad_, o + kTileQ * (dv_pad_ + 1), kNegInf);     // m
-      std::fill(o + kTileQ * (dv_pad_ + 1), o + kTileQ * (dv_pad_ + 2), 0.0f);  // l
+      pack_panels_transposed(p_.q, {b, h0 + hh, qt.begin, qt.size}, 1.0f, head(hh) + at_.qt);
+      std::fill_n(head(hh) + at_.o, kTileQ * dv_pad_, 0.0f);
+      std::fill_n(head(hh) + at_.m, kTileQ, kNegInf);
+      std::fill_n(head(hh) + at_.l, kTileQ, 0.0f);
     }
 
     const auto next_visible = [&](size_t t) {
-      while (t < k_tiles_.size() && mask_.classify(qt, k_tiles_[t]) == TileKind::kSkip) ++t;
+      while (t < k_tiles_.size() && mask_.classify(qt, k_tiles_[t]) == BlockVisibility::kHidden) ++t;
       return t;
     };
     for (size_t t = next_visible(0); t < k_tiles_.size();) {
       const TileRange& kv = k_tiles_[t];
-      const TileKind kind = mask_.classify(qt, kv);
+      const BlockVisibility kind = mask_.classify(qt, kv);
       const size_t next = next_visible(t + 1);
       if (next < k_tiles_.size()) {
         const TileRange& nkv = k_tiles_[next];
@@ -131,13 +141,13 @@ class ForwardRunner {
       pack_rows(p_.k, {b, g, kv.begin, kv.size}, 1.0f, kr, p_.Dqk);
       pack_panels(p_.v, {b, g, kv.begin, kv.size}, vp);
       for (int64_t hh = 0; hh < nh; ++hh) {
-        float* qtp = heads + hh * head_floats_;
-        float* o = qtp + kTileQ * p_.Dqk;
-        float* m = o + kTileQ * dv_pad_;
-        float* l = m + kTileQ;
+        float* qtp = head(hh) + at_.qt;
+        float* o = head(hh) + at_.o;
+        float* m = head(hh) + at_.m;
+        float* l = head(hh) + at_.l;
         gemm_tile(kv.size, nq_pad, {kr, p_.Dqk, 1}, {qtp, p_.Dqk}, st, kTileQ, false);
         float scale = p_.scale;
-        if (kind == TileKind::kPartial) {
+        if (kind == BlockVisibility::kPartial) {
           // Scale first so that masked -inf stays -inf whatever the sign of the scale.
           const V8 sc = splat8(scale);
           for (int64_t e = 0; e < kv.size * kTileQ; e += kLanes) store8(st + e, load8(st + e) * sc);
@@ -164,8 +174,7 @@ class ForwardRunner {
     }
 
     for (int64_t hh = 0; hh < nh; ++hh) {
-      const float* o = heads + hh * head_floats_ + kTileQ * p_.Dqk;
-      write_rows(b, h0 + hh, qt, o, o + kTileQ * dv_pad_, o + kTileQ * (dv_pad_ + 1));
+      write_rows(b, h0 + hh, qt, head(hh) + at_.o, head(hh) + at_.m, head(hh) + at_.l);
     }
   }
 
@@ -208,7 +217,7 @@ class ForwardRunner {
     }
   }
 
-  // out_i = O_i / l_i, lse_i = m_i ln 2 + ln l_i; rows that saw no key get 0 and -inf.
+  // out_i = O_i / l_i, lse_i = m_i + ln l_i; rows that saw no key get 0 and -inf.
   void write_rows(int64_t b, int64_t h, const TileRange& qt, const float* o, const float* m,
                   const float* l) const {
     float* lse = p_.lse.data() + (b * p_.Hq + h) * p_.Sq;
@@ -229,13 +238,18 @@ class ForwardRunner {
   }
 
   const ForwardProblem& p_;
-  MaskRule mask_;
+  TileMask mask_;
   DropoutRow dropout_;
   std::vector<TileRange> q_tiles_, k_tiles_;
   std::vector<size_t> q_order_;
   int64_t dv_pad_;
   int64_t heads_per_item_, head_chunks_;
-  int64_t head_floats_ = 0, scratch_floats_ = 0;
+  // Offsets (floats) of the scratch arrays, from one ScratchLayout per level (see the constructor).
+  struct Offsets {
+    int64_t kr, vp, st, z, alpha, heads;  // in the worker's buffer
+    int64_t qt, o, m, l, head_stride;     // in one head's block
+  } at_{};
+  int64_t scratch_floats_ = 0;
 };
 
 }  // namespace

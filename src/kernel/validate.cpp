@@ -13,24 +13,6 @@ namespace {
 
 using Shape = std::array<int64_t, 4>;
 
-std::string shape_string(const Shape& s) {
-  return str_cat("[", s[0], ", ", s[1], ", ", s[2], ", ", s[3], "]");
-}
-
-// Checks one strided operand: exact shape, non-negative strides, data present when non-empty.
-template <typename T>
-void check_view(const StridedView<T>& view, const char* name, const char* dims,
-                const Shape& expected) {
-  CPATTN_CHECK(view.shape == expected, ErrorCode::kShapeMismatch, name, " must have shape ", dims,
-               " = ", shape_string(expected), ", got ", shape_string(view.shape));
-  for (int i = 0; i < 4; ++i) {
-    CPATTN_CHECK(view.stride[i] >= 0, ErrorCode::kShapeMismatch, name,
-                 " strides must be >= 0, got ", shape_string(view.stride));
-  }
-  CPATTN_CHECK(view.data != nullptr || view.numel() == 0, ErrorCode::kInvalidArgument, name,
-               " has shape ", shape_string(view.shape), " but a null data pointer");
-}
-
 // An output written through a stride-0 dimension of size > 1 would have one element stored by
 // several work items (threads) at once: a data race, and a meaningless result. (Other overlaps,
 // e.g. strides smaller than the extent of the next dimension, are not detected.)
@@ -40,14 +22,6 @@ void check_no_self_overlap(const View& view, const char* name) {
     CPATTN_CHECK(view.shape[i] <= 1 || view.stride[i] != 0, ErrorCode::kShapeMismatch, name,
                  " is written, so its elements must not overlap: dimension ", i, " has size ",
                  view.shape[i], " but stride 0 (strides ", shape_string(view.stride), ")");
-  }
-}
-
-// The first operand fixes B, Sq, Hq, Dqk; its own dims only need to be >= 0.
-void check_dims_nonnegative(const Shape& s, const char* name) {
-  for (int64_t d : s) {
-    CPATTN_CHECK(d >= 0, ErrorCode::kShapeMismatch, name, " dimensions must be >= 0, got ",
-                 shape_string(s));
   }
 }
 
@@ -64,9 +38,10 @@ void check_positions(std::span<const int64_t> pos, int64_t expected_len, const c
 // Everything shared by forward and backward: q/k/v, positions, documents, params, threads.
 void fill_problem(const AttentionInputs& in, const AttentionParams& params, RngState rng,
                   const KernelOptions& options, Problem& p) {
-  check_dims_nonnegative(in.q.shape, "q");
-  check_dims_nonnegative(in.k.shape, "k");
-  check_dims_nonnegative(in.v.shape, "v");
+  // The first operands fix B, Sq, Hq, Dqk, ...; their own dims only need to be >= 0.
+  check_readable(in.q, "q");
+  check_readable(in.k, "k");
+  check_readable(in.v, "v");
   p.B = in.q.shape[0];
   p.Sq = in.q.shape[1];
   p.Hq = in.q.shape[2];
@@ -106,27 +81,14 @@ void fill_problem(const AttentionInputs& in, const AttentionParams& params, RngS
     p.k_doc = in.k_doc;
   }
 
-  if (params.softmax_scale.has_value()) {
-    p.scale = *params.softmax_scale;
-  } else {
-    CPATTN_CHECK(p.Dqk > 0, ErrorCode::kInvalidArgument,
-                 "the default softmax_scale 1/sqrt(Dqk) needs Dqk > 0, got Dqk = ", p.Dqk);
-    p.scale = 1.0f / std::sqrt(static_cast<float>(p.Dqk));
-  }
-  CPATTN_CHECK(std::isfinite(p.scale), ErrorCode::kInvalidArgument,
-               "softmax_scale must be finite, got ", p.scale);
-  CPATTN_CHECK(params.dropout_p >= 0.0f && params.dropout_p < 1.0f, ErrorCode::kInvalidArgument,
-               "dropout_p must be in [0, 1), got ", params.dropout_p);
-  CPATTN_CHECK(params.window_left >= -1, ErrorCode::kInvalidArgument,
-               "window_left must be >= -1 (-1 = unbounded), got ", params.window_left);
-  CPATTN_CHECK(params.window_right >= -1, ErrorCode::kInvalidArgument,
-               "window_right must be >= -1 (-1 = unbounded), got ", params.window_right);
+  const AttentionParams resolved = resolve_params(params, p.Dqk);
+  p.scale = *resolved.softmax_scale;
   CPATTN_CHECK(options.num_threads >= 1, ErrorCode::kInvalidArgument,
                "num_threads must be >= 1, got ", options.num_threads);
-  p.causal = params.causal;
-  p.window_left = params.window_left;
-  p.window_right = params.window_right;
-  p.dropout_p = params.dropout_p;
+  p.causal = resolved.causal;
+  p.window_left = resolved.window_left;
+  p.window_right = resolved.window_right;
+  p.dropout_p = resolved.dropout_p;
   p.rng = rng;
   p.num_threads = options.num_threads;
 }

@@ -25,6 +25,10 @@ std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, std::array<uint
   return c;
 }
 
+std::string to_string(RngState rng) {
+  return "{seed=" + std::to_string(rng.seed) + ", offset=" + std::to_string(rng.offset) + "}";
+}
+
 DropoutStream dropout_stream(RngState rng, int64_t b, int64_t h, int64_t num_heads_q,
                              int64_t q_pos) {
   DropoutStream s;

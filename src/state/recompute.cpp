@@ -11,9 +11,6 @@ namespace {
 uint64_t output_digest(const ForwardResult& state) {
   return Digest().view(state.out.view()).values(state.lse.span()).finish();
 }
-std::string rng_text(RngState r) {
-  return detail::str_cat("{seed=", r.seed, ", offset=", r.offset, "}");
-}
 }  // namespace
 
 AttentionCheckpoint make_checkpoint(const ForwardResult& state) {
@@ -22,15 +19,16 @@ AttentionCheckpoint make_checkpoint(const ForwardResult& state) {
 
 ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& checkpoint,
                                 RngState replayed, ConstView q, ConstView k, ConstView v,
-                                const SequenceSharding& seq, const AttentionParams& params,
-                                const RecomputeOptions& options) {
+                                const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                                const AttentionParams& params, const RecomputeOptions& options) {
   const Fingerprint& recorded = checkpoint.fingerprint;
   CPATTN_CHECK(replayed == recorded.rng, ErrorCode::kRecomputeDiverged,
-               "recompute diverged: replayed RngState ", rng_text(replayed),
-               " differs from the recorded ", rng_text(recorded.rng),
+               "recompute diverged: replayed RngState ", to_string(replayed),
+               " differs from the recorded ", to_string(recorded.rng),
                " (restore the generator state before recomputing; otherwise dropout masks and "
                "gradients would be silently wrong)");
-  Fingerprint called = make_fingerprint(comm.rank(), comm.size(), q, k, v, seq, params, replayed);
+  Fingerprint called =
+      make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, replayed);
   const std::vector<std::string> diffs = recorded.differences(called);
   if (!diffs.empty()) {
     throw Error(
@@ -39,8 +37,8 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
             "recompute diverged: the recomputed call differs from the first forward: ", diffs));
   }
   // `called` is this call's fingerprint already: q/k/v are hashed once per recompute.
-  ForwardResult state = detail::forward_with_fingerprint(comm, q, k, v, seq, params, replayed,
-                                                         options.ring, std::move(called));
+  ForwardResult state = detail::forward_with_fingerprint(comm, q, k, v, q_seq, kv_seq, params,
+                                                         replayed, options.ring, std::move(called));
   if (options.strict) {
     const uint64_t again = output_digest(state);
     CPATTN_CHECK(again == checkpoint.output_digest, ErrorCode::kRecomputeDiverged,
@@ -54,13 +52,15 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
 
 AttentionGradients recompute_backward(Communicator& comm, const AttentionCheckpoint& checkpoint,
                                       RngState replayed, ConstView dout, ConstView q, ConstView k,
-                                      ConstView v, const SequenceSharding& seq,
+                                      ConstView v, const SequenceSharding& q_seq,
+                                      const SequenceSharding& kv_seq,
                                       const AttentionParams& params,
                                       const RecomputeOptions& options) {
   const ForwardResult state =
-      recompute_forward(comm, checkpoint, replayed, q, k, v, seq, params, options);
+      recompute_forward(comm, checkpoint, replayed, q, k, v, q_seq, kv_seq, params, options);
   // The fresh state was made from these very arguments: no second fingerprint check is needed.
-  return detail::backward_from_checked_state(comm, dout, q, k, v, state, seq, params, options.ring);
+  return detail::backward_from_checked_state(comm, dout, q, k, v, state, q_seq, kv_seq, params,
+                                             options.ring);
 }
 
 }  // namespace cpattn

@@ -14,15 +14,19 @@ namespace cpattn::detail {
 std::string join_differences(std::string_view prefix, const std::vector<std::string>& diffs);
 
 /// Ring forward wrapped in a ForwardResult carrying `fp`, which the caller computed for exactly
-/// these arguments (make_fingerprint(comm.rank(), comm.size(), q, k, v, seq, params, rng)).
+/// these arguments (make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params,
+/// rng)).
 ForwardResult forward_with_fingerprint(Communicator& comm, ConstView q, ConstView k, ConstView v,
-                                       const SequenceSharding& seq, const AttentionParams& params,
-                                       RngState rng, const RingOptions& options, Fingerprint fp);
+                                       const SequenceSharding& q_seq,
+                                       const SequenceSharding& kv_seq,
+                                       const AttentionParams& params, RngState rng,
+                                       const RingOptions& options, Fingerprint fp);
 
 /// Ring backward from `state`, whose fingerprint the caller has already matched to this call.
 AttentionGradients backward_from_checked_state(Communicator& comm, ConstView dout, ConstView q,
                                                ConstView k, ConstView v, const ForwardResult& state,
-                                               const SequenceSharding& seq,
+                                               const SequenceSharding& q_seq,
+                                               const SequenceSharding& kv_seq,
                                                const AttentionParams& params,
                                                const RingOptions& options);
 

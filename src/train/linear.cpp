@@ -1,4 +1,4 @@
-// Linear forward/backward as three cblas_sgemm calls, plus OpenBLAS thread control.
+// Linear forward/backward as three cblas_sgemm calls.
 #include "train/linear.h"
 
 #include <cblas.h>
@@ -9,14 +9,6 @@
 #include "train/check.h"
 
 namespace cpattn::train {
-
-void set_blas_threads(int threads) {
-  CPATTN_CHECK(threads >= 1, ErrorCode::kInvalidArgument, "BLAS threads must be >= 1, got ",
-               threads);
-  openblas_set_num_threads(threads);
-}
-
-int blas_threads() { return openblas_get_num_threads(); }
 
 namespace {
 void check_dims(const char* op, const LinearDims& d) {

@@ -1,18 +1,10 @@
-// Linear layer y = x W^T (+ b) on token rows through OpenBLAS, with its hand-written backward,
-// and the switch that keeps BLAS single-threaded inside rank threads.
+// Linear layer y = x W^T (+ b) on token rows through OpenBLAS, with its hand-written backward.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
 namespace cpattn::train {
-
-/// Sets OpenBLAS's (process-global) thread count. The training job runs one thread per rank, so
-/// it calls set_blas_threads(1) before starting them: nested BLAS threads would oversubscribe the
-/// cores and make timings meaningless. Throws Error(kInvalidArgument) when threads < 1.
-void set_blas_threads(int threads);
-/// OpenBLAS's current thread count.
-int blas_threads();
 
 /// Sizes of a Linear call: n >= 0 token rows, in >= 1 features -> out >= 1 features.
 struct LinearDims {

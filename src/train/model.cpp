@@ -203,6 +203,13 @@ double head_forward_backward(const Context& c, const ModelParams& params, ModelG
 
 }  // namespace
 
+AttentionParams attention_params(float dropout) {
+  AttentionParams attn;
+  attn.causal = true;
+  attn.dropout_p = dropout;
+  return attn;
+}
+
 double forward_backward(Communicator& comm, const ModelParams& params, const ShardBatch& shard,
                         const StepOptions& options, Generator& generator, ModelGrads& grads) {
   const ModelConfig& cfg = params.config();
@@ -212,9 +219,7 @@ double forward_backward(Communicator& comm, const ModelParams& params, const Sha
                   "forward_backward: shard rows per sequence");
   CPATTN_CHECK_EQ(grads.numel(), params.numel(), ErrorCode::kShapeMismatch,
                   "forward_backward: gradient numel vs parameter numel");
-  AttentionParams attn;
-  attn.causal = true;
-  attn.dropout_p = options.dropout;
+  const AttentionParams attn = attention_params(options.dropout);
   const Context c{comm, cfg, options, shard, attn, shard.rows(), &comm.memory()};
   const auto layers = static_cast<size_t>(cfg.layers);
 

@@ -31,6 +31,9 @@ struct ShardBatch {
 /// from batch.seq_len (or what SequenceSharding::validate throws).
 ShardBatch shard_batch(const Batch& batch, const SequenceSharding& seq);
 
+/// The model's attention: causal, with attention dropout `dropout`.
+AttentionParams attention_params(float dropout);
+
 /// How one step runs; equal on every rank except seq.cp_rank.
 struct StepOptions {
   SequenceSharding seq;   ///< layout, S, P and this rank (positions empty: position = index)

@@ -25,8 +25,6 @@ void validate_train_config(TrainConfig& config, std::span<const uint8_t> text) {
                "token, got seq ", config.seq_len, " and cp ", config.cp);
   CPATTN_CHECK(config.batch >= 1, kArg, "--batch must be >= 1, got ", config.batch);
   CPATTN_CHECK(config.steps >= 1, kArg, "--steps must be >= 1, got ", config.steps);
-  CPATTN_CHECK(config.dropout >= 0.0f && config.dropout < 1.0f, kArg,
-               "--dropout must be in [0, 1), got ", config.dropout);
   CPATTN_CHECK(config.threads >= 1, kArg, "--threads must be >= 1, got ", config.threads);
   CPATTN_CHECK(config.grad_clip > 0.0 && std::isfinite(config.grad_clip), kArg,
                "gradient clip must be > 0, got ", config.grad_clip);
@@ -34,6 +32,11 @@ void validate_train_config(TrainConfig& config, std::span<const uint8_t> text) {
                "--heads (", config.model.heads, ") must divide --d-model (", config.model.d_model,
                ")");
   validate_config(config.model);
+  try {
+    resolve_params(attention_params(config.dropout), config.model.head_dim());
+  } catch (const Error& e) {
+    throw Error(e.code(), detail::str_cat("--dropout: ", e.what()));
+  }
   CPATTN_CHECK(static_cast<int64_t>(text.size()) >= config.seq_len + 1, kArg, "the text has ",
                text.size(), " bytes; --seq ", config.seq_len, " needs at least ",
                config.seq_len + 1);
@@ -52,10 +55,7 @@ using Clock = std::chrono::steady_clock;
 
 StepOptions step_options(const TrainConfig& config, int rank, bool recompute) {
   StepOptions o;
-  o.seq.layout = config.layout;
-  o.seq.seq_len = config.seq_len;
-  o.seq.cp_size = config.cp;
-  o.seq.cp_rank = rank;
+  o.seq = SequenceSharding::of(config.layout, config.seq_len, config.cp, rank);
   o.dropout = config.dropout;
   o.recompute = recompute;
   o.ring.num_threads = config.threads;

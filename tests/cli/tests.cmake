@@ -20,11 +20,6 @@ add_test(NAME cli.verify_ring_options_need_cp COMMAND cpattn_cli verify --layout
 set_tests_properties(cli.verify_ring_options_need_cp PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "need --cp P or --backend mpi")
 if(CPATTN_HAVE_MPI)
-  # Same launcher as the comm tests (root-safe, oversubscribed, shared-memory transport).
-  if(NOT DEFINED CPATTN_MPIRUN)
-    set(CPATTN_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
-        --mca btl self,vader)
-  endif()
   add_test(NAME cli.verify_ring_mpi_np2
            COMMAND ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:cpattn_cli> verify
                    --backend mpi --cp 2)

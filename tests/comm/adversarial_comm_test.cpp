@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cpattn/error.h"
+#include "support/errors.h"
 #include "cpattn/thread_communicator.h"
 
 namespace cpattn {
@@ -19,14 +20,9 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 ErrorCode code_of(const std::function<void()>& fn, std::string* what = nullptr) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    if (what != nullptr) *what = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "expected a cpattn::Error";
-  return ErrorCode::kInternal;
+  const Error e = testing::error_of(fn);
+  if (what != nullptr) *what = e.what();
+  return e.code();
 }
 
 // 16 ranks (more than cores): allreduce is bitwise identical on every rank and exact for small

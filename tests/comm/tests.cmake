@@ -6,14 +6,10 @@ target_sources(test_comm PRIVATE ${CMAKE_CURRENT_LIST_DIR}/conformance.cpp)
 if(CPATTN_HAVE_MPI)
   add_executable(test_comm_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi_conformance_main.cpp
                                ${CMAKE_CURRENT_LIST_DIR}/conformance.cpp)
+  target_include_directories(test_comm_mpi PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(test_comm_mpi PRIVATE cpattn_test_support cpattn_flags GTest::gtest)
   add_executable(test_comm_mpi_failure ${CMAKE_CURRENT_LIST_DIR}/mpi_failure_driver.cpp)
-  target_link_libraries(test_comm_mpi_failure PRIVATE cpattn cpattn_flags)
-
-  # Root-safe and container-safe: we may run as root, with more ranks than cores. The default
-  # transports (shared-memory vader with CMA single copy) work in this container as they are.
-  set(CPATTN_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
-      --mca btl self,vader)
+  target_link_libraries(test_comm_mpi_failure PRIVATE cpattn_mpi cpattn_flags)
   foreach(np 1 2 3 4)
     add_test(NAME comm.mpi_conformance_np${np}
              COMMAND ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:test_comm_mpi>)
@@ -22,12 +18,12 @@ if(CPATTN_HAVE_MPI)
   endforeach()
 
   add_test(NAME comm.mpi_failure_throw
-           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/expect_failure.sh 20
+           COMMAND ${CPATTN_EXPECT_FAILURE} --within 20
                    "rank 1: fatal: injected failure at ring step 2"
                    ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 3
                    $<TARGET_FILE:test_comm_mpi_failure> throw)
   add_test(NAME comm.mpi_failure_early_exit
-           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/expect_failure.sh 20
+           COMMAND ${CPATTN_EXPECT_FAILURE} --within 20
                    "rank [02]: fatal: .*timed out after 2 s waiting for .*rank 1"
                    ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 3
                    $<TARGET_FILE:test_comm_mpi_failure> early-exit)

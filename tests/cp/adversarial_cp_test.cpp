@@ -9,10 +9,9 @@
 #include <vector>
 
 #include "cp/counting_communicator.h"
-#include "cp/ring_detail.h"
 #include "cp/ring_harness.h"
 #include "cpattn/error.h"
-#include "kernel/reference_case.h"
+#include "verify/reference_case.h"
 #include "support/metrics.h"
 
 namespace cpattn::testing {
@@ -62,8 +61,8 @@ TEST(CpAdversarial, HugeRightWindowDoesNotOverflowBlockSkip) {
   p.params.window_left = std::numeric_limits<int64_t>::max();
   for (int64_t i = 0; i < 40; ++i) p.q_pos[i] = p.k_pos[i] = (int64_t{1} << 40) + i;
   EXPECT_TRUE(ring_matches_reference(p, {4, Layout::kStriped}));
-  EXPECT_FALSE(detail::block_hidden(p.q_pos, p.k_pos, {}, {}, p.params));
-  EXPECT_EQ(detail::count_visible_pairs(p.q_pos, p.k_pos, {}, {}, p.params), 40 * 40);
+  EXPECT_FALSE(block_hidden(p.q_pos, p.k_pos, {}, {}, p.params));
+  EXPECT_EQ(count_visible_pairs(p.q_pos, p.k_pos, {}, {}, p.params), 40 * 40);
 }
 
 // A NaN query must come out NaN after the fp32 LSE merge across ranks (it used to be dropped by

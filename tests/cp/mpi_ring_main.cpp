@@ -10,7 +10,7 @@
 
 #include "cp/ring_harness.h"
 #include "cpattn/mpi_communicator.h"
-#include "kernel/reference_case.h"
+#include "verify/reference_case.h"
 #include "support/metrics.h"
 #include "support/mpi_gtest_main.h"
 
@@ -46,11 +46,6 @@ const std::vector<MpiCase> kCases = {
      spec(reference::MaskKind::kCausal, 3, 2, 2, 8, 8, 0.0f, MemoryLayout::kBSHD, 64)},
 };
 
-bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
-}
-
 class MpiRing : public ::testing::TestWithParam<MpiCase> {};
 
 TEST_P(MpiRing, MatchesReferenceAndInProcessRanksBitwise) {
@@ -62,11 +57,7 @@ TEST_P(MpiRing, MatchesReferenceAndInProcessRanksBitwise) {
   EXPECT_TRUE(
       row_passes(reference::compare(reference::case_name(c.spec), reference::make_oracle(p), got)));
   const reference::Outputs threads = run_ring(p, run);
-  EXPECT_TRUE(bitwise_equal(got.out, threads.out));
-  EXPECT_TRUE(bitwise_equal(got.lse, threads.lse));
-  EXPECT_TRUE(bitwise_equal(got.dq, threads.dq));
-  EXPECT_TRUE(bitwise_equal(got.dk, threads.dk));
-  EXPECT_TRUE(bitwise_equal(got.dv, threads.dv));
+  EXPECT_TRUE(testing::outputs_bitwise_equal(got, threads));
   comm.barrier();
 }
 

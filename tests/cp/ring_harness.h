@@ -1,13 +1,17 @@
-// Test harness of the ring: the library's verification helper (cp/ring_case.h: shard a whole
+// Test harness of the ring: the verification helper (verify/ring_case.h: shard a whole
 // reference::Problem over P ranks, run the ring, gather whole-sequence Outputs) under the names
-// the cp tests use.
+// the cp tests use, and the ring's block-skip predicate.
 #pragma once
 
-#include "cp/ring_case.h"
+#include <cstdint>
+#include <span>
+
 #include "cpattn/layout.h"
+#include "cpattn/mask.h"
 #include "cpattn/ring.h"
 #include "cpattn/thread_communicator.h"
-#include "kernel/reference.h"
+#include "verify/reference.h"
+#include "verify/ring_case.h"
 
 namespace cpattn::testing {
 
@@ -17,5 +21,14 @@ using reference::run_ring;
 using reference::run_ring_gathered;
 using reference::run_ring_rank;
 using reference::zero_outputs;
+
+/// The ring's block skip: MaskRule::classify of the blocks' ranges is kHidden.
+inline bool block_hidden(std::span<const int64_t> q_pos, std::span<const int64_t> k_pos,
+                         std::span<const int64_t> q_doc, std::span<const int64_t> k_doc,
+                         const AttentionParams& params) {
+  const MaskRule rule(params, !q_doc.empty() && !k_doc.empty());
+  return rule.classify(block_range(q_pos, q_doc), block_range(k_pos, k_doc)) ==
+         BlockVisibility::kHidden;
+}
 
 }  // namespace cpattn::testing

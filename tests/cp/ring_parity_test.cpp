@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cp/ring_harness.h"
-#include "kernel/reference_case.h"
+#include "verify/reference_case.h"
 #include "support/metrics.h"
 
 namespace cpattn::testing {

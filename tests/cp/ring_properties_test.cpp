@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "cp/counting_communicator.h"
-#include "cp/ring_detail.h"
 #include "cp/ring_harness.h"
 #include "cpattn/error.h"
-#include "kernel/reference_case.h"
+#include "support/metrics.h"
+#include "verify/reference_case.h"
 
 namespace cpattn::testing {
 namespace {
@@ -28,11 +28,6 @@ reference::Problem small_problem(MaskKind mask, int64_t S, float dropout, uint64
   s.dropout_p = dropout;
   s.seed = seed;
   return reference::make_problem(s);
-}
-
-bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
 }
 
 // With q = k = 0 every visible score is 0 and p_ij = 1/S; v_j = e_j (Dv = S) makes out_i[j] =
@@ -73,11 +68,7 @@ TEST(RingDeterminism, TwoRunsAreBitwiseEqual) {
   for (Layout layout : {Layout::kZigzag, Layout::kContiguous}) {
     const RingRun run{4, layout};
     const reference::Outputs a = run_ring(p, run), b = run_ring(p, run);
-    EXPECT_TRUE(bitwise_equal(a.out, b.out));
-    EXPECT_TRUE(bitwise_equal(a.lse, b.lse));
-    EXPECT_TRUE(bitwise_equal(a.dq, b.dq));
-    EXPECT_TRUE(bitwise_equal(a.dk, b.dk));
-    EXPECT_TRUE(bitwise_equal(a.dv, b.dv));
+    EXPECT_TRUE(testing::outputs_bitwise_equal(a, b));
   }
 }
 
@@ -161,15 +152,11 @@ TEST(RingFailure, OneRankFailingReleasesAllRanks) {
 TEST(RingArguments, ShapeErrorsNameExpectedAndGot) {
   std::atomic<int> shape_errors{0};
   run_ranks(2, [&](Communicator& comm) {
-    SequenceSharding s;
-    s.layout = Layout::kZigzag;
-    s.seq_len = 10;
-    s.cp_size = 2;
-    s.cp_rank = comm.rank();
+    SequenceSharding s = SequenceSharding::of(Layout::kZigzag, 10, 2, comm.rank());
     const Tensor q({1, 5, 2, 8}), k({1, 4, 1, 8}), v({1, 5, 1, 8});
     CountingCommunicator counting(comm);
     try {
-      ring_attention_forward(counting, q.view(), k.view(), v.view(), s, {}, {});
+      unchecked::ring_attention_forward(counting, q.view(), k.view(), v.view(), s, s, {}, {});
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kShapeMismatch);
       EXPECT_NE(std::string(e.what()).find("k must have shape [B, Sk_local, Hkv, Dqk] = "
@@ -181,10 +168,13 @@ TEST(RingArguments, ShapeErrorsNameExpectedAndGot) {
     EXPECT_EQ(counting.sends + counting.recvs, 0);
     SequenceSharding wrong = s;
     wrong.cp_rank = 1 - comm.rank();
-    EXPECT_THROW(ring_attention_forward(comm, q.view(), v.view(), v.view(), wrong, {}, {}), Error);
+    EXPECT_THROW(
+        unchecked::ring_attention_forward(comm, q.view(), v.view(), v.view(), wrong, wrong, {}, {}),
+        Error);
     AttentionParams bad;
     bad.dropout_p = 1.0f;
-    EXPECT_THROW(ring_attention_forward(comm, q.view(), v.view(), v.view(), s, bad, {}), Error);
+    EXPECT_THROW(unchecked::ring_attention_forward(comm, q.view(), v.view(), v.view(), s, s, bad, {}),
+                 Error);
   });
   EXPECT_EQ(shape_errors.load(), 2);
 }
@@ -198,7 +188,7 @@ double causal_imbalance(Layout layout, int64_t S, int P) {
   int64_t busiest = 0, total = 0;
   for (int r = 0; r < P; ++r) {
     const auto q = shard_token_indices(layout, S, P, r);
-    const int64_t n = detail::count_visible_pairs(q, all, {}, {}, causal);
+    const int64_t n = count_visible_pairs(q, all, {}, {}, causal);
     busiest = std::max(busiest, n);
     total += n;
   }
@@ -216,18 +206,18 @@ TEST(RingBlockSkip, HiddenOnlyWhenMasksHideEveryPair) {
   AttentionParams causal;
   causal.causal = true;
   const std::vector<int64_t> early = {0, 1, 2}, late = {5, 6}, mixed = {1, 7};
-  EXPECT_TRUE(detail::block_hidden(early, late, {}, {}, causal));
-  EXPECT_FALSE(detail::block_hidden(late, early, {}, {}, causal));
-  EXPECT_FALSE(detail::block_hidden(early, mixed, {}, {}, causal));
+  EXPECT_TRUE(block_hidden(early, late, {}, {}, causal));
+  EXPECT_FALSE(block_hidden(late, early, {}, {}, causal));
+  EXPECT_FALSE(block_hidden(early, mixed, {}, {}, causal));
   AttentionParams window;
   window.window_left = 2;
   window.window_right = 0;
   const std::vector<int64_t> far = {0, 1, 2}, near = {3, 4};
-  EXPECT_TRUE(detail::block_hidden(late, far, {}, {}, window));
-  EXPECT_FALSE(detail::block_hidden(late, near, {}, {}, window));
+  EXPECT_TRUE(block_hidden(late, far, {}, {}, window));
+  EXPECT_FALSE(block_hidden(late, near, {}, {}, window));
   const std::vector<int64_t> docs_a = {0, 0, 1}, docs_b = {2, 2};
-  EXPECT_TRUE(detail::block_hidden(early, late, docs_a, docs_b, AttentionParams{}));
-  EXPECT_TRUE(detail::block_hidden({}, late, {}, {}, AttentionParams{}));
+  EXPECT_TRUE(block_hidden(early, late, docs_a, docs_b, AttentionParams{}));
+  EXPECT_TRUE(block_hidden({}, late, {}, {}, AttentionParams{}));
 }
 
 // Peak live bytes per rank shrink ~1/P at fixed S (O(S/P) memory, no rank holds the sequence).

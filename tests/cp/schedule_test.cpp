@@ -16,25 +16,25 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 TEST(RingStep, MatchesTheWorkedExampleOfRingH) {
   // P = 4, rank 1 (ring.h and docs/ring.md). Fields: kv_block, kv_send_to, kv_recv_from,
-  // next_kv_block, grad_recv_from, grad_send_to.
+  // next_kv_block, grad_recv_from, grad_send_to, home_grad_recv_from.
   const std::vector<RingStep> want = {
-      {1, 2, 0, 0, -1, 2},
-      {0, 2, 0, 3, 0, 2},
-      {3, 2, 0, 2, 0, 2},
-      {2, -1, -1, -1, 0, 2},
+      {1, 2, 0, 0, -1, 2, -1},
+      {0, 2, 0, 3, 0, 2, -1},
+      {3, 2, 0, 2, 0, 2, -1},
+      {2, -1, -1, -1, 0, 2, 0},
   };
   for (int s = 0; s < 4; ++s) EXPECT_EQ(ring_step(1, 4, s), want[s]) << "step " << s;
 }
 
 TEST(RingStep, SingleRankTalksToNobody) {
-  EXPECT_EQ(ring_step(0, 1, 0), (RingStep{0, -1, -1, -1, -1, -1}));
+  EXPECT_EQ(ring_step(0, 1, 0), (RingStep{0, -1, -1, -1, -1, -1, -1}));
 }
 
 TEST(RingStep, TwoRanksTable) {
-  EXPECT_EQ(ring_step(0, 2, 0), (RingStep{0, 1, 1, 1, -1, 1}));
-  EXPECT_EQ(ring_step(0, 2, 1), (RingStep{1, -1, -1, -1, 1, 1}));
-  EXPECT_EQ(ring_step(1, 2, 0), (RingStep{1, 0, 0, 0, -1, 0}));
-  EXPECT_EQ(ring_step(1, 2, 1), (RingStep{0, -1, -1, -1, 0, 0}));
+  EXPECT_EQ(ring_step(0, 2, 0), (RingStep{0, 1, 1, 1, -1, 1, -1}));
+  EXPECT_EQ(ring_step(0, 2, 1), (RingStep{1, -1, -1, -1, 1, 1, 1}));
+  EXPECT_EQ(ring_step(1, 2, 0), (RingStep{1, 0, 0, 0, -1, 0, -1}));
+  EXPECT_EQ(ring_step(1, 2, 1), (RingStep{0, -1, -1, -1, 0, 0, 0}));
 }
 
 class RingScheduleInvariants : public ::testing::TestWithParam<int> {};
@@ -65,8 +65,11 @@ TEST_P(RingScheduleInvariants, EveryBlockOnceAndMessagesMatch) {
           EXPECT_EQ(peer.kv_block, st.kv_block);
         } else {
           EXPECT_EQ(st.grad_send_to, st.kv_block) << "last hop must reach the home rank";
+          // ... which takes it from r at that same last step.
+          EXPECT_EQ(ring_step(st.grad_send_to, P, s).home_grad_recv_from, r);
         }
       }
+      EXPECT_EQ(st.home_grad_recv_from >= 0, P > 1 && s + 1 == P) << "rank " << r << " step " << s;
     }
     for (int b = 0; b < P; ++b) EXPECT_EQ(seen[static_cast<size_t>(b)], 1) << "block " << b;
   }

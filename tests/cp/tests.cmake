@@ -4,11 +4,6 @@
 if(CPATTN_HAVE_MPI)
   add_executable(test_cp_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi_ring_main.cpp)
   target_link_libraries(test_cp_mpi PRIVATE cpattn_test_support cpattn_flags GTest::gtest)
-  # Same launcher as the comm tests (root-safe, oversubscribed, shared-memory transport).
-  if(NOT DEFINED CPATTN_MPIRUN)
-    set(CPATTN_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
-        --mca btl self,vader)
-  endif()
   foreach(np 2 4)
     add_test(NAME cp.mpi_ring_np${np}
              COMMAND ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:test_cp_mpi>)

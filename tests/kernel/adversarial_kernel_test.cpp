@@ -10,7 +10,7 @@
 
 #include "cpattn/error.h"
 #include "cpattn/kernel.h"
-#include "kernel/reference_case.h"
+#include "verify/reference_case.h"
 #include "support/metrics.h"
 #include "support/problem_tensors.h"
 
@@ -102,7 +102,7 @@ TEST(KernelAdversarial, ZeroHeadDimsWithNullData) {
         EXPECT_NEAR(r.lse.data()[h * d.Sq + i], std::log(sum), 1e-5) << "h " << h << " i " << i;
       }
     }
-    const KernelGradients g =
+    const AttentionGradients g =
         attention_kernel_backward(in, p.params, p.rng, t.dout.view(), r.out.view(), r.lse.span());
     for (const Tensor* x : {&g.dq, &g.dk, &g.dv}) {
       for (float e : x->span()) EXPECT_TRUE(std::isfinite(e));
@@ -178,7 +178,7 @@ TEST(KernelAdversarial, EveryRowFullyMasked) {
 
 struct KernelRunResult {
   KernelForwardResult fwd;
-  KernelGradients grad;
+  AttentionGradients grad;
 };
 
 KernelRunResult run_modified(reference::Problem p, int threads,
@@ -186,7 +186,7 @@ KernelRunResult run_modified(reference::Problem p, int threads,
   testing::ProblemTensors t(p);
   modify(t);
   KernelForwardResult f = attention_kernel_forward(t.inputs, p.params, p.rng, {threads});
-  KernelGradients g = attention_kernel_backward(t.inputs, p.params, p.rng, t.dout.view(),
+  AttentionGradients g = attention_kernel_backward(t.inputs, p.params, p.rng, t.dout.view(),
                                                 f.out.view(), f.lse.span(), {threads});
   return {std::move(f), std::move(g)};
 }

@@ -9,7 +9,7 @@
 #include <random>
 
 #include "cpattn/kernel.h"
-#include "kernel/reference_case.h"
+#include "verify/reference_case.h"
 #include "support/metrics.h"
 #include "support/problem_tensors.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <tuple>
 
-#include "kernel/reference_case.h"
+#include "verify/reference_case.h"
 #include "support/metrics.h"
 #include "support/vectors.h"
 

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "cpattn/kernel.h"
-#include "kernel/reference_case.h"
+#include "verify/reference_case.h"
 #include "support/metrics.h"
 #include "support/problem_tensors.h"
 
@@ -29,9 +29,7 @@ CaseSpec spec_of(MaskKind mask, reference::Dims dims, PositionKind pos, float p,
 
 class KernelThreads : public ::testing::TestWithParam<CaseSpec> {};
 
-bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using testing::bitwise_equal;
 
 // Forward results may not depend on the thread count at all; backward may only differ in
 // rounding (a different dq reduction split) and must stay within the tolerance rule.
@@ -104,9 +102,9 @@ TEST_F(KernelBackwardOptions, AccumulateAddsToExistingGradients) {
   const std::array<std::pair<const Tensor*, const Tensor*>, 3> pairs = {
       {{&acc.dq, &plain_.dq}, {&acc.dk, &plain_.dk}, {&acc.dv, &plain_.dv}}};
   for (const auto& [a, p] : pairs) {
-    std::vector<double> expected = testing::to_doubles(*p);
+    std::vector<double> expected = reference::to_doubles(p->span());
     for (double& e : expected) e += kPrefill;
-    EXPECT_LT(testing::relative_error(testing::to_doubles(*a), expected), 1e-6);
+    EXPECT_LT(testing::relative_error(reference::to_doubles(a->span()), expected), 1e-6);
   }
   // Without accumulate the prefill is overwritten.
   const Gradients over = run_backward(*tensors_, problem_, out_, lse_, {}, kPrefill);
@@ -138,16 +136,16 @@ TEST_F(KernelBackwardOptions, PrecomputedDeltaIsUsed) {
   BackwardOptions options;
   options.delta = delta;
   const Gradients with = run_backward(*tensors_, problem_, out_, lse_, options);
-  EXPECT_LT(testing::relative_error(testing::to_doubles(with.dq), testing::to_doubles(plain_.dq)),
+  EXPECT_LT(testing::relative_error(reference::to_doubles(with.dq.span()), reference::to_doubles(plain_.dq.span())),
             1e-5);
-  EXPECT_LT(testing::relative_error(testing::to_doubles(with.dk), testing::to_doubles(plain_.dk)),
+  EXPECT_LT(testing::relative_error(reference::to_doubles(with.dk.span()), reference::to_doubles(plain_.dk.span())),
             1e-5);
   EXPECT_TRUE(bitwise_equal(with.dv.span(), plain_.dv.span()));
 
   for (float& e : delta) e += 1.0f;
   const Gradients shifted = run_backward(*tensors_, problem_, out_, lse_, options);
   EXPECT_GT(
-      testing::relative_error(testing::to_doubles(shifted.dq), testing::to_doubles(plain_.dq)),
+      testing::relative_error(reference::to_doubles(shifted.dq.span()), reference::to_doubles(plain_.dq.span())),
       1e-2);
   EXPECT_TRUE(bitwise_equal(shifted.dv.span(), plain_.dv.span()));
 }
@@ -209,7 +207,7 @@ TEST(KernelStrides, PackedQkvAndPaddedOutputs) {
       }
     return r;
   };
-  reference::Outputs got{unpad(out), testing::to_doubles(lse), unpad(dq), unpad(dk), unpad(dv)};
+  reference::Outputs got{unpad(out), reference::to_doubles(lse), unpad(dq), unpad(dk), unpad(dv)};
   EXPECT_TRUE(testing::row_passes(reference::compare("packed", reference::make_oracle(p), got)));
 }
 

@@ -215,7 +215,7 @@ TEST(KernelSmoke, BackwardMatchesFiniteDifferences) {
                            {}};
   KernelOptions opt;
   opt.num_threads = 2;
-  const KernelGradients g = attention_kernel_backward(
+  const AttentionGradients g = attention_kernel_backward(
       in, c.params, c.rng, dout.view(), fwd.out_t.view(MemoryLayout::kBHSD), fwd.lse_t.span(), opt);
   // Sampled coordinates of each input; the mask is piecewise constant, so FD is exact-ish.
   for (auto [x, grad] : {std::pair{&c.q, &g.dq}, {&c.k, &g.dk}, {&c.v, &g.dv}}) {

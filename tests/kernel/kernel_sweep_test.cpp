@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kernel/reference_case.h"
+#include "verify/reference_case.h"
 #include "support/metrics.h"
 
 namespace cpattn {

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "cpattn/rng.h"
-#include "kernel/reference.h"
+#include "verify/reference.h"
 #include "support/vectors.h"
 
 namespace cpattn {

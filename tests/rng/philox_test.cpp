@@ -4,7 +4,7 @@
 #include <rapidcheck/gtest.h>
 
 #include "cpattn/rng.h"
-#include "kernel/reference.h"
+#include "verify/reference.h"
 #include "support/vectors.h"
 
 namespace cpattn {

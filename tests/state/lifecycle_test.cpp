@@ -38,11 +38,11 @@ TEST(Lifecycle, RecomputeKeepsAtMostOneForwardResultAlive) {
     const Tensor x = shard_tensor(p.x.view(), p.layout, 2, comm.rank(), &comm.memory());
     Generator generator(5);
     StackActivations acts = stack_forward(comm, config, x.view(), seq, generator, true);
-    EXPECT_EQ(comm.memory().stats().live_forward_results, 0) << "checkpoints hold no tensors";
+    EXPECT_EQ(memory_stats(comm.memory()).live_forward_results, 0) << "checkpoints hold no tensors";
     comm.memory().reset_peak();
     stack_backward(comm, config, acts, x.view(), seq);
-    EXPECT_EQ(comm.memory().stats().peak_forward_results, 1);
-    EXPECT_EQ(comm.memory().stats().live_forward_results, 0);
+    EXPECT_EQ(memory_stats(comm.memory()).peak_forward_results, 1);
+    EXPECT_EQ(memory_stats(comm.memory()).live_forward_results, 0);
   });
 }
 
@@ -119,18 +119,18 @@ TEST(Lifecycle, EvaluationForwardsWithoutBackwardLeaveNothingBehind) {
   AttentionParams params;
   params.causal = true;
   params.dropout_p = 0.1f;
-  const MemoryStats process_before = memory_stats();
+  const StateMemoryStats process_before = memory_stats();
   run_ranks(2, [&](Communicator& comm) {
     const SequenceSharding seq = p.sharding(2, comm.rank());
     const Tensor x = shard_tensor(p.x.view(), p.layout, 2, comm.rank(), &comm.memory());
-    const MemoryStats before = comm.memory().stats();
+    const StateMemoryStats before = memory_stats(comm.memory());
     Generator generator(9);
     for (int i = 0; i < 10'000; ++i) {
       const ForwardResult state =
           attention_forward(comm, x.view(), x.view(), x.view(), seq, params, generator.next());
-      ASSERT_EQ(comm.memory().stats().live_forward_results, 1);
+      ASSERT_EQ(memory_stats(comm.memory()).live_forward_results, 1);
     }
-    const MemoryStats after = comm.memory().stats();
+    const StateMemoryStats after = memory_stats(comm.memory());
     EXPECT_EQ(after.live_bytes, before.live_bytes);
     EXPECT_EQ(after.live_forward_results, 0);
   });
@@ -176,7 +176,7 @@ TEST(Lifecycle, SoakForwardRecomputeBackwardLeaksNothing) {
     }
     comm.barrier();
     if (comm.rank() == 0) rss_end = rss_kib();
-    EXPECT_EQ(comm.memory().stats().live_forward_results, 0);
+    EXPECT_EQ(memory_stats(comm.memory()).live_forward_results, 0);
   });
   ASSERT_GT(rss_after_warmup, 0);
   EXPECT_LT(rss_end - rss_after_warmup, 1024) << "RSS grew by " << rss_end - rss_after_warmup

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "cpattn/error.h"
+#include "support/errors.h"
 #include "state/stack_harness.h"
 
 namespace cpattn::testing {
@@ -14,13 +15,7 @@ using ::testing::HasSubstr;
 
 // Runs fn on `cp` ranks and returns the error run_ranks rethrows (every rank fails alike).
 Error expect_error(int cp, const std::function<void(Communicator&)>& fn) {
-  try {
-    run_ranks(cp, fn);
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a cpattn::Error";
-  return Error(ErrorCode::kInternal, "none");
+  return testing::error_of([&] { run_ranks(cp, fn); });
 }
 
 struct Fixture {

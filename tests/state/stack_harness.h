@@ -23,11 +23,7 @@ struct StackProblem {
     fill_uniform(w, data_seed + 1);
   }
   SequenceSharding sharding(int cp_size, int rank) const {
-    SequenceSharding seq;
-    seq.layout = layout;
-    seq.seq_len = S;
-    seq.cp_size = cp_size;
-    seq.cp_rank = rank;
+    SequenceSharding seq = SequenceSharding::of(layout, S, cp_size, rank);
     return seq;
   }
 };

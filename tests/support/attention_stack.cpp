@@ -5,16 +5,6 @@
 
 namespace cpattn::testing {
 
-Tensor dense_copy(ConstView x, MemoryCounter* counter) {
-  Tensor t({x.shape[0], x.shape[1], x.shape[2], x.shape[3]}, counter);
-  const View dst = t.view();
-  for (int64_t b = 0; b < x.shape[0]; ++b)
-    for (int64_t s = 0; s < x.shape[1]; ++s)
-      for (int64_t h = 0; h < x.shape[2]; ++h)
-        for (int64_t d = 0; d < x.shape[3]; ++d) dst(b, s, h, d) = x(b, s, h, d);
-  return t;
-}
-
 void fill_uniform(Tensor& t, uint64_t seed) {
   uint64_t state = seed;
   for (float& x : t.span()) {
@@ -40,7 +30,7 @@ StackActivations stack_forward(Communicator& comm, const StackConfig& config, Co
                                const SequenceSharding& seq, Generator& generator, bool recompute) {
   StackActivations acts;
   acts.first_rng = generator.state();
-  Tensor current = dense_copy(x, &comm.memory());
+  Tensor current = dense_copy(x, MemoryLayout::kBSHD, &comm.memory());
   for (int l = 0; l < config.layers; ++l) {
     const ConstView xl = current.view();
     ForwardResult state =
@@ -62,7 +52,7 @@ StackActivations stack_forward(Communicator& comm, const StackConfig& config, Co
 Tensor stack_backward(Communicator& comm, const StackConfig& config, StackActivations& acts,
                       ConstView dy, const SequenceSharding& seq,
                       std::optional<RngState> replay_override) {
-  Tensor grad = dense_copy(dy, &comm.memory());
+  Tensor grad = dense_copy(dy, MemoryLayout::kBSHD, &comm.memory());
   const bool recompute = !acts.checkpoints.empty();
   for (int l = config.layers - 1; l >= 0; --l) {
     const ConstView xl = acts.inputs[static_cast<size_t>(l)].view();

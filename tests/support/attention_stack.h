@@ -42,8 +42,6 @@ Tensor stack_backward(Communicator& comm, const StackConfig& config, StackActiva
                       ConstView dy, const SequenceSharding& seq,
                       std::optional<RngState> replay_override = std::nullopt);
 
-/// Dense BSHD copy of a view (charged to `counter`).
-Tensor dense_copy(ConstView x, MemoryCounter* counter);
 /// Deterministic pseudo-random values in [-1, 1) from a seed (splitmix64).
 void fill_uniform(Tensor& t, uint64_t seed);
 

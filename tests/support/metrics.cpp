@@ -20,14 +20,30 @@ double relative_error(const std::vector<double>& got, const std::vector<double>&
   return reference::max_abs_error(got, want) / std::max(max_magnitude(want), 1e-30);
 }
 
+namespace {
+// The five tensors of two Outputs side by side, in kTensorNames order.
+std::array<std::pair<const std::vector<double>*, const std::vector<double>*>, 5> tensor_pairs(
+    const reference::Outputs& a, const reference::Outputs& b) {
+  return {{{&a.out, &b.out}, {&a.lse, &b.lse}, {&a.dq, &b.dq}, {&a.dk, &b.dk}, {&a.dv, &b.dv}}};
+}
+}  // namespace
+
+::testing::AssertionResult outputs_bitwise_equal(const reference::Outputs& a,
+                                                 const reference::Outputs& b) {
+  const auto pairs = tensor_pairs(a, b);
+  std::string differ;
+  for (size_t t = 0; t < pairs.size(); ++t) {
+    if (!bitwise_equal(*pairs[t].first, *pairs[t].second)) {
+      differ += std::string(differ.empty() ? "" : ", ") + reference::kTensorNames[t];
+    }
+  }
+  if (differ.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "not bitwise equal: " << differ;
+}
+
 ::testing::AssertionResult outputs_near(const reference::Outputs& got,
                                         const reference::Outputs& want, double tol) {
-  const std::array<std::pair<const std::vector<double>*, const std::vector<double>*>, 5> pairs = {
-      {{&got.out, &want.out},
-       {&got.lse, &want.lse},
-       {&got.dq, &want.dq},
-       {&got.dk, &want.dk},
-       {&got.dv, &want.dv}}};
+  const auto pairs = tensor_pairs(got, want);
   bool ok = true;
   std::string message;
   for (size_t t = 0; t < pairs.size(); ++t) {

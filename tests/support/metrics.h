@@ -3,12 +3,27 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
-#include "kernel/reference_case.h"
+#include "verify/reference_case.h"
 
 namespace cpattn::testing {
+
+/// True when a and b hold the same number of elements with identical bits.
+inline bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
+}
+inline bool bitwise_equal(std::span<const double> a, std::span<const double> b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
+}
+
+/// Succeeds when every tensor (out, lse, dq, dk, dv) of a and b is bitwise equal; the failure
+/// message names the tensors that differ.
+::testing::AssertionResult outputs_bitwise_equal(const reference::Outputs& a,
+                                                 const reference::Outputs& b);
 
 /// Largest |x| over the finite entries (0 for an empty or all-infinite vector).
 double max_magnitude(const std::vector<double>& x);

@@ -5,26 +5,8 @@
 
 namespace cpattn::testing {
 
-Tensor bshd_tensor(const std::vector<double>& x, const std::array<int64_t, 4>& shape) {
-  Tensor t({shape[0], shape[1], shape[2], shape[3]});
-  for (size_t i = 0; i < x.size() && i < static_cast<size_t>(t.numel()); ++i) {
-    t.data()[i] = static_cast<float>(x[i]);
-  }
-  return t;
-}
-
-std::vector<double> to_doubles(const Tensor& t) { return to_doubles(t.span()); }
-
-std::vector<double> to_doubles(std::span<const float> x) {
-  return std::vector<double>(x.begin(), x.end());
-}
-
-ProblemTensors::ProblemTensors(const reference::Problem& p) : dims_(p.dims) {
-  const reference::Dims& d = p.dims;
-  q = bshd_tensor(p.q, {d.B, d.Sq, d.Hq, d.Dqk});
-  k = bshd_tensor(p.k, {d.B, d.Sk, d.Hkv, d.Dqk});
-  v = bshd_tensor(p.v, {d.B, d.Sk, d.Hkv, d.Dv});
-  dout = bshd_tensor(p.dout, {d.B, d.Sq, d.Hq, d.Dv});
+ProblemTensors::ProblemTensors(const reference::Problem& p)
+    : reference::ProblemTensors(p), dims_(p.dims) {
   inputs = {std::as_const(q).view(),
             std::as_const(k).view(),
             std::as_const(v).view(),

@@ -1,4 +1,4 @@
-// Loader for tests/data/cpattn_vectors.json (format: ../shared/vectors/README.md).
+// Loader for tests/data/cpattn_vectors.json (format: tests/data/README.md).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cpattn/kernel.h"
-#include "kernel/reference.h"
+#include "verify/reference.h"
 
 namespace cpattn::testing {
 

@@ -8,20 +8,13 @@
 #include <numbers>
 
 #include "cpattn/error.h"
+#include "grad_check.h"
 
 namespace cpattn::train {
 namespace {
 
 ModelConfig tiny() {
-  ModelConfig c;
-  c.layers = 1;
-  c.d_model = 4;
-  c.heads = 2;
-  c.kv_heads = 1;
-  c.mlp_hidden = 6;
-  c.vocab = 5;
-  c.seed = 3;
-  return c;
+  return testing::tiny_model(1, 4, 2, 1, 6, 5, 3);
 }
 
 TEST(LearningRate, WarmupThenCosineToTenPercent) {

@@ -190,15 +190,7 @@ struct TinyModel {
 };
 
 ModelConfig tiny_config() {
-  ModelConfig c;
-  c.layers = 2;
-  c.d_model = 16;
-  c.heads = 4;
-  c.kv_heads = 2;  // GQA
-  c.mlp_hidden = 24;
-  c.vocab = 11;
-  c.seed = 5;
-  return c;
+  return testing::tiny_model(2, 16, 4, 2, 24, 11, 5);
 }
 
 // Weights larger than the 0.02 init so that the gradients stand well above float noise.

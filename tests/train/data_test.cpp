@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "cpattn/error.h"
+#include "support/errors.h"
 
 namespace cpattn::train {
 namespace {
@@ -31,13 +32,9 @@ class TempFile {
 };
 
 std::string error_of(const std::function<void()>& fn, ErrorCode* code) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    *code = e.code();
-    return e.what();
-  }
-  return "";
+  const Error e = cpattn::testing::error_of(fn);
+  *code = e.code();
+  return e.what();
 }
 
 TEST(ReadTextFile, ReadsAllBytes) {

@@ -1,5 +1,5 @@
-// Helpers of the train/ tests: seeded random fills and central-difference gradient checks of
-// float ops (Richardson-extrapolated, loss accumulated in double).
+// Helpers of the train/ tests: small model configs, seeded random fills and central-difference
+// gradient checks of float ops (Richardson-extrapolated, loss accumulated in double).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,9 +12,24 @@
 #include <string>
 #include <vector>
 
+#include "train/config.h"
 #include "train/random.h"
 
 namespace cpattn::train::testing {
+
+/// A small model for tests (mlp_hidden explicit so that odd widths get exercised).
+inline ModelConfig tiny_model(int64_t layers, int64_t d_model, int64_t heads, int64_t kv_heads,
+                              int64_t mlp_hidden, int64_t vocab, uint64_t seed) {
+  ModelConfig c;
+  c.layers = layers;
+  c.d_model = d_model;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.mlp_hidden = mlp_hidden;
+  c.vocab = vocab;
+  c.seed = seed;
+  return c;
+}
 
 /// n values uniform in [lo, hi) from a SplitMix64 seeded with `seed`.
 inline std::vector<float> random_vector(size_t n, uint64_t seed, float lo = -1.0f,

@@ -1,5 +1,6 @@
 // Linear forward against a double reference, backward against finite differences.
 #include "train/linear.h"
+#include "train/blas.h"
 
 #include <gtest/gtest.h>
 

@@ -74,7 +74,8 @@ TEST(Mlp, CacheIsCountedAndChecked) {
   const MlpDims dims{2, 3, 5};
   const auto x = random_vector(6, 1), w1 = random_vector(15, 2), w2 = random_vector(15, 3);
   std::vector<float> y(6), dx(6), dw1(15), dw2(15);
-  MemoryCounter counter;
+  const auto owned = MemoryCounter::create();
+  MemoryCounter& counter = *owned;
   {
     const MlpCache cache = mlp_forward(dims, x, w1, w2, y, &counter);
     EXPECT_EQ(counter.stats().live_bytes, 2 * 2 * 5 * 4);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cpattn/error.h"
-#include "cpattn/memory.h"
+#include "cpattn/attention.h"
 #include "cpattn/thread_communicator.h"
 #include "grad_check.h"
 
@@ -38,11 +38,7 @@ TEST(ShardBatch, EachRankHoldsItsLayoutTokensAndTheirTargets) {
   for (const Layout layout : {Layout::kZigzag, Layout::kStriped, Layout::kContiguous}) {
     std::vector<int> seen(static_cast<size_t>(batch.batch * batch.seq_len), 0);
     for (int r = 0; r < 3; ++r) {
-      SequenceSharding seq;
-      seq.layout = layout;
-      seq.seq_len = 11;
-      seq.cp_size = 3;
-      seq.cp_rank = r;
+      SequenceSharding seq = SequenceSharding::of(layout, 11, 3, r);
       const ShardBatch shard = shard_batch(batch, seq);
       const std::vector<int64_t> idx = shard_token_indices(layout, 11, 3, r);
       ASSERT_EQ(shard.local_len, static_cast<int64_t>(idx.size()));
@@ -167,7 +163,7 @@ TEST(ModelLifecycle, RecomputeHoldsOneForwardResultPerRank) {
   for (const bool recompute : {true, false}) {
     process_memory().reset_peak();
     run_step(s, params, text, recompute, nullptr);
-    const MemoryStats stats = memory_stats();
+    const StateMemoryStats stats = memory_stats();
     EXPECT_EQ(stats.live_forward_results, 0);
     if (recompute) {
       // Ranks are threads: their single states may or may not overlap in time.

@@ -8,20 +8,13 @@
 #include <set>
 
 #include "cpattn/error.h"
+#include "grad_check.h"
 
 namespace cpattn::train {
 namespace {
 
 ModelConfig tiny() {
-  ModelConfig c;
-  c.layers = 2;
-  c.d_model = 24;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.mlp_hidden = 40;
-  c.vocab = 256;
-  c.seed = 7;
-  return c;
+  return testing::tiny_model(2, 24, 4, 2, 40, 256, 7);
 }
 
 void expect_invalid(const ModelConfig& c, const std::string& needle) {
@@ -93,7 +86,8 @@ TEST(ParamTable, OrderOffsetsShapesAndDecay) {
 }
 
 TEST(ModelParams, InitIsDeterministicScaledAndCounted) {
-  MemoryCounter counter;
+  const auto owned = MemoryCounter::create();
+  MemoryCounter& counter = *owned;
   {
     const ModelParams a(tiny(), &counter);
     const ModelParams b(tiny(), &counter);

@@ -5,25 +5,24 @@ set(CPATTN_TRAIN_DATA ${CMAKE_CURRENT_BINARY_DIR}/train_data)
 file(WRITE ${CPATTN_TRAIN_DATA}/empty.txt "")
 file(WRITE ${CPATTN_TRAIN_DATA}/short.txt "a short text")
 set(CPATTN_TRAIN_CLI $<TARGET_FILE:cpattn_cli> train)
-set(CPATTN_EXPECT_ERROR sh ${CMAKE_CURRENT_LIST_DIR}/expect_error.sh)
 
 add_test(NAME train.cli_missing_text
-         COMMAND ${CPATTN_EXPECT_ERROR} 18
+         COMMAND ${CPATTN_EXPECT_FAILURE} --status 18 --one-line
                  "^cpattn: error \\(io\\): cannot open text file '/nonexistent/gpl.txt'"
                  ${CPATTN_TRAIN_CLI} --text /nonexistent/gpl.txt)
 add_test(NAME train.cli_empty_text
-         COMMAND ${CPATTN_EXPECT_ERROR} 11 "^cpattn: error \\(invalid_argument\\): .*is empty"
+         COMMAND ${CPATTN_EXPECT_FAILURE} --status 11 --one-line "^cpattn: error \\(invalid_argument\\): .*is empty"
                  ${CPATTN_TRAIN_CLI} --text ${CPATTN_TRAIN_DATA}/empty.txt)
 add_test(NAME train.cli_text_shorter_than_seq
-         COMMAND ${CPATTN_EXPECT_ERROR} 11
+         COMMAND ${CPATTN_EXPECT_FAILURE} --status 11 --one-line
                  "^cpattn: error \\(invalid_argument\\): .*has 12 bytes; need at least seq_len \\+ 1 = 65"
                  ${CPATTN_TRAIN_CLI} --text ${CPATTN_TRAIN_DATA}/short.txt --seq 64)
 add_test(NAME train.cli_cp_zero
-         COMMAND ${CPATTN_EXPECT_ERROR} 11
+         COMMAND ${CPATTN_EXPECT_FAILURE} --status 11 --one-line
                  "^cpattn: error \\(invalid_argument\\): --cp must be >= 1, got 0$"
                  ${CPATTN_TRAIN_CLI} --cp 0)
 add_test(NAME train.cli_heads_not_dividing
-         COMMAND ${CPATTN_EXPECT_ERROR} 11
+         COMMAND ${CPATTN_EXPECT_FAILURE} --status 11 --one-line
                  "^cpattn: error \\(invalid_argument\\): --heads \\(5\\) must divide --d-model \\(64\\)$"
                  ${CPATTN_TRAIN_CLI} --d-model 64 --heads 5)
 set_tests_properties(train.cli_missing_text train.cli_empty_text train.cli_text_shorter_than_seq
@@ -40,8 +39,7 @@ set_tests_properties(train.cli_tiny_run PROPERTIES LABELS "train;cli" TIMEOUT 60
 if(CPATTN_HAVE_MPI)
   add_test(NAME train.cli_mpi_run
            COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_run.sh ${CMAKE_CURRENT_BINARY_DIR}/train_mpi 6
-                   ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe --mca btl self,vader
-                   ${MPIEXEC_NUMPROC_FLAG} 2 ${CPATTN_TRAIN_CLI} --backend mpi ${CPATTN_TRAIN_TINY})
+                   ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 2 ${CPATTN_TRAIN_CLI} --backend mpi ${CPATTN_TRAIN_TINY})
   set_tests_properties(train.cli_mpi_run PROPERTIES LABELS "train;cli;mpi" TIMEOUT 60
                        PROCESSORS 2)
 endif()

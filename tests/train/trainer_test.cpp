@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cpattn/error.h"
-#include "cpattn/memory.h"
+#include "cpattn/attention.h"
 #include "cpattn/thread_communicator.h"
 
 namespace cpattn::train {
@@ -153,7 +153,7 @@ TEST(TrainConfigValidation, BadValuesFailBeforeAnyRankStarts) {
   fails([](TrainConfig& c) { c.model.heads = 5; }, "--heads (5) must divide --d-model (24)");
   fails([](TrainConfig& c) { c.seq_len = 5000; }, "needs at least 5001");
   fails([](TrainConfig& c) { c.cp = 40; }, "--seq must be >= --cp");
-  fails([](TrainConfig& c) { c.dropout = 1.0f; }, "--dropout must be in [0, 1)");
+  fails([](TrainConfig& c) { c.dropout = 1.0f; }, "--dropout: dropout_p must be in [0, 1)");
   fails([](TrainConfig& c) { c.steps = 0; }, "--steps must be >= 1");
 }
 

@@ -9,7 +9,7 @@
 #include "cpattn/communicator.h"
 #include "cpattn/layout.h"
 #include "cpattn/tensor.h"
-#include "kernel/reference.h"
+#include "verify/reference_case.h"
 
 namespace cpattn::reference {
 
@@ -22,17 +22,11 @@ struct RingRun {
   bool backward = true;                       ///< also run ring backward (dq, dk, dv)
 };
 
-/// The whole problem's inputs rounded to float, dense BSHD: q [B, Sq, Hq, Dqk], k [B, Sk, Hkv,
-/// Dqk], v [B, Sk, Hkv, Dv], dout [B, Sq, Hq, Dv]. Built once and shared read-only by the ranks.
-struct ProblemTensors {
-  explicit ProblemTensors(const Problem& p);
-  Tensor q, k, v, dout;
-};
-
 /// Zero whole-sequence Outputs of the problem's shapes (gradients only when backward).
 Outputs zero_outputs(const Dims& d, bool backward);
 
-/// One rank's part of the ring: shards `whole` by run.layout (q by Sq, k/v by Sk; positions and
+/// One rank's part of the ring: shards `whole` (ProblemTensors, built once and shared read-only
+/// by the ranks) by run.layout (q by Sq, k/v by Sk; positions and
 /// documents from the problem, identity positions left implicit), restrides it to run.memory,
 /// runs ring forward (and backward) on `comm`, and writes this rank's rows of out, lse, dq, dk, dv
 /// into `all` (other rows untouched, so ranks may share `all` without a lock).

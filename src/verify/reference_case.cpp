@@ -1,5 +1,5 @@
 // Verification cases: spec -> random problem -> kernel run in a layout -> error row vs the oracle.
-#include "kernel/reference_case.h"
+#include "verify/reference_case.h"
 
 #include <algorithm>
 #include <cmath>
@@ -158,19 +158,6 @@ Problem make_problem(const CaseSpec& spec) {
 
 namespace {
 
-// The dims of a [B, S, H, D] tensor in the order `layout` stores them (Tensor's shape).
-std::vector<int64_t> storage_shape(const std::array<int64_t, 4>& s, MemoryLayout layout) {
-  switch (layout) {
-    case MemoryLayout::kBSHD:
-      return {s[0], s[1], s[2], s[3]};
-    case MemoryLayout::kBHSD:
-      return {s[0], s[2], s[1], s[3]};
-    case MemoryLayout::kSBHD:
-      return {s[1], s[0], s[2], s[3]};
-  }
-  throw Error(ErrorCode::kInvalidArgument, "unknown MemoryLayout");
-}
-
 template <typename F>
 void for_each_index(const std::array<int64_t, 4>& s, F&& f) {
   size_t flat = 0;
@@ -180,10 +167,14 @@ void for_each_index(const std::array<int64_t, 4>& s, F&& f) {
         for (int64_t d = 0; d < s[3]; ++d) f(b, x, h, d, flat++);
 }
 
-// A float tensor stored in `layout` holding the BSHD doubles x (rounded to float).
+}  // namespace
+
 Tensor to_tensor(const std::vector<double>& x, const std::array<int64_t, 4>& shape,
-                 MemoryLayout layout) {
-  Tensor t(storage_shape(shape, layout));
+                 MemoryLayout layout, MemoryCounter* counter) {
+  Tensor t(storage_shape(shape, layout), counter);
+  if (x.empty()) return t;  // zeros
+  CPATTN_CHECK_EQ(static_cast<int64_t>(x.size()), t.numel(), ErrorCode::kShapeMismatch,
+                  "to_tensor: values for shape " + shape_string(shape));
   const View view = t.view(layout);
   for_each_index(shape, [&](int64_t b, int64_t s, int64_t h, int64_t d, size_t flat) {
     view(b, s, h, d) = static_cast<float>(x[flat]);
@@ -199,7 +190,13 @@ std::vector<double> to_doubles(ConstView view) {
   return x;
 }
 
-}  // namespace
+std::vector<double> to_doubles(std::span<const float> x) { return {x.begin(), x.end()}; }
+
+ProblemTensors::ProblemTensors(const Problem& p)
+    : q(to_tensor(p.q, {p.dims.B, p.dims.Sq, p.dims.Hq, p.dims.Dqk})),
+      k(to_tensor(p.k, {p.dims.B, p.dims.Sk, p.dims.Hkv, p.dims.Dqk})),
+      v(to_tensor(p.v, {p.dims.B, p.dims.Sk, p.dims.Hkv, p.dims.Dv})),
+      dout(to_tensor(p.dout, {p.dims.B, p.dims.Sq, p.dims.Hq, p.dims.Dv})) {}
 
 Outputs run_kernel(const Problem& p, const KernelRun& run) {
   const Dims& d = p.dims;

@@ -1,6 +1,6 @@
 // The naive attention oracle: one score row at a time, explicit masks, explicit dropout mask from
 // its own Philox. Clarity over speed; only the dot products are unrolled so sweeps stay quick.
-#include "kernel/reference.h"
+#include "verify/reference.h"
 
 #include <cmath>
 #include <cstddef>

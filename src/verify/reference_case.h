@@ -5,11 +5,13 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "cpattn/kernel.h"
 #include "cpattn/tensor.h"
-#include "kernel/reference.h"
+#include "verify/reference.h"
 
 namespace cpattn::reference {
 
@@ -51,6 +53,23 @@ int64_t document_of(int64_t position);
 /// the reference's inputs), dout ~ N(0, 1), masks per MaskKind (window: left 37, right 5;
 /// causal+window: left 100), documents from document_of, RngState derived from the seed.
 Problem make_problem(const CaseSpec& spec);
+
+/// The BSHD doubles x as a float tensor stored in `layout` order (rounded to float), shape
+/// storage_shape(shape, layout); charged to `counter` (process_memory() when null). An empty x
+/// gives zeros; otherwise x.size() must be the shape's element count (Error(kShapeMismatch)).
+Tensor to_tensor(const std::vector<double>& x, const std::array<int64_t, 4>& shape,
+                 MemoryLayout layout = MemoryLayout::kBSHD, MemoryCounter* counter = nullptr);
+/// A view's elements as flat BSHD doubles.
+std::vector<double> to_doubles(ConstView view);
+/// Floats widened to double, in order (lse buffers, whole tensors in storage order).
+std::vector<double> to_doubles(std::span<const float> x);
+
+/// The whole problem's inputs rounded to float, dense BSHD: q [B, Sq, Hq, Dqk], k [B, Sk, Hkv,
+/// Dqk], v [B, Sk, Hkv, Dv], dout [B, Sq, Hq, Dv] (zeros when the problem has none).
+struct ProblemTensors {
+  explicit ProblemTensors(const Problem& p);
+  Tensor q, k, v, dout;
+};
 
 /// How run_kernel calls the kernel.
 struct KernelRun {

@@ -1,5 +1,5 @@
 // Sharding a reference problem over P ranks, running the ring and gathering (ring_case.h).
-#include "cp/ring_case.h"
+#include "verify/ring_case.h"
 
 #include <array>
 #include <span>
@@ -12,37 +12,6 @@
 namespace cpattn::reference {
 
 namespace {
-
-// The flat BSHD doubles x as a dense float tensor of shape `shape` (rounded to float).
-Tensor float_tensor(const std::vector<double>& x, const std::array<int64_t, 4>& shape) {
-  Tensor t({shape[0], shape[1], shape[2], shape[3]});
-  for (size_t i = 0; i < x.size(); ++i) t.data()[i] = static_cast<float>(x[i]);
-  return t;
-}
-
-// src copied into a new tensor stored in `layout` order (charged to `mem`).
-Tensor restride(ConstView src, MemoryLayout layout, MemoryCounter* mem) {
-  const auto& s = src.shape;
-  std::vector<int64_t> storage;
-  switch (layout) {
-    case MemoryLayout::kBSHD:
-      storage = {s[0], s[1], s[2], s[3]};
-      break;
-    case MemoryLayout::kBHSD:
-      storage = {s[0], s[2], s[1], s[3]};
-      break;
-    case MemoryLayout::kSBHD:
-      storage = {s[1], s[0], s[2], s[3]};
-      break;
-  }
-  Tensor t(storage, mem);
-  const View dst = t.view(layout);
-  for (int64_t b = 0; b < s[0]; ++b)
-    for (int64_t i = 0; i < s[1]; ++i)
-      for (int64_t h = 0; h < s[2]; ++h)
-        for (int64_t d = 0; d < s[3]; ++d) dst(b, i, h, d) = src(b, i, h, d);
-  return t;
-}
 
 // Writes a rank's [B, S_r, H, D] piece into the whole flat BSHD doubles at token rows idx.
 void scatter_rows(ConstView piece, const std::vector<int64_t>& idx, int64_t seq_len,
@@ -60,11 +29,7 @@ void scatter_rows(ConstView piece, const std::vector<int64_t>& idx, int64_t seq_
 // The sharding of the problem's q (is_q) or k/v sequence on `rank`. Identity positions stay
 // implicit so that both the implicit and the explicit position paths of the ring get used.
 SequenceSharding problem_sharding(const Problem& p, bool is_q, const RingRun& run, int rank) {
-  SequenceSharding s;
-  s.layout = run.layout;
-  s.seq_len = is_q ? p.dims.Sq : p.dims.Sk;
-  s.cp_size = run.cp_size;
-  s.cp_rank = rank;
+  SequenceSharding s = SequenceSharding::of(run.layout, is_q ? p.dims.Sq : p.dims.Sk, run.cp_size, rank);
   const std::vector<int64_t>& pos = is_q ? p.q_pos : p.k_pos;
   bool identity = true;
   for (size_t i = 0; i < pos.size(); ++i) identity = identity && pos[i] == static_cast<int64_t>(i);
@@ -74,12 +39,6 @@ SequenceSharding problem_sharding(const Problem& p, bool is_q, const RingRun& ru
 }
 
 }  // namespace
-
-ProblemTensors::ProblemTensors(const Problem& p)
-    : q(float_tensor(p.q, {p.dims.B, p.dims.Sq, p.dims.Hq, p.dims.Dqk})),
-      k(float_tensor(p.k, {p.dims.B, p.dims.Sk, p.dims.Hkv, p.dims.Dqk})),
-      v(float_tensor(p.v, {p.dims.B, p.dims.Sk, p.dims.Hkv, p.dims.Dv})),
-      dout(float_tensor(p.dout, {p.dims.B, p.dims.Sq, p.dims.Hq, p.dims.Dv})) {}
 
 Outputs zero_outputs(const Dims& d, bool backward) {
   Outputs all;
@@ -104,12 +63,12 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
   const SequenceSharding ks = problem_sharding(p, false, run, r);
   const MemoryLayout m = run.memory;
   const auto local = [&](const Tensor& t) {
-    return restride(shard_tensor(t.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
+    return dense_copy(shard_tensor(t.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
   };
   const Tensor q_r = local(whole.q), k_r = local(whole.k), v_r = local(whole.v);
   RingOptions options;
   options.num_threads = run.num_threads;
-  const RingForwardResult fwd = ring_attention_forward(comm, q_r.view(m), k_r.view(m), v_r.view(m),
+  const unchecked::RingForwardResult fwd = unchecked::ring_attention_forward(comm, q_r.view(m), k_r.view(m), v_r.view(m),
                                                        qs, ks, p.params, p.rng, options);
   const std::vector<int64_t> q_idx = shard_token_indices(run.layout, d.Sq, run.cp_size, r);
   const std::vector<int64_t> k_idx = shard_token_indices(run.layout, d.Sk, run.cp_size, r);
@@ -121,8 +80,8 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
           fwd.lse.data()[bh * sr + i];
   if (!run.backward) return;
   const Tensor dout_r = local(whole.dout);
-  const RingGradients g =
-      ring_attention_backward(comm, dout_r.view(m), q_r.view(m), k_r.view(m), v_r.view(m),
+  const AttentionGradients g =
+      unchecked::ring_attention_backward(comm, dout_r.view(m), q_r.view(m), k_r.view(m), v_r.view(m),
                               fwd.out.view(), fwd.lse.span(), qs, ks, p.params, fwd.rng, options);
   scatter_rows(g.dq.view(), q_idx, d.Sq, all.dq);
   scatter_rows(g.dk.view(), k_idx, d.Sk, all.dk);

@@ -1,7 +1,7 @@
 // Proves the double reference (src/kernel/reference.h) before anything is judged by it: every
 // golden case of the vectors file (forward and backward), finite differences with dropout on, and
 // the mask predicate on hand-checked positions.
-#include "kernel/reference.h"
+#include "verify/reference.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "cpattn/error.h"
-#include "kernel/reference_case.h"
+#include "verify/reference_case.h"
 #include "support/metrics.h"
 #include "support/vectors.h"
 
