@@ -36,7 +36,6 @@ int steps_for(size_t bytes) {
   return static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 3, 50));
 }
 
-
 // The slowest rank's time of one step, known to every rank (max via allreduce of one slot each).
 double slowest(cpattn::Communicator& comm, double mine) {
   std::vector<double> all(static_cast<size_t>(comm.size()), 0.0);

@@ -177,7 +177,8 @@ void BM_ForwardPeakMemory(benchmark::State& state) {
     cpattn::process_memory().reset_peak();
     cpattn::attention_kernel_forward(p.inputs(), params, {}, p.out.view(), p.lse.span(),
                                      {kThreads});
-    const double counted = double(cpattn::process_memory().stats().peak_bytes - live_before) / (1 << 20);
+    const double counted =
+        double(cpattn::process_memory().stats().peak_bytes - live_before) / (1 << 20);
     const double rss = double(status_kib("VmHWM:") - rss_before) / 1024.0;
     state.counters["counted_extra_MiB"] = counted;
     state.counters["rss_extra_MiB"] = rss;

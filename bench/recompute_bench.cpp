@@ -12,7 +12,6 @@
 namespace cpattn::testing {
 namespace {
 
-
 struct Timings {
   double forward_s = 0, plain_s = 0, recompute_s = 0;
 };

@@ -30,7 +30,6 @@
 namespace cpattn {
 namespace {
 
-
 // The problem: B = 1, Hq = Hkv = 8, D = 128, causal, zigzag layout.
 constexpr int64_t kHeads = 8;
 constexpr int64_t kDim = 128;
@@ -81,7 +80,7 @@ double time_single(const Problem& p) {
   const Stopwatch start;
   const KernelForwardResult f = attention_kernel_forward(in, p.params, p.rng, options);
   const AttentionGradients g = attention_kernel_backward(in, p.params, p.rng, p.dout.view(),
-                                                      f.out.view(), f.lse.span(), options);
+                                                         f.out.view(), f.lse.span(), options);
   benchmark::DoNotOptimize(g.dq.data());
   return start.seconds();
 }
@@ -111,8 +110,8 @@ RingTiming time_ring(const Problem& p, int P) {
     const unchecked::RingForwardResult f = unchecked::ring_attention_forward(
         comm, q.view(), k.view(), v.view(), s, s, p.params, p.rng, options);
     const AttentionGradients g = unchecked::ring_attention_backward(
-        comm, dout.view(), q.view(), k.view(), v.view(), f.out.view(), f.lse.span(), s, s,
-        p.params, f.rng, options);
+        comm, dout.view(), q.view(), k.view(), v.view(), f.out.view(), f.lse.span(), s, s, p.params,
+        f.rng, options);
     const double wall = start.seconds();
     std::lock_guard<std::mutex> lock(mu);
     if (wall > result.wall) {

@@ -28,8 +28,14 @@ if(CPATTN_BUILD_CLI)
 endif()
 
 # What the package config records about this build (cpattn_NATIVE, cpattn_SHARED).
-set(CPATTN_CONFIG_NATIVE ${CPATTN_HAS_MARCH_NATIVE})
-set(CPATTN_CONFIG_SHARED ${BUILD_SHARED_LIBS})
+set(CPATTN_CONFIG_NATIVE OFF)
+if(CPATTN_HAS_MARCH_NATIVE)
+  set(CPATTN_CONFIG_NATIVE ON)
+endif()
+set(CPATTN_CONFIG_SHARED OFF)
+if(BUILD_SHARED_LIBS)
+  set(CPATTN_CONFIG_SHARED ON)
+endif()
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/cpattnConfig.cmake.in
   ${PROJECT_BINARY_DIR}/cpattnConfig.cmake INSTALL_DESTINATION ${CPATTN_CMAKE_DIR})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/cpattnConfigVersion.cmake

@@ -2,9 +2,10 @@
 # Installs the Debian 12 packages cpattn builds with, only those missing (idempotent). Needs root
 # (or sudo) only when something is missing.
 set -euo pipefail
-packages=(cmake ninja-build g++ pkg-config googletest libgtest-dev libgmock-dev libbenchmark-dev
-          libopenblas-dev libcli11-dev nlohmann-json3-dev librapidcheck-dev
-          libopenmpi-dev openmpi-bin gnuplot-nox python3-torch python3-numpy)
+packages=(cmake ninja-build g++ pkg-config clang-format
+          googletest libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
+          libopenblas-dev libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin gnuplot-nox
+          python3-torch python3-numpy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

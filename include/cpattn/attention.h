@@ -107,8 +107,7 @@ inline ForwardResult attention_forward(Communicator& comm, ConstView q, ConstVie
 /// computation or message; otherwise like attention_forward.
 AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
                                       ConstView v, const ForwardResult& state,
-                                      const SequenceSharding& q_seq,
-                                      const SequenceSharding& kv_seq,
+                                      const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params,
                                       const RingOptions& options = {});
 /// Self-attention: q and k/v split alike by `seq`.

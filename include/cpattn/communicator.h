@@ -1,5 +1,5 @@
-// The Communicator contract (DESIGN.md section 7): point-to-point and collective operations of a
-// CP group, every wait bounded by a deadline. ThreadCommunicator (in-process ranks) and
+// The Communicator contract (docs/design.md section 7): point-to-point and collective operations of
+// a CP group, every wait bounded by a deadline. ThreadCommunicator (in-process ranks) and
 // MpiCommunicator (OpenMPI) implement it; code written against Communicator& runs on either.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Generator: hands out the RngState of each attention call (DESIGN.md section 4).
+// Generator: hands out the RngState of each attention call (docs/design.md section 4).
 #pragma once
 
 #include <cstdint>

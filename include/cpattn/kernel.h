@@ -1,5 +1,5 @@
 // Single-rank flash attention on CPU (forward and backward), the building block every ring step
-// runs. Contract: DESIGN.md sections 1 and 3.
+// runs. Contract: docs/design.md sections 1 and 3.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +33,8 @@ struct KernelOptions {
 };
 
 /// Forward: writes out [B, Sq, Hq, Dv] (any strides) and lse fp32 [B, Hq, Sq] (contiguous,
-/// natural log). Outputs must not alias any input (that is not detected; the result is undefined). Computes, for each (b, h, i):
+/// natural log). Outputs must not alias any input (that is not detected; the result is undefined).
+/// Computes, for each (b, h, i):
 ///   s_ij = scale * <q_i, k_j>,  lse_i = log sum_{visible j} exp(s_ij),
 ///   out_i = sum_{visible j} keep_ij / (1 - p) * exp(s_ij - lse_i) * v_j.
 /// A row with no visible key gets out_i = 0, lse_i = -inf. Online softmax with fp32
@@ -85,9 +86,10 @@ struct AttentionGradients {
 KernelForwardResult attention_kernel_forward(const AttentionInputs& in,
                                              const AttentionParams& params, RngState rng,
                                              const KernelOptions& options = {});
-AttentionGradients attention_kernel_backward(const AttentionInputs& in, const AttentionParams& params,
-                                          RngState rng, ConstView dout, ConstView out,
-                                          std::span<const float> lse,
-                                          const KernelOptions& options = {});
+AttentionGradients attention_kernel_backward(const AttentionInputs& in,
+                                             const AttentionParams& params, RngState rng,
+                                             ConstView dout, ConstView out,
+                                             std::span<const float> lse,
+                                             const KernelOptions& options = {});
 
 }  // namespace cpattn

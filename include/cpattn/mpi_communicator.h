@@ -1,6 +1,6 @@
-// The OpenMPI backend (DESIGN.md section 7): MpiSession (init/finalize), MpiCommunicator, and the
-// abort-on-error wrapper that makes a failing rank end the whole `mpirun` job instead of hanging.
-// Available when cpattn was built with MPI (CPATTN_HAVE_MPI).
+// The OpenMPI backend (docs/design.md section 7): MpiSession (init/finalize), MpiCommunicator, and
+// the abort-on-error wrapper that makes a failing rank end the whole `mpirun` job instead of
+// hanging. Available when cpattn was built with MPI (CPATTN_HAVE_MPI).
 #pragma once
 
 #include <mpi.h>

@@ -56,8 +56,7 @@ inline ForwardResult recompute_forward(Communicator& comm, const AttentionCheckp
 AttentionGradients recompute_backward(Communicator& comm, const AttentionCheckpoint& checkpoint,
                                       RngState replayed, ConstView dout, ConstView q, ConstView k,
                                       ConstView v, const SequenceSharding& q_seq,
-                                      const SequenceSharding& kv_seq,
-                                      const AttentionParams& params,
+                                      const SequenceSharding& kv_seq, const AttentionParams& params,
                                       const RecomputeOptions& options = {});
 /// Self-attention: q and k/v split alike by `seq`.
 inline AttentionGradients recompute_backward(Communicator& comm,

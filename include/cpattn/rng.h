@@ -1,4 +1,4 @@
-// Philox4x32-10 and the dropout-mask contract (DESIGN.md section 4): a keep decision is a pure
+// Philox4x32-10 and the dropout-mask contract (docs/design.md section 4): a keep decision is a pure
 // function of (seed, offset, batch, head, global q position, global k position).
 #pragma once
 

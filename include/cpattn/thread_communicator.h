@@ -1,4 +1,4 @@
-// In-process ranks: P threads of the calling process form a group (DESIGN.md section 7), the
+// In-process ranks: P threads of the calling process form a group (docs/design.md section 7), the
 // embedded default backend for tests, laptops and single-host runs.
 #pragma once
 

@@ -6,10 +6,18 @@
 
 #include "cli/commands.h"
 #include "cpattn/error.h"
+#include "cpattn/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"cpattn: context-parallel exact attention (forward, backward, recompute-safe)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version",
+                       cpattn::detail::str_cat("cpattn ", CPATTN_VERSION_STRING, " (library ",
+                                               cpattn::library_version(), ", built ",
+                                               cpattn::library_built_native()
+                                                   ? "with -march=native for its build machine"
+                                                   : "for any x86-64 CPU",
+                                               ")"));
   std::vector<cpattn::cli::Command> commands = cpattn::cli::all_commands();
   std::vector<std::function<int()>> runners;
   for (auto& command : commands) runners.push_back(command.add_to(app));

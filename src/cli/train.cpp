@@ -9,11 +9,11 @@
 
 #include "cli/commands.h"
 #include "cli/train_report.h"
+#include "cpattn/attention.h"
 #include "cpattn/digest.h"
 #include "cpattn/error.h"
-#include "cpattn/attention.h"
-#include "train/data.h"
 #include "train/blas.h"
+#include "train/data.h"
 #include "train/trainer.h"
 #ifdef CPATTN_HAVE_MPI
 #include "cpattn/mpi_communicator.h"

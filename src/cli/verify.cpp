@@ -1,9 +1,8 @@
 // `cpattn verify`: runs a sweep of kernel cases (or, with --cp, of ring cases) against the float64
-// reference (the slow oracle of kernel/reference.h) and prints a table, or JSON with --json;
+// reference (the slow oracle of verify/reference.h) and prints a table, or JSON with --json;
 // exits 1 if any case fails.
 #include "cli/verify.h"
 
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <span>
@@ -12,6 +11,7 @@
 #include "cli/verify_report.h"
 #include "cli/verify_ring.h"
 #include "cpattn/error.h"
+#include "cpattn/stopwatch.h"
 #ifdef CPATTN_HAVE_MPI
 #include "cpattn/mpi_communicator.h"
 #endif
@@ -152,10 +152,9 @@ std::vector<CaseSpec> default_kernel_cases() {
 }
 
 VerifyResult verify_kernel_case(const CaseSpec& case_spec, int threads) {
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch watch;
   reference::ErrorRow row = reference::check_kernel_case(case_spec, threads);
-  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-  return {std::move(row), elapsed.count()};
+  return {std::move(row), watch.seconds()};
 }
 
 Command verify_command() {

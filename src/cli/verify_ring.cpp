@@ -1,15 +1,16 @@
 // The ring part of `cpattn verify` (verify_ring.h): build a case's problem, run it on the ring
-// (cp/ring_case.h gathers the whole-sequence result) and on the single-rank kernel, and judge both.
+// (verify/ring_case.h gathers the whole-sequence result) and on the single-rank kernel, and judge
+// both.
 #include "cli/verify_ring.h"
 
 #include <array>
-#include <chrono>
 #include <cstdio>
 #include <utility>
 
-#include "verify/ring_case.h"
 #include "cpattn/error.h"
+#include "cpattn/stopwatch.h"
 #include "verify/reference_case.h"
+#include "verify/ring_case.h"
 
 namespace cpattn::cli {
 
@@ -75,7 +76,7 @@ std::vector<VerifyResult> verify_ring_case(const RingCase& c, Communicator* worl
     CPATTN_CHECK_EQ(c.cp_size, world->size(), ErrorCode::kInvalidArgument,
                     "--cp with --backend mpi (one rank per MPI process)");
   }
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch watch;
   const reference::Problem p = make_ring_problem(c.shape);
   reference::RingRun run;
   run.cp_size = c.cp_size;
@@ -83,7 +84,7 @@ std::vector<VerifyResult> verify_ring_case(const RingCase& c, Communicator* worl
   run.num_threads = world != nullptr ? kernel_threads : 1;  // in-process ranks are the threads
   const reference::Outputs ring =
       world != nullptr ? reference::run_ring_gathered(*world, p, run) : reference::run_ring(p, run);
-  const std::chrono::duration<double> ring_time = std::chrono::steady_clock::now() - start;
+  const double ring_seconds = watch.seconds();
   if (world != nullptr && world->rank() != 0) return {};
 
   const std::string name = ring_case_name(c);
@@ -98,9 +99,8 @@ std::vector<VerifyResult> verify_ring_case(const RingCase& c, Communicator* worl
                                                        &kernel.dk, &kernel.dv};
   for (size_t t = 0; t < a.size(); ++t) vs_kernel.err[t] = reference::max_abs_error(*b[t], *a[t]);
   vs_kernel.tol = vs_exact.tol;
-  const std::chrono::duration<double> total = std::chrono::steady_clock::now() - start;
-  return {{std::move(vs_exact), ring_time.count()},
-          {std::move(vs_kernel), total.count() - ring_time.count()}};
+  return {{std::move(vs_exact), ring_seconds},
+          {std::move(vs_kernel), watch.seconds() - ring_seconds}};
 }
 
 }  // namespace cpattn::cli

@@ -14,8 +14,7 @@ void add_with_peak(std::atomic<int64_t>& live, std::atomic<int64_t>& peak, int64
 }  // namespace
 
 std::shared_ptr<MemoryCounter> MemoryCounter::create(MemoryCounter* parent) {
-  return std::make_shared<MemoryCounter>(Key{},
-                                         parent ? parent->shared_from_this() : nullptr);
+  return std::make_shared<MemoryCounter>(Key{}, parent ? parent->shared_from_this() : nullptr);
 }
 
 void MemoryCounter::add_bytes(int64_t bytes) noexcept {

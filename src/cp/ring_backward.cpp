@@ -58,7 +58,8 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
   detail::RingChannel channel(comm, options.stats);
   MemoryCounter* mem = &comm.memory();
   AttentionGradients g{Tensor({d.B, d.Sq, d.Hq, d.Dqk}, mem),
-                       Tensor({d.B, d.Sk, d.Hkv, d.Dqk}, mem), Tensor({d.B, d.Sk, d.Hkv, d.Dv}, mem)};
+                       Tensor({d.B, d.Sk, d.Hkv, d.Dqk}, mem),
+                       Tensor({d.B, d.Sk, d.Hkv, d.Dv}, mem)};
   const Tensor delta = row_dot(dout, out, mem);
 
   // Buffers besides the k/v relay (each sized for the largest block, packed dk|dv as PackedKv):
@@ -123,16 +124,16 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
       }
     }
     if (step.grad_send_to >= 0) {
-      grad_sends[cur] = channel.send(first(std::as_const(grad[cur]), floats), step.grad_send_to,
-                                     grad_tag(s));
+      grad_sends[cur] =
+          channel.send(first(std::as_const(grad[cur]), floats), step.grad_send_to, grad_tag(s));
     }
     if (step.home_grad_recv_from >= 0) {
       // The own block's finished accumulator, sent by the rank that added the last share at its
       // step P - 1, lands in the buffer not used at this step.
       home = 1 - cur;
       channel.wait_if_pending(grad_sends[home]);
-      Request r = channel.recv(first(grad[home], pk.floats(d.Sk)), step.home_grad_recv_from,
-                               grad_tag(s));
+      Request r =
+          channel.recv(first(grad[home], pk.floats(d.Sk)), step.home_grad_recv_from, grad_tag(s));
       channel.wait_recv(r, pk.floats(d.Sk), "ring backward: floats of the finished dk/dv");
     }
   }

@@ -90,8 +90,8 @@ CallTimer::CallTimer(RingStats* stats) : stats_(stats) {
 
 CallTimer::~CallTimer() {
   if (stats_ == nullptr) return;
-  stats_->other_seconds += watch_.seconds() - (stats_->kernel_seconds - kernel0_) -
-                           (stats_->comm_seconds - comm0_);
+  stats_->other_seconds +=
+      watch_.seconds() - (stats_->kernel_seconds - kernel0_) - (stats_->comm_seconds - comm0_);
 }
 
 KvRelay::KvRelay(RingChannel& channel, const RingDims& d, const SequenceSharding& kv_sharding,
@@ -104,9 +104,9 @@ KvRelay::KvRelay(RingChannel& channel, const RingDims& d, const SequenceSharding
       buf_{Tensor({pk_.floats(d.max_block)}, &channel.memory()),
            Tensor({d.world > 1 ? pk_.floats(d.max_block) : 0}, &channel.memory())},
       len_(d.Sk) {
-    copy_view(k, pk_.k(buf_[0].data(), len_));
-    copy_view(v, pk_.v(buf_[0].data(), len_));
-  }
+  copy_view(k, pk_.k(buf_[0].data(), len_));
+  copy_view(v, pk_.v(buf_[0].data(), len_));
+}
 
 void KvRelay::advance(const RingStep& step, int s) {
   cur_ = s % 2;
@@ -118,12 +118,11 @@ void KvRelay::advance(const RingStep& step, int s) {
   const size_t other = static_cast<size_t>(1 - cur_);
   channel_.wait_if_pending(sends_[other]);
   const int tag = ring_tag(stream_, s);
-  sends_[static_cast<size_t>(cur_)] =
-      channel_.send(std::as_const(buf_[static_cast<size_t>(cur_)]).span().first(floats),
-                    step.kv_send_to, tag);
+  sends_[static_cast<size_t>(cur_)] = channel_.send(
+      std::as_const(buf_[static_cast<size_t>(cur_)]).span().first(floats), step.kv_send_to, tag);
   const int64_t next = pk_.floats(kv_.local_length(step.next_kv_block));
-  recv_ = channel_.recv(buf_[other].span().first(static_cast<size_t>(next)), step.kv_recv_from,
-                        tag);
+  recv_ =
+      channel_.recv(buf_[other].span().first(static_cast<size_t>(next)), step.kv_recv_from, tag);
 }
 
 void KvRelay::finish() {

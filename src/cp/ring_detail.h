@@ -79,7 +79,9 @@ struct PackedKv {
   int64_t B, Hkv, Dk, Dv;
   int64_t floats(int64_t len) const { return B * len * Hkv * (Dk + Dv); }
   View k(float* base, int64_t len) const { return {base, k_shape(len), k_strides(len)}; }
-  View v(float* base, int64_t len) const { return {base + k_floats(len), v_shape(len), v_strides(len)}; }
+  View v(float* base, int64_t len) const {
+    return {base + k_floats(len), v_shape(len), v_strides(len)};
+  }
   ConstView k(const float* base, int64_t len) const { return {base, k_shape(len), k_strides(len)}; }
   ConstView v(const float* base, int64_t len) const {
     return {base + k_floats(len), v_shape(len), v_strides(len)};

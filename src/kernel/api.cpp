@@ -31,13 +31,14 @@ KernelForwardResult attention_kernel_forward(const AttentionInputs& in,
   return r;
 }
 
-AttentionGradients attention_kernel_backward(const AttentionInputs& in, const AttentionParams& params,
-                                          RngState rng, ConstView dout, ConstView out,
-                                          std::span<const float> lse,
-                                          const KernelOptions& options) {
+AttentionGradients attention_kernel_backward(const AttentionInputs& in,
+                                             const AttentionParams& params, RngState rng,
+                                             ConstView dout, ConstView out,
+                                             std::span<const float> lse,
+                                             const KernelOptions& options) {
   const detail::Problem p = detail::validate_inputs(in, params, rng, options);
   AttentionGradients g{Tensor({p.B, p.Sq, p.Hq, p.Dqk}), Tensor({p.B, p.Sk, p.Hkv, p.Dqk}),
-                    Tensor({p.B, p.Sk, p.Hkv, p.Dv})};
+                       Tensor({p.B, p.Sk, p.Hkv, p.Dv})};
   BackwardOptions bwd;
   bwd.num_threads = options.num_threads;
   attention_kernel_backward(in, params, rng, dout, out, lse, g.dq.view(), g.dk.view(), g.dv.view(),

@@ -118,8 +118,8 @@ class BackwardRunner {
 
   Scratch carve(float* f) const {
     const Offsets& o = at_;
-    return {f + o.qt, f + o.ot, f + o.qp, f + o.op, f + o.dq, f + o.kr, f + o.kp, f + o.vr,
-            f + o.st, f + o.dst, f + o.pzt, f + o.z, f + o.lse_safe, f + o.dd, f + o.dk, f + o.dv};
+    return {f + o.qt, f + o.ot,  f + o.qp,  f + o.op, f + o.dq,       f + o.kr, f + o.kp, f + o.vr,
+            f + o.st, f + o.dst, f + o.pzt, f + o.z,  f + o.lse_safe, f + o.dd, f + o.dk, f + o.dv};
   }
 
   // D_i = <dout_i, out_i> (FlashAttention-2 Alg. 2 line 4), fp32 [B, Hq, Sq].

@@ -9,7 +9,7 @@
 
 namespace cpattn::detail {
 
-/// Z_ij = keep_ij / (1 - p) of DESIGN.md section 4 for the keys of one tile.
+/// Z_ij = keep_ij / (1 - p) of docs/design.md section 4 for the keys of one tile.
 class DropoutRow {
  public:
   explicit DropoutRow(const Problem& p);

@@ -126,7 +126,8 @@ class ForwardRunner {
     }
 
     const auto next_visible = [&](size_t t) {
-      while (t < k_tiles_.size() && mask_.classify(qt, k_tiles_[t]) == BlockVisibility::kHidden) ++t;
+      while (t < k_tiles_.size() && mask_.classify(qt, k_tiles_[t]) == BlockVisibility::kHidden)
+        ++t;
       return t;
     };
     for (size_t t = next_visible(0); t < k_tiles_.size();) {

@@ -82,9 +82,8 @@ AttentionGradients backward_from_checked_state(Communicator& comm, ConstView dou
                                                const RingOptions& options) {
   check_group(comm, q_seq, "the q SequenceSharding");
   check_group(comm, kv_seq, "the kv SequenceSharding");
-  return unchecked::ring_attention_backward(comm, dout, q, k, v, state.out.view(),
-                                            state.lse.span(), q_seq, kv_seq, params, state.rng,
-                                            options);
+  return unchecked::ring_attention_backward(comm, dout, q, k, v, state.out.view(), state.lse.span(),
+                                            q_seq, kv_seq, params, state.rng, options);
 }
 
 }  // namespace detail
@@ -93,16 +92,14 @@ ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, Co
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, RngState rng,
                                 const RingOptions& options) {
-  Fingerprint fp =
-      make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng);
+  Fingerprint fp = make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng);
   return detail::forward_with_fingerprint(comm, q, k, v, q_seq, kv_seq, params, rng, options,
                                           std::move(fp));
 }
 
 AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
                                       ConstView v, const ForwardResult& state,
-                                      const SequenceSharding& q_seq,
-                                      const SequenceSharding& kv_seq,
+                                      const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params, const RingOptions& options) {
   // A moved-from ForwardResult keeps its fingerprint (plain values) but no tensors.
   CPATTN_CHECK(

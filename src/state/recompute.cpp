@@ -53,8 +53,7 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
 AttentionGradients recompute_backward(Communicator& comm, const AttentionCheckpoint& checkpoint,
                                       RngState replayed, ConstView dout, ConstView q, ConstView k,
                                       ConstView v, const SequenceSharding& q_seq,
-                                      const SequenceSharding& kv_seq,
-                                      const AttentionParams& params,
+                                      const SequenceSharding& kv_seq, const AttentionParams& params,
                                       const RecomputeOptions& options) {
   const ForwardResult state =
       recompute_forward(comm, checkpoint, replayed, q, k, v, q_seq, kv_seq, params, options);

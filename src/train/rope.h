@@ -21,7 +21,8 @@ struct RopeDims {
 /// angle = pos[r] * base^(-2i/D) (the original RoFormer / GPT-J pairing, not the half split):
 ///   x'[2i] = x[2i] cos - x[2i+1] sin,   x'[2i+1] = x[2i] sin + x[2i+1] cos
 /// in place. Angles, cos and sin are evaluated in double (positions can be large) and rounded
-/// once. \param[in,out] x  at least (n-1)*row_stride + heads*head_dim floats
+/// once.
+/// \param[in,out] x      at least (n-1)*row_stride + heads*head_dim floats
 /// \param[in] positions  [n] global int64 token positions
 /// Throws Error(kShapeMismatch) when x or positions is too short / long, kInvalidArgument on an
 /// odd head_dim, row_stride < heads*head_dim, base <= 1 or negative sizes.

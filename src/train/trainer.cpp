@@ -1,4 +1,5 @@
-// Training job: validation, the step-0 gradient check and the data-parallel-over-CP training loop.
+// Training job: validation, the step-0 gradient check and the training loop (every rank of the CP
+// group holds a full replica of the weights and trains on its shard of every sequence).
 #include "train/trainer.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "cpattn/digest.h"
 #include "cpattn/error.h"
 #include "cpattn/generator.h"
+#include "cpattn/stopwatch.h"
 #include "cpattn/thread_communicator.h"
 #include "train/data.h"
 #include "train/model.h"
@@ -50,8 +52,6 @@ GroupRunner thread_group(int cp) {
 }
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 StepOptions step_options(const TrainConfig& config, int rank, bool recompute) {
   StepOptions o;
@@ -190,9 +190,9 @@ TrainResult train(const TrainConfig& config, std::span<const uint8_t> text,
     const StepOptions options = step_options(config, comm.rank(), config.recompute);
     std::vector<double> losses;
     comm.barrier();
-    const Clock::time_point start = Clock::now();
+    const Stopwatch run_watch;
     for (int64_t step = 0; step < config.steps; ++step) {
-      const Clock::time_point t0 = Clock::now();
+      const Stopwatch step_watch;
       grads.zero();
       const ShardBatch shard = shard_batch(sampler.sample(step), options.seq);
       const double loss = forward_backward(comm, params, shard, options, generator, grads);
@@ -201,13 +201,12 @@ TrainResult train(const TrainConfig& config, std::span<const uint8_t> text,
       const double lr = optimizer.step(params, grads);
       losses.push_back(loss);
       if (lead && on_step) {
-        const Clock::time_point t1 = Clock::now();
-        const double dt = std::chrono::duration<double>(t1 - t0).count();
+        const double dt = step_watch.seconds();
         on_step({step + 1, loss, lr, static_cast<double>(tokens_per_step) / std::max(dt, 1e-9),
-                 std::chrono::duration<double>(t1 - start).count()});
+                 run_watch.seconds()});
       }
     }
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double elapsed = run_watch.seconds();
     const uint64_t digest = params.digest();
     check_replicas(comm, digest);
     if (lead) {

@@ -1,5 +1,5 @@
 // The slow attention oracle for verification (tests and `cpattn verify`): naive forward and
-// backward straight from DESIGN.md sections 1 and 4, in double (and a plain fp32 twin).
+// backward straight from docs/design.md sections 1 and 4, in double (and a plain fp32 twin).
 #pragma once
 
 #include <array>

@@ -103,12 +103,13 @@ Oracle make_oracle(const Problem& problem, bool with_backward = true);
 /// err_t: max abs error vs the double answer; err_fp32_t: that of the plain fp32 implementation.
 /// The first two terms are FlashAttention's rule ("within 2x of a plain implementation"). The
 /// last is rounding the flash backward adds by design and the plain one does not have, a few
-/// ulps of the size of the summed terms: P is recomputed as exp2(s log2e - lse log2e) from an
-/// fp32 lse with a polynomial exp2, so each P carries a relative error of a few ulps of
-/// |s| + |lse|; and D = <dout, out> is summed in another order than dP, so dS = P (dP - D) does
-/// not cancel exactly (a row that sees one key has dS = 0 exactly in the plain implementation).
-/// Measured need over the kernel sweep: <= 2.8 ulps; kTolUlps keeps ~3x margin. Bugs (a wrong
-/// mask element, tile or dropout bit) give errors of order 1e-2 of the magnitude, far above it.
+/// ulps of the size of the summed terms: P is recomputed as exp(scale s - lse) from an fp32 lse
+/// with the kernel's polynomial exp (simd.h, within 1.05 ulps), so each P carries a relative
+/// error of a few ulps of |scale s| + |lse|; and D = <dout, out> is summed in another order than
+/// dP, so dS = P (dP - D) does not cancel exactly (a row that sees one key has dS = 0 exactly in
+/// the plain implementation). Measured need over the kernel sweep: <= 2.8 ulps; kTolUlps keeps ~3x
+/// margin. Bugs (a wrong mask element, tile or dropout bit) give errors of order 1e-2 of the
+/// magnitude, far above it.
 inline constexpr double kTolFactor = 2.0;
 inline constexpr double kTolAbs = 1e-6;
 inline constexpr double kTolUlps = 8.0;

@@ -29,7 +29,8 @@ void scatter_rows(ConstView piece, const std::vector<int64_t>& idx, int64_t seq_
 // The sharding of the problem's q (is_q) or k/v sequence on `rank`. Identity positions stay
 // implicit so that both the implicit and the explicit position paths of the ring get used.
 SequenceSharding problem_sharding(const Problem& p, bool is_q, const RingRun& run, int rank) {
-  SequenceSharding s = SequenceSharding::of(run.layout, is_q ? p.dims.Sq : p.dims.Sk, run.cp_size, rank);
+  SequenceSharding s =
+      SequenceSharding::of(run.layout, is_q ? p.dims.Sq : p.dims.Sk, run.cp_size, rank);
   const std::vector<int64_t>& pos = is_q ? p.q_pos : p.k_pos;
   bool identity = true;
   for (size_t i = 0; i < pos.size(); ++i) identity = identity && pos[i] == static_cast<int64_t>(i);
@@ -68,8 +69,8 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
   const Tensor q_r = local(whole.q), k_r = local(whole.k), v_r = local(whole.v);
   RingOptions options;
   options.num_threads = run.num_threads;
-  const unchecked::RingForwardResult fwd = unchecked::ring_attention_forward(comm, q_r.view(m), k_r.view(m), v_r.view(m),
-                                                       qs, ks, p.params, p.rng, options);
+  const unchecked::RingForwardResult fwd = unchecked::ring_attention_forward(
+      comm, q_r.view(m), k_r.view(m), v_r.view(m), qs, ks, p.params, p.rng, options);
   const std::vector<int64_t> q_idx = shard_token_indices(run.layout, d.Sq, run.cp_size, r);
   const std::vector<int64_t> k_idx = shard_token_indices(run.layout, d.Sk, run.cp_size, r);
   scatter_rows(fwd.out.view(), q_idx, d.Sq, all.out);
@@ -80,9 +81,9 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
           fwd.lse.data()[bh * sr + i];
   if (!run.backward) return;
   const Tensor dout_r = local(whole.dout);
-  const AttentionGradients g =
-      unchecked::ring_attention_backward(comm, dout_r.view(m), q_r.view(m), k_r.view(m), v_r.view(m),
-                              fwd.out.view(), fwd.lse.span(), qs, ks, p.params, fwd.rng, options);
+  const AttentionGradients g = unchecked::ring_attention_backward(
+      comm, dout_r.view(m), q_r.view(m), k_r.view(m), v_r.view(m), fwd.out.view(), fwd.lse.span(),
+      qs, ks, p.params, fwd.rng, options);
   scatter_rows(g.dq.view(), q_idx, d.Sq, all.dq);
   scatter_rows(g.dk.view(), k_idx, d.Sk, all.dk);
   scatter_rows(g.dv.view(), k_idx, d.Sk, all.dv);

@@ -1,6 +1,6 @@
 // Ring verification helper: shard a whole reference::Problem over P ranks, run the ring forward
 // (and backward) on each, and gather the pieces back into whole-sequence reference::Outputs, so
-// they can be judged like a kernel result (kernel/reference_case.h). Shared by tests/cp and
+// they can be judged like a kernel result (verify/reference_case.h). Shared by tests/cp and
 // `cpattn verify --cp`.
 #pragma once
 

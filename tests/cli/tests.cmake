@@ -26,3 +26,8 @@ if(CPATTN_HAVE_MPI)
   set_tests_properties(cli.verify_ring_mpi_np2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
     PROCESSORS 2 PASS_REGULAR_EXPRESSION "24 cases: 24 passed, 0 failed")
 endif()
+
+# `cpattn --version` names the version of the program and of the library it runs on.
+add_test(NAME cli.version COMMAND cpattn_cli --version)
+set_tests_properties(cli.version PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "^cpattn ${PROJECT_VERSION} \\(library ${PROJECT_VERSION}, built ")

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "cpattn/error.h"
-#include "support/errors.h"
 #include "cpattn/thread_communicator.h"
+#include "support/errors.h"
 
 namespace cpattn {
 namespace {

@@ -11,8 +11,8 @@
 #include "cp/counting_communicator.h"
 #include "cp/ring_harness.h"
 #include "cpattn/error.h"
-#include "verify/reference_case.h"
 #include "support/metrics.h"
+#include "verify/reference_case.h"
 
 namespace cpattn::testing {
 namespace {

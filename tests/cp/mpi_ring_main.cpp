@@ -10,9 +10,9 @@
 
 #include "cp/ring_harness.h"
 #include "cpattn/mpi_communicator.h"
-#include "verify/reference_case.h"
 #include "support/metrics.h"
 #include "support/mpi_gtest_main.h"
+#include "verify/reference_case.h"
 
 namespace cpattn::testing {
 namespace {

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "cp/ring_harness.h"
-#include "verify/reference_case.h"
 #include "support/metrics.h"
+#include "verify/reference_case.h"
 
 namespace cpattn::testing {
 namespace {

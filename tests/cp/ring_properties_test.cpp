@@ -173,8 +173,9 @@ TEST(RingArguments, ShapeErrorsNameExpectedAndGot) {
         Error);
     AttentionParams bad;
     bad.dropout_p = 1.0f;
-    EXPECT_THROW(unchecked::ring_attention_forward(comm, q.view(), v.view(), v.view(), s, s, bad, {}),
-                 Error);
+    EXPECT_THROW(
+        unchecked::ring_attention_forward(comm, q.view(), v.view(), v.view(), s, s, bad, {}),
+        Error);
   });
   EXPECT_EQ(shape_errors.load(), 2);
 }

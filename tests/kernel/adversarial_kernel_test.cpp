@@ -10,9 +10,9 @@
 
 #include "cpattn/error.h"
 #include "cpattn/kernel.h"
-#include "verify/reference_case.h"
 #include "support/metrics.h"
 #include "support/problem_tensors.h"
+#include "verify/reference_case.h"
 
 namespace cpattn {
 namespace {
@@ -125,7 +125,7 @@ TEST(KernelAdversarial, DuplicateAndShuffledPositions) {
 
 // The dropout counter takes lo32(q_pos) and lo32(k_pos / 4): shifting every position by 2^34
 // changes neither word, and the masks only see differences, so the result is bitwise unchanged.
-// Kernel, reference and the documented contract agree on this (rng.h, DESIGN.md section 4).
+// Kernel, reference and the documented contract agree on this (rng.h, docs/design.md section 4).
 TEST(KernelAdversarial, DropoutCounterWrapsAtDocumentedPeriod) {
   reference::Problem p =
       random_problem({1, 40, 70, 2, 1, 8, 8}, 9, reference::MaskKind::kCausal, 0.3f);
@@ -187,7 +187,7 @@ KernelRunResult run_modified(reference::Problem p, int threads,
   modify(t);
   KernelForwardResult f = attention_kernel_forward(t.inputs, p.params, p.rng, {threads});
   AttentionGradients g = attention_kernel_backward(t.inputs, p.params, p.rng, t.dout.view(),
-                                                f.out.view(), f.lse.span(), {threads});
+                                                   f.out.view(), f.lse.span(), {threads});
   return {std::move(f), std::move(g)};
 }
 

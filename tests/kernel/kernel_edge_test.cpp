@@ -6,9 +6,9 @@
 #include <limits>
 
 #include "cpattn/kernel.h"
-#include "verify/reference_case.h"
 #include "support/metrics.h"
 #include "support/problem_tensors.h"
+#include "verify/reference_case.h"
 
 namespace cpattn {
 namespace {

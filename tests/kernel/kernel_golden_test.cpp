@@ -5,9 +5,9 @@
 #include <string>
 #include <tuple>
 
-#include "verify/reference_case.h"
 #include "support/metrics.h"
 #include "support/vectors.h"
+#include "verify/reference_case.h"
 
 namespace cpattn {
 namespace {

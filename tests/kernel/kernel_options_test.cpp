@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "cpattn/kernel.h"
-#include "verify/reference_case.h"
 #include "support/metrics.h"
 #include "support/problem_tensors.h"
+#include "verify/reference_case.h"
 
 namespace cpattn {
 namespace {
@@ -136,17 +136,19 @@ TEST_F(KernelBackwardOptions, PrecomputedDeltaIsUsed) {
   BackwardOptions options;
   options.delta = delta;
   const Gradients with = run_backward(*tensors_, problem_, out_, lse_, options);
-  EXPECT_LT(testing::relative_error(reference::to_doubles(with.dq.span()), reference::to_doubles(plain_.dq.span())),
+  EXPECT_LT(testing::relative_error(reference::to_doubles(with.dq.span()),
+                                    reference::to_doubles(plain_.dq.span())),
             1e-5);
-  EXPECT_LT(testing::relative_error(reference::to_doubles(with.dk.span()), reference::to_doubles(plain_.dk.span())),
+  EXPECT_LT(testing::relative_error(reference::to_doubles(with.dk.span()),
+                                    reference::to_doubles(plain_.dk.span())),
             1e-5);
   EXPECT_TRUE(bitwise_equal(with.dv.span(), plain_.dv.span()));
 
   for (float& e : delta) e += 1.0f;
   const Gradients shifted = run_backward(*tensors_, problem_, out_, lse_, options);
-  EXPECT_GT(
-      testing::relative_error(reference::to_doubles(shifted.dq.span()), reference::to_doubles(plain_.dq.span())),
-      1e-2);
+  EXPECT_GT(testing::relative_error(reference::to_doubles(shifted.dq.span()),
+                                    reference::to_doubles(plain_.dq.span())),
+            1e-2);
   EXPECT_TRUE(bitwise_equal(shifted.dv.span(), plain_.dv.span()));
 }
 

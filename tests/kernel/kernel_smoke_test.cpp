@@ -31,7 +31,7 @@ int64_t idx(int64_t b, int64_t s, int64_t h, int64_t d, int64_t S, int64_t H, in
   return ((b * S + s) * H + h) * D + d;
 }
 
-// Naive float64 attention of DESIGN.md section 1 (dropout mask from the rng.h contract).
+// Naive float64 attention of docs/design.md section 1 (dropout mask from the rng.h contract).
 void naive_forward(const Case& c, const Vec& q, const Vec& k, const Vec& v, Vec& out, Vec& lse) {
   const double scale = c.params.softmax_scale.value_or(1.0 / std::sqrt(double(c.Dqk)));
   out.assign(size_t(c.B * c.Sq * c.Hq * c.Dv), 0.0);

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "verify/reference_case.h"
 #include "support/metrics.h"
+#include "verify/reference_case.h"
 
 namespace cpattn {
 namespace {

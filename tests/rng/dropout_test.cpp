@@ -1,13 +1,13 @@
-// The dropout-mask contract (DESIGN.md section 4): src/rng against the vectors file, against the
-// reference's independent Philox (rapidcheck), and the keep fraction over 10^6 draws.
+// The dropout-mask contract (docs/design.md section 4): src/rng against the vectors file, against
+// the reference's independent Philox (rapidcheck), and the keep fraction over 10^6 draws.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
 
 #include "cpattn/rng.h"
-#include "verify/reference.h"
 #include "support/vectors.h"
+#include "verify/reference.h"
 
 namespace cpattn {
 namespace {

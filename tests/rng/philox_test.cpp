@@ -4,8 +4,8 @@
 #include <rapidcheck/gtest.h>
 
 #include "cpattn/rng.h"
-#include "verify/reference.h"
 #include "support/vectors.h"
+#include "verify/reference.h"
 
 namespace cpattn {
 namespace {
@@ -21,7 +21,7 @@ TEST(Philox, RandomKnownAnswers) {
   }
 }
 
-// The oracle's own Philox (kernel/reference.h) must pass the same known answers.
+// The oracle's own Philox (verify/reference.h) must pass the same known answers.
 TEST(Philox, ReferenceKnownAnswers) {
   const auto vectors = testing::load_vectors_json();
   ASSERT_EQ(vectors["philox4x32_10_kat"].size(), 3u);

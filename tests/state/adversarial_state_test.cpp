@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "cpattn/error.h"
-#include "support/errors.h"
 #include "state/stack_harness.h"
+#include "support/errors.h"
 
 namespace cpattn::testing {
 namespace {
@@ -110,7 +110,8 @@ TEST(StateAdversarial, MalformedViewsThrowBeforeBeingHashed) {
       const Error r =
           error_of([&] { recompute_forward(comm, ckpt, f.rng, x, x, bad, seq, s.params); });
       EXPECT_THAT(r.what(), StartsWith("v ")) << r.what();
-      const Error m = error_of([&] { make_fingerprint(0, 1, x, bad, x, seq, seq, s.params, f.rng); });
+      const Error m =
+          error_of([&] { make_fingerprint(0, 1, x, bad, x, seq, seq, s.params, f.rng); });
       EXPECT_THAT(m.what(), StartsWith("k ")) << m.what();
     }
   });

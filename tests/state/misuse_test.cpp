@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "cpattn/error.h"
-#include "support/errors.h"
 #include "state/stack_harness.h"
+#include "support/errors.h"
 
 namespace cpattn::testing {
 namespace {

@@ -14,10 +14,12 @@ namespace cpattn::testing {
 
 /// True when a and b hold the same number of elements with identical bits.
 inline bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
 }
 inline bool bitwise_equal(std::span<const double> a, std::span<const double> b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
 }
 
 /// Succeeds when every tensor (out, lse, dq, dk, dv) of a and b is bitwise equal; the failure

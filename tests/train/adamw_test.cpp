@@ -13,9 +13,7 @@
 namespace cpattn::train {
 namespace {
 
-ModelConfig tiny() {
-  return testing::tiny_model(1, 4, 2, 1, 6, 5, 3);
-}
+ModelConfig tiny() { return testing::tiny_model(1, 4, 2, 1, 6, 5, 3); }
 
 TEST(LearningRate, WarmupThenCosineToTenPercent) {
   AdamWConfig c;

@@ -189,9 +189,7 @@ struct TinyModel {
   }
 };
 
-ModelConfig tiny_config() {
-  return testing::tiny_model(2, 16, 4, 2, 24, 11, 5);
-}
+ModelConfig tiny_config() { return testing::tiny_model(2, 16, 4, 2, 24, 11, 5); }
 
 // Weights larger than the 0.02 init so that the gradients stand well above float noise.
 void widen(ModelParams& p) {

@@ -1,11 +1,11 @@
 // Linear forward against a double reference, backward against finite differences.
 #include "train/linear.h"
-#include "train/blas.h"
 
 #include <gtest/gtest.h>
 
 #include "cpattn/error.h"
 #include "grad_check.h"
+#include "train/blas.h"
 
 namespace cpattn::train {
 namespace {

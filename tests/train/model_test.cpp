@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "cpattn/error.h"
 #include "cpattn/attention.h"
+#include "cpattn/error.h"
 #include "cpattn/thread_communicator.h"
 #include "grad_check.h"
 

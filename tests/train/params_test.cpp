@@ -13,9 +13,7 @@
 namespace cpattn::train {
 namespace {
 
-ModelConfig tiny() {
-  return testing::tiny_model(2, 24, 4, 2, 40, 256, 7);
-}
+ModelConfig tiny() { return testing::tiny_model(2, 24, 4, 2, 40, 256, 7); }
 
 void expect_invalid(const ModelConfig& c, const std::string& needle) {
   try {

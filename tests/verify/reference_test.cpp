@@ -1,4 +1,4 @@
-// Proves the double reference (src/kernel/reference.h) before anything is judged by it: every
+// Proves the double reference (src/verify/reference.h) before anything is judged by it: every
 // golden case of the vectors file (forward and backward), finite differences with dropout on, and
 // the mask predicate on hand-checked positions.
 #include "verify/reference.h"
@@ -9,9 +9,9 @@
 #include <limits>
 
 #include "cpattn/error.h"
-#include "verify/reference_case.h"
 #include "support/metrics.h"
 #include "support/vectors.h"
+#include "verify/reference_case.h"
 
 namespace cpattn {
 namespace {

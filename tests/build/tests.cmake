@@ -1,0 +1,36 @@
+# Checks of the build itself: the installed package works for a downstream project (static, and
+# as shared libraries), the include rule holds, and the sources are clang-formatted.
+if(CPATTN_HAVE_MPI)
+  string(JOIN " " CPATTN_MPIRUN_LINE ${CPATTN_MPIRUN})
+endif()
+add_test(NAME build.consumer_static
+         COMMAND ${CMAKE_COMMAND} -E env "MPIRUN=${CPATTN_MPIRUN_LINE}"
+                 ${CMAKE_CURRENT_LIST_DIR}/../consumer/run.sh ${CMAKE_BINARY_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/consumer_static)
+add_test(NAME build.consumer_shared
+         COMMAND ${CMAKE_COMMAND} -E env "MPIRUN=${CPATTN_MPIRUN_LINE}"
+                 ${CMAKE_CURRENT_LIST_DIR}/../consumer/run.sh --shared ${PROJECT_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/consumer_shared)
+set_tests_properties(build.consumer_static build.consumer_shared PROPERTIES
+  LABELS build TIMEOUT 900 PASS_REGULAR_EXPRESSION "consumer: all ok")
+
+# The include rule: only an area itself and its tests include its private headers; the CLI,
+# tests and benchmarks reach the internal targets through their interface headers only.
+add_test(NAME build.include_rule
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_includes.py ${PROJECT_SOURCE_DIR}
+                 --interface ${CPATTN_VERIFY_INTERFACE} ${CPATTN_TRAIN_INTERFACE})
+set_tests_properties(build.include_rule PROPERTIES LABELS build
+                     PASS_REGULAR_EXPRESSION ", 0 violations")
+
+# Formatting: every C++ source is as clang-format (.clang-format) would write it.
+find_program(CPATTN_CLANG_FORMAT clang-format)
+if(CPATTN_CLANG_FORMAT)
+  file(GLOB_RECURSE CPATTN_FORMATTED_SOURCES CONFIGURE_DEPENDS
+       ${PROJECT_SOURCE_DIR}/include/*.h ${PROJECT_SOURCE_DIR}/src/*.h
+       ${PROJECT_SOURCE_DIR}/src/*.cpp ${PROJECT_SOURCE_DIR}/tests/*.h
+       ${PROJECT_SOURCE_DIR}/tests/*.cpp ${PROJECT_SOURCE_DIR}/bench/*.h
+       ${PROJECT_SOURCE_DIR}/bench/*.cpp ${PROJECT_SOURCE_DIR}/python/*.cpp)
+  add_test(NAME build.clang_format
+           COMMAND ${CPATTN_CLANG_FORMAT} --dry-run -Werror ${CPATTN_FORMATTED_SOURCES})
+  set_tests_properties(build.clang_format PROPERTIES LABELS build)
+endif()
