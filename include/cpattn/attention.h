@@ -37,6 +37,10 @@ struct Fingerprint {
   int64_t q_seq_len = 0, kv_seq_len = 0;  ///< whole-sequence lengths Sq, Sk
   int cp_rank = 0, cp_size = 1;
   RngState rng;
+  /// The forward's number among this group's checked calls (Communicator::take_call_number): the
+  /// same on every rank, so a backward that uses another forward's state than the other ranks'
+  /// is caught by the call agreement. Set by the forward, not compared by differences().
+  uint64_t call_number = 0;
 
   /// One human-readable sentence per differing field, phrased "ForwardResult was produced with
   /// <field>=<this>, backward called with <field>=<other>". Empty when equal.
@@ -50,6 +54,17 @@ Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k,
                              const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                              const AttentionParams& params, RngState rng);
 
+/// A non-owning view of one forward's state: exactly what attention_backward reads. It lets a
+/// framework keep out and lse in tensors of its own (saved by autograd, dropped and recomputed by
+/// activation checkpointing) instead of in a ForwardResult; attention_backward checks it like a
+/// ForwardResult, and also that `rng` (the RngState that produced out/lse) is the fingerprint's.
+struct ForwardStateView {
+  ConstView out;               ///< [B, Sq_r, Hq, Dv], any strides
+  std::span<const float> lse;  ///< fp32 [B, Hq, Sq_r]
+  RngState rng;                ///< the dropout stream out and lse were computed with
+  Fingerprint fingerprint;     ///< recorded by the forward (ForwardResult::fingerprint)
+};
+
 /// The state of one forward call, owned by the caller. Move-only; destroying it frees its buffers
 /// (counted in the rank's MemoryCounter, where the object itself counts as a live ForwardResult).
 class ForwardResult {
@@ -60,6 +75,9 @@ class ForwardResult {
   ForwardResult(const ForwardResult&) = delete;
   ForwardResult& operator=(const ForwardResult&) = delete;
   ~ForwardResult();
+
+  /// The view attention_backward reads (valid while this object lives and is not moved from).
+  ForwardStateView view() const;
 
   Tensor out;    ///< [B, S_r, Hq, Dv], dense BSHD
   Tensor lse;    ///< fp32 [B, Hq, S_r], natural log; -inf for rows with no visible key
@@ -87,8 +105,11 @@ StateMemoryStats memory_stats(const MemoryCounter& counter = process_memory());
 /// strides. q_seq and kv_seq say how the query and the key/value sequences are split (the same
 /// object for self-attention; different ones for cross-attention or Sq != Sk); their
 /// cp_rank/cp_size must equal comm.rank()/size(). `rng` is recorded in the result (take it from
-/// a Generator). Throws Error(kShapeMismatch | kInvalidArgument) for bad arguments, and the
-/// communicator's errors (kTimeout, kPeerFailed) when another rank fails.
+/// a Generator). Before any data moves, every rank learns every other rank's description of the
+/// call (call number, shapes, layouts, lengths, positions/documents, params, RngState; one
+/// all_to_all of ~150-byte records) and all throw Error(kRankDisagreement) naming the field and
+/// the ranks when they differ. Throws Error(kShapeMismatch | kInvalidArgument) for bad
+/// arguments, and the communicator's errors (kTimeout, kPeerFailed) when another rank fails.
 ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, RngState rng,
@@ -100,23 +121,35 @@ inline ForwardResult attention_forward(Communicator& comm, ConstView q, ConstVie
   return attention_forward(comm, q, k, v, seq, seq, params, rng, options);
 }
 
-/// Backward of the forward that produced `state`, given dout [B, Sq_r, Hq, Dv] and the same q, k,
-/// v, shardings and params. Uses state.out, state.lse and state.rng (never anything global).
-/// Throws Error(kStateMismatch) listing every field of state.fingerprint that differs from this
-/// call's arguments (shape, strides, positions, inputs, params, cp_rank/cp_size), before any
-/// computation or message; otherwise like attention_forward.
+/// Backward of the forward that produced `state`, given dout [B, Sq_r, Hq, Dv], the same q, k, v,
+/// shardings and params, and `rng`: the RngState of the forward this backward is for (the one
+/// the caller drew, e.g. from its Generator). Uses state.out, state.lse and state.rng (never
+/// anything global). Throws Error(kStateMismatch) listing every field of state.fingerprint that
+/// differs from this call's arguments (shape, strides, positions, inputs, params,
+/// cp_rank/cp_size, and rng: the ForwardResult of another forward on the same inputs is refused)
+/// before any computation; the other ranks, which learn of it in the call agreement, throw
+/// Error(kRankDisagreement) at once. Otherwise throws like attention_forward.
 AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
                                       ConstView v, const ForwardResult& state,
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                      const AttentionParams& params,
+                                      const AttentionParams& params, RngState rng,
+                                      const RingOptions& options = {});
+/// Backward from a ForwardStateView (out and lse held elsewhere); checks and throws like the
+/// ForwardResult overload, plus Error(kStateMismatch) when state.rng (what produced out/lse)
+/// differs from state.fingerprint.rng, or state.out / state.lse do not have the shapes of this
+/// call's outputs ([B, Sq_r, Hq, Dv], B * Hq * Sq_r floats).
+AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                                      ConstView v, const ForwardStateView& state,
+                                      const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                                      const AttentionParams& params, RngState rng,
                                       const RingOptions& options = {});
 /// Self-attention: q and k/v split alike by `seq`.
 inline AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q,
                                              ConstView k, ConstView v, const ForwardResult& state,
                                              const SequenceSharding& seq,
-                                             const AttentionParams& params,
+                                             const AttentionParams& params, RngState rng,
                                              const RingOptions& options = {}) {
-  return attention_backward(comm, dout, q, k, v, state, seq, seq, params, options);
+  return attention_backward(comm, dout, q, k, v, state, seq, seq, params, rng, options);
 }
 
 }  // namespace cpattn

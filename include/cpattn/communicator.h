@@ -97,6 +97,15 @@ class Communicator {
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
+  /// The number of this rank's next checked attention call on this group (0, 1, 2, ...). The safe
+  /// API (attention.h) takes one per call and all ranks compare it before any data moves, so a
+  /// rank whose calls are out of step with the others' (a skipped call, backward calls in another
+  /// order) is caught. A backend object that lives for one call only (the torch binding) carries
+  /// the count over with set_next_call_number.
+  uint64_t take_call_number() { return next_call_++; }
+  uint64_t next_call_number() const { return next_call_; }
+  void set_next_call_number(uint64_t next) { next_call_ = next; }
+
   /// The counter this rank's cpattn allocations are charged to (per rank for in-process ranks;
   /// the process counter under MPI).
   virtual MemoryCounter& memory() = 0;
@@ -122,6 +131,9 @@ class Communicator {
 
  protected:
   std::chrono::milliseconds timeout_{kDefaultCommTimeout};
+
+ private:
+  uint64_t next_call_ = 0;
 };
 
 }  // namespace cpattn

@@ -19,6 +19,7 @@ enum class ErrorCode {
   kCommunication = 7,      ///< a transport error (MPI error code, truncated message, ...)
   kIo = 8,                 ///< a file could not be read or written
   kInternal = 9,           ///< a bug in cpattn: please report it
+  kRankDisagreement = 10,  ///< the ranks of a group made different calls (call agreement)
 };
 
 /// Short stable name of a code, e.g. "invalid_argument".

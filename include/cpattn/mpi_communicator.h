@@ -15,8 +15,10 @@ namespace cpattn {
 
 namespace detail {
 struct MpiState;
-struct CollectiveChannel;
 }  // namespace detail
+namespace p2p {
+struct CollectiveChannel;
+}  // namespace p2p
 
 /// RAII owner of MPI initialisation. Requests MPI_THREAD_MULTIPLE; when the library grants less,
 /// every MpiCommunicator serialises its MPI calls with a mutex. Sets MPI_ERRORS_RETURN on
@@ -77,7 +79,7 @@ class MpiCommunicator final : public Communicator {
   MemoryCounter& memory() override;
 
  private:
-  detail::CollectiveChannel channel();
+  p2p::CollectiveChannel channel();
 
   std::shared_ptr<detail::MpiState> state_;  // shared with pending requests
 };

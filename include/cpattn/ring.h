@@ -84,6 +84,12 @@ struct RingForwardResult {
   RngState rng;
 };
 
+/// Checks the arguments of a ring call the way ring_attention_forward does before any message
+/// (group vs shardings, shapes vs local lengths, parameters, options); throws the same errors.
+void check_ring_arguments(const Communicator& comm, ConstView q, ConstView k, ConstView v,
+                          const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
+                          const AttentionParams& params, const RingOptions& options = {});
+
 /// Ring forward of rank comm.rank(). Computes exactly the attention of the whole sequence
 /// (docs/design.md section 1) for this rank's queries:
 ///   out_i = sum_{visible j, all ranks} keep_ij / (1 - p) * exp(s_ij - lse_i) * v_j

@@ -14,8 +14,10 @@ namespace cpattn {
 
 namespace detail {
 class ThreadGroup;
-struct CollectiveChannel;
 }  // namespace detail
+namespace p2p {
+struct CollectiveChannel;
+}  // namespace p2p
 
 /// Options of run_ranks.
 struct RunRanksOptions {
@@ -51,11 +53,38 @@ class ThreadCommunicator final : public Communicator {
  private:
   Request post(bool is_send, const std::byte* message, std::byte* buffer, size_t bytes, int peer,
                int tag);
-  detail::CollectiveChannel channel();  // collectives' messages on the internal tag
+  p2p::CollectiveChannel channel();  // collectives' messages on the internal tag
 
   detail::ThreadGroup& group_;
   int rank_;
   std::shared_ptr<MemoryCounter> memory_;  // shared with everything charged to this rank
+};
+
+/// A CP group of one rank in the calling thread (cp_size = 1): single-device attention through the
+/// same API as a CP group, e.g. attention_forward(SingleRankCommunicator{}, ...). Messages to
+/// itself work like those of any in-process rank; collectives are the identity. Its counter is a
+/// child of process_memory().
+class SingleRankCommunicator final : public Communicator {
+ public:
+  SingleRankCommunicator();
+  ~SingleRankCommunicator() override;
+
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  using Communicator::all_to_all;
+  using Communicator::irecv;
+  using Communicator::isend;
+  Request isend(std::span<const std::byte> data, int dest, int tag) override;
+  Request irecv(std::span<std::byte> data, int src, int tag) override;
+  void allreduce_sum(std::span<float> data) override;
+  void allreduce_sum(std::span<double> data) override;
+  void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
+  void barrier() override;
+  MemoryCounter& memory() override;
+
+ private:
+  std::unique_ptr<detail::ThreadGroup> group_;
+  std::unique_ptr<ThreadCommunicator> rank_;
 };
 
 /// Runs fn(comm) for every rank of a group of `size` in-process ranks, each on its own thread,

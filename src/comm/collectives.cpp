@@ -1,13 +1,12 @@
-// Point-to-point collectives shared by ThreadCommunicator and MpiCommunicator (see collectives.h).
-#include "comm/collectives.h"
-
+// Point-to-point collectives of every Communicator backend (p2p_collectives.h).
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "cpattn/error.h"
+#include "cpattn/p2p_collectives.h"
 
-namespace cpattn::detail {
+namespace cpattn::p2p {
 
 namespace {
 
@@ -59,24 +58,29 @@ Pending post_send(const CollectiveChannel& ch, std::span<const std::byte> buffer
   return {ch.send(buffer, dest), buffer.size()};
 }
 
-}  // namespace
-
+// Element range [begin, end) of `n` owned by `rank` of `size` in reduce-scatter: n*r/P ..
+// n*(r+1)/P, so slices differ by at most one element.
+struct Slice {
+  size_t begin;
+  size_t end;
+};
 Slice slice_of(size_t n, int rank, int size) {
   const auto p = static_cast<size_t>(size);
   const auto r = static_cast<size_t>(rank);
   return {n * r / p, n * (r + 1) / p};
 }
 
-void rethrow_with_context(const char* operation) {
+// Rethrows the Error being handled with "<operation>: " in front of its message.
+[[noreturn]] void rethrow_with_context(const char* operation) {
   try {
     throw;
   } catch (const Error& e) {
-    throw Error(e.code(), str_cat(operation, ": ", e.what()));
+    throw Error(e.code(), detail::str_cat(operation, ": ", e.what()));
   }
 }
 
 template <typename T>
-void allreduce_sum(const CollectiveChannel& ch, std::span<T> data) {
+void allreduce_sum_impl(const CollectiveChannel& ch, std::span<T> data) {
   const int p = ch.size;
   if (p == 1) return;
   const size_t n = data.size();
@@ -131,8 +135,14 @@ void allreduce_sum(const CollectiveChannel& ch, std::span<T> data) {
   }
 }
 
-template void allreduce_sum<float>(const CollectiveChannel&, std::span<float>);
-template void allreduce_sum<double>(const CollectiveChannel&, std::span<double>);
+}  // namespace
+
+void allreduce_sum(const CollectiveChannel& ch, std::span<float> data) {
+  allreduce_sum_impl(ch, data);
+}
+void allreduce_sum(const CollectiveChannel& ch, std::span<double> data) {
+  allreduce_sum_impl(ch, data);
+}
 
 void all_to_all(const CollectiveChannel& ch, std::span<const std::byte> send,
                 std::span<std::byte> recv) {
@@ -175,4 +185,4 @@ void barrier(const CollectiveChannel& ch) {
   }
 }
 
-}  // namespace cpattn::detail
+}  // namespace cpattn::p2p

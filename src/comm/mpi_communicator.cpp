@@ -5,10 +5,10 @@
 #include <climits>
 #include <string>
 
-#include "comm/collectives.h"
 #include "comm/mpi_request.h"
 #include "comm/mpi_state.h"
 #include "cpattn/error.h"
+#include "cpattn/p2p_collectives.h"
 
 namespace cpattn {
 
@@ -69,8 +69,8 @@ Request MpiCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
       timeout_);
 }
 
-detail::CollectiveChannel MpiCommunicator::channel() {
-  detail::CollectiveChannel ch;
+p2p::CollectiveChannel MpiCommunicator::channel() {
+  p2p::CollectiveChannel ch;
   ch.rank = state_->rank;
   ch.size = state_->size;
   ch.memory = &process_memory();
@@ -91,18 +91,14 @@ detail::CollectiveChannel MpiCommunicator::channel() {
   return ch;
 }
 
-void MpiCommunicator::allreduce_sum(std::span<float> data) {
-  detail::allreduce_sum(channel(), data);
-}
+void MpiCommunicator::allreduce_sum(std::span<float> data) { p2p::allreduce_sum(channel(), data); }
 
-void MpiCommunicator::allreduce_sum(std::span<double> data) {
-  detail::allreduce_sum(channel(), data);
-}
+void MpiCommunicator::allreduce_sum(std::span<double> data) { p2p::allreduce_sum(channel(), data); }
 
 void MpiCommunicator::all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) {
-  detail::all_to_all(channel(), send, recv);
+  p2p::all_to_all(channel(), send, recv);
 }
 
-void MpiCommunicator::barrier() { detail::barrier(channel()); }
+void MpiCommunicator::barrier() { p2p::barrier(channel()); }
 
 }  // namespace cpattn

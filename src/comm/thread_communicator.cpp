@@ -5,9 +5,9 @@
 #include <thread>
 #include <vector>
 
-#include "comm/collectives.h"
 #include "comm/thread_group.h"
 #include "cpattn/error.h"
+#include "cpattn/p2p_collectives.h"
 
 namespace cpattn {
 
@@ -85,8 +85,8 @@ Request ThreadCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
   return post(false, nullptr, data.data(), data.size(), src, tag);
 }
 
-detail::CollectiveChannel ThreadCommunicator::channel() {
-  detail::CollectiveChannel ch;
+p2p::CollectiveChannel ThreadCommunicator::channel() {
+  p2p::CollectiveChannel ch;
   ch.rank = rank_;
   ch.size = size();
   ch.memory = memory_.get();
@@ -100,18 +100,41 @@ detail::CollectiveChannel ThreadCommunicator::channel() {
 }
 
 void ThreadCommunicator::allreduce_sum(std::span<float> data) {
-  detail::allreduce_sum(channel(), data);
+  p2p::allreduce_sum(channel(), data);
 }
 
 void ThreadCommunicator::allreduce_sum(std::span<double> data) {
-  detail::allreduce_sum(channel(), data);
+  p2p::allreduce_sum(channel(), data);
 }
 
 void ThreadCommunicator::all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) {
-  detail::all_to_all(channel(), send, recv);
+  p2p::all_to_all(channel(), send, recv);
 }
 
-void ThreadCommunicator::barrier() { detail::barrier(channel()); }
+void ThreadCommunicator::barrier() { p2p::barrier(channel()); }
+
+SingleRankCommunicator::SingleRankCommunicator()
+    : group_(std::make_unique<detail::ThreadGroup>(1)),
+      rank_(std::make_unique<ThreadCommunicator>(*group_, 0)) {}
+
+SingleRankCommunicator::~SingleRankCommunicator() = default;
+
+Request SingleRankCommunicator::isend(std::span<const std::byte> data, int dest, int tag) {
+  rank_->set_timeout(timeout_);
+  return rank_->isend(data, dest, tag);
+}
+Request SingleRankCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
+  rank_->set_timeout(timeout_);
+  return rank_->irecv(data, src, tag);
+}
+void SingleRankCommunicator::allreduce_sum(std::span<float> data) { rank_->allreduce_sum(data); }
+void SingleRankCommunicator::allreduce_sum(std::span<double> data) { rank_->allreduce_sum(data); }
+void SingleRankCommunicator::all_to_all(std::span<const std::byte> send,
+                                        std::span<std::byte> recv) {
+  rank_->all_to_all(send, recv);
+}
+void SingleRankCommunicator::barrier() { rank_->barrier(); }
+MemoryCounter& SingleRankCommunicator::memory() { return rank_->memory(); }
 
 void run_ranks(int size, const std::function<void(Communicator&)>& fn,
                const RunRanksOptions& options) {

@@ -23,6 +23,8 @@ const char* error_code_name(ErrorCode code) noexcept {
       return "io";
     case ErrorCode::kInternal:
       return "internal";
+    case ErrorCode::kRankDisagreement:
+      return "rank_disagreement";
   }
   return "unknown";
 }

@@ -8,6 +8,12 @@
 
 namespace cpattn::unchecked {
 
+void check_ring_arguments(const Communicator& comm, ConstView q, ConstView k, ConstView v,
+                          const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
+                          const AttentionParams& params, const RingOptions& options) {
+  detail::validate_ring_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
+}
+
 RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                          const SequenceSharding& q_sharding,
                                          const SequenceSharding& kv_sharding,

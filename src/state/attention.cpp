@@ -1,6 +1,7 @@
 // attention_forward / attention_backward: the ring plus explicit, checked forward state.
 #include "cpattn/attention.h"
 
+#include <optional>
 #include <utility>
 
 #include "cpattn/error.h"
@@ -41,6 +42,8 @@ ForwardResult::~ForwardResult() {
   if (counter_ != nullptr) counter_->add_objects(-1);
 }
 
+ForwardStateView ForwardResult::view() const { return {out.view(), lse.span(), rng, fingerprint}; }
+
 StateMemoryStats memory_stats(const MemoryCounter& counter) {
   // ForwardResults are the only objects the library registers (ForwardResult's constructor).
   const MemoryStats s = counter.stats();
@@ -62,28 +65,40 @@ std::string join_differences(std::string_view prefix, const std::vector<std::str
   return message;
 }
 
-ForwardResult forward_with_fingerprint(Communicator& comm, ConstView q, ConstView k, ConstView v,
-                                       const SequenceSharding& q_seq,
-                                       const SequenceSharding& kv_seq,
-                                       const AttentionParams& params, RngState rng,
-                                       const RingOptions& options, Fingerprint fp) {
-  check_group(comm, q_seq, "the q SequenceSharding");
-  check_group(comm, kv_seq, "the kv SequenceSharding");
+std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
+                                const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                                const AttentionParams& params, const RingOptions& options) {
+  try {
+    check_group(comm, q_seq, "the q SequenceSharding");
+    check_group(comm, kv_seq, "the kv SequenceSharding");
+    unchecked::check_ring_arguments(comm, q, k, v, q_seq, kv_seq, params, options);
+  } catch (const Error& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstView k, ConstView v,
+                              const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                              const AttentionParams& params, RngState rng,
+                              const RingOptions& options, Fingerprint fp,
+                              std::optional<Error> local_error) {
+  if (!local_error) local_error = check_call(comm, q, k, v, q_seq, kv_seq, params, options);
+  fp.call_number = agree_or_throw(comm, op, fp, std::nullopt, local_error);
   unchecked::RingForwardResult r =
       unchecked::ring_attention_forward(comm, q, k, v, q_seq, kv_seq, params, rng, options);
   return ForwardResult(std::move(r.out), std::move(r.lse), r.rng, std::move(fp), comm.memory());
 }
 
-AttentionGradients backward_from_checked_state(Communicator& comm, ConstView dout, ConstView q,
-                                               ConstView k, ConstView v, const ForwardResult& state,
-                                               const SequenceSharding& q_seq,
-                                               const SequenceSharding& kv_seq,
-                                               const AttentionParams& params,
-                                               const RingOptions& options) {
-  check_group(comm, q_seq, "the q SequenceSharding");
-  check_group(comm, kv_seq, "the kv SequenceSharding");
-  return unchecked::ring_attention_backward(comm, dout, q, k, v, state.out.view(), state.lse.span(),
-                                            q_seq, kv_seq, params, state.rng, options);
+AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                                    ConstView v, const ForwardStateView& state,
+                                    const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                                    const AttentionParams& params, const RingOptions& options,
+                                    const Fingerprint& called, std::optional<Error> local_error) {
+  if (!local_error) local_error = check_call(comm, q, k, v, q_seq, kv_seq, params, options);
+  agree_or_throw(comm, CallOp::kBackward, called, state.fingerprint.call_number, local_error);
+  return unchecked::ring_attention_backward(comm, dout, q, k, v, state.out, state.lse, q_seq,
+                                            kv_seq, params, state.rng, options);
 }
 
 }  // namespace detail
@@ -93,28 +108,68 @@ ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, Co
                                 const AttentionParams& params, RngState rng,
                                 const RingOptions& options) {
   Fingerprint fp = make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng);
-  return detail::forward_with_fingerprint(comm, q, k, v, q_seq, kv_seq, params, rng, options,
-                                          std::move(fp));
+  return detail::checked_forward(comm, detail::CallOp::kForward, q, k, v, q_seq, kv_seq, params,
+                                 rng, options, std::move(fp), std::nullopt);
 }
 
 AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
                                       ConstView v, const ForwardResult& state,
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                      const AttentionParams& params, const RingOptions& options) {
+                                      const AttentionParams& params, RngState rng,
+                                      const RingOptions& options) {
   // A moved-from ForwardResult keeps its fingerprint (plain values) but no tensors.
   CPATTN_CHECK(
       state.out.shape().size() == 4 && state.lse.shape().size() == 3, ErrorCode::kStateMismatch,
       "attention_backward: the ForwardResult holds no out/lse tensors (it was moved from)");
-  const Fingerprint called =
-      make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, state.rng);
-  const std::vector<std::string> diffs = state.fingerprint.differences(called);
-  if (!diffs.empty()) {
-    throw Error(ErrorCode::kStateMismatch,
-                detail::join_differences(
-                    "attention_backward: the ForwardResult does not belong to this call: ", diffs));
+  return attention_backward(comm, dout, q, k, v, state.view(), q_seq, kv_seq, params, rng, options);
+}
+
+namespace {
+
+// Everything that makes `state` unusable for this backward, as one message (nullopt: nothing).
+std::optional<Error> state_error(ConstView dout, ConstView q, ConstView v,
+                                 const ForwardStateView& state, const Fingerprint& called) {
+  std::vector<std::string> diffs = state.fingerprint.differences(called);
+  if (state.rng != state.fingerprint.rng) {
+    diffs.push_back(detail::str_cat("its out/lse were computed with rng=", to_string(state.rng),
+                                    ", not the forward's rng=", to_string(state.fingerprint.rng),
+                                    " (recomputed with other dropout?)"));
   }
-  return detail::backward_from_checked_state(comm, dout, q, k, v, state, q_seq, kv_seq, params,
-                                             options);
+  const std::array<int64_t, 4> out_shape = {q.shape[0], q.shape[1], q.shape[2], v.shape[3]};
+  if (state.out.shape != out_shape) {
+    diffs.push_back(detail::str_cat("its out has shape ", shape_string(state.out.shape),
+                                    ", this call's out is ", shape_string(out_shape)));
+  }
+  const int64_t lse_len = q.shape[0] * q.shape[2] * q.shape[1];
+  if (static_cast<int64_t>(state.lse.size()) != lse_len) {
+    diffs.push_back(detail::str_cat("its lse has ", state.lse.size(),
+                                    " floats, this call's has B * Hq * Sq_r = ", lse_len));
+  }
+  if (diffs.empty()) {
+    try {
+      check_view(dout, "dout", "[B, Sq_local, Hq, Dv]", out_shape);
+    } catch (const Error& e) {
+      return e;
+    }
+    return std::nullopt;
+  }
+  return Error(ErrorCode::kStateMismatch,
+               detail::join_differences(
+                   "attention_backward: the ForwardResult does not belong to this call: ", diffs));
+}
+
+}  // namespace
+
+AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                                      ConstView v, const ForwardStateView& state,
+                                      const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                                      const AttentionParams& params, RngState rng,
+                                      const RingOptions& options) {
+  // `rng` is the caller's: a state from another forward on the same inputs differs in it.
+  const Fingerprint called =
+      make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng);
+  return detail::checked_backward(comm, dout, q, k, v, state, q_seq, kv_seq, params, options,
+                                  called, state_error(dout, q, v, state, called));
 }
 
 }  // namespace cpattn

@@ -22,23 +22,26 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, const RecomputeOptions& options) {
   const Fingerprint& recorded = checkpoint.fingerprint;
-  CPATTN_CHECK(replayed == recorded.rng, ErrorCode::kRecomputeDiverged,
-               "recompute diverged: replayed RngState ", to_string(replayed),
-               " differs from the recorded ", to_string(recorded.rng),
-               " (restore the generator state before recomputing; otherwise dropout masks and "
-               "gradients would be silently wrong)");
   Fingerprint called =
       make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, replayed);
-  const std::vector<std::string> diffs = recorded.differences(called);
-  if (!diffs.empty()) {
-    throw Error(
+  std::optional<Error> diverged;
+  if (replayed != recorded.rng) {
+    diverged = Error(ErrorCode::kRecomputeDiverged,
+                     detail::str_cat("recompute diverged: replayed RngState ", to_string(replayed),
+                                     " differs from the recorded ", to_string(recorded.rng),
+                                     " (restore the generator state before recomputing; "
+                                     "otherwise dropout masks and gradients would be silently "
+                                     "wrong)"));
+  } else if (const std::vector<std::string> diffs = recorded.differences(called); !diffs.empty()) {
+    diverged = Error(
         ErrorCode::kRecomputeDiverged,
         detail::join_differences(
             "recompute diverged: the recomputed call differs from the first forward: ", diffs));
   }
   // `called` is this call's fingerprint already: q/k/v are hashed once per recompute.
-  ForwardResult state = detail::forward_with_fingerprint(comm, q, k, v, q_seq, kv_seq, params,
-                                                         replayed, options.ring, std::move(called));
+  ForwardResult state =
+      detail::checked_forward(comm, detail::CallOp::kRecompute, q, k, v, q_seq, kv_seq, params,
+                              replayed, options.ring, std::move(called), std::move(diverged));
   if (options.strict) {
     const uint64_t again = output_digest(state);
     CPATTN_CHECK(again == checkpoint.output_digest, ErrorCode::kRecomputeDiverged,
@@ -57,9 +60,9 @@ AttentionGradients recompute_backward(Communicator& comm, const AttentionCheckpo
                                       const RecomputeOptions& options) {
   const ForwardResult state =
       recompute_forward(comm, checkpoint, replayed, q, k, v, q_seq, kv_seq, params, options);
-  // The fresh state was made from these very arguments: no second fingerprint check is needed.
-  return detail::backward_from_checked_state(comm, dout, q, k, v, state, q_seq, kv_seq, params,
-                                             options.ring);
+  // The fresh state was made from these very arguments: its fingerprint is this call's.
+  return detail::checked_backward(comm, dout, q, k, v, state.view(), q_seq, kv_seq, params,
+                                  options.ring, state.fingerprint, std::nullopt);
 }
 
 }  // namespace cpattn

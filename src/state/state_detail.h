@@ -1,33 +1,45 @@
-// Private pieces shared by attention.cpp and recompute.cpp: the forward/backward bodies without
-// the fingerprint work, so recompute hashes q/k/v once per call instead of three times.
+// Private pieces shared by attention.cpp and recompute.cpp: the checked forward and backward
+// bodies after the fingerprint work (so recompute hashes q/k/v once per call), and the error
+// messages they share.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "cpattn/attention.h"
+#include "state/call_agreement.h"
 
 namespace cpattn::detail {
 
 /// "<prefix><diff 1>; <diff 2>; ..." for an error message.
 std::string join_differences(std::string_view prefix, const std::vector<std::string>& diffs);
 
-/// Ring forward wrapped in a ForwardResult carrying `fp`, which the caller computed for exactly
-/// these arguments (make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params,
-/// rng)).
-ForwardResult forward_with_fingerprint(Communicator& comm, ConstView q, ConstView k, ConstView v,
-                                       const SequenceSharding& q_seq,
-                                       const SequenceSharding& kv_seq,
-                                       const AttentionParams& params, RngState rng,
-                                       const RingOptions& options, Fingerprint fp);
+/// The checks every checked call makes before it agrees with the group: the shardings are for
+/// this rank of comm, and the ring accepts the arguments. Returns the error instead of throwing
+/// it (nullopt when there is none).
+std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
+                                const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                                const AttentionParams& params, const RingOptions& options);
 
-/// Ring backward from `state`, whose fingerprint the caller has already matched to this call.
-AttentionGradients backward_from_checked_state(Communicator& comm, ConstView dout, ConstView q,
-                                               ConstView k, ConstView v, const ForwardResult& state,
-                                               const SequenceSharding& q_seq,
-                                               const SequenceSharding& kv_seq,
-                                               const AttentionParams& params,
-                                               const RingOptions& options);
+/// A checked forward: agrees on the call (op kForward or kRecompute; `local_error` is this rank's
+/// own reason to refuse it, see agree_or_throw), runs the ring forward and wraps its result in a
+/// ForwardResult carrying `fp`, which the caller computed for exactly these arguments
+/// (make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng)); the
+/// result's fingerprint gets the call's number.
+ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstView k, ConstView v,
+                              const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                              const AttentionParams& params, RngState rng,
+                              const RingOptions& options, Fingerprint fp,
+                              std::optional<Error> local_error);
+
+/// A checked backward from `state`, whose fingerprint the caller matched to this call (`called`,
+/// or the mismatch in `local_error`): agrees on the call, then runs the ring backward.
+AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                                    ConstView v, const ForwardStateView& state,
+                                    const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                                    const AttentionParams& params, const RingOptions& options,
+                                    const Fingerprint& called, std::optional<Error> local_error);
 
 }  // namespace cpattn::detail

@@ -121,10 +121,12 @@ LayerActs layer_forward(const Context& c, const LayerTensors<const float>& w, co
   return a;
 }
 
-// Backward of layer_forward: `grad` holds dL/dy on entry and dL/dx on return. Frees each
-// intermediate of `a` as soon as it is consumed (the ForwardResult right after attention).
+// Backward of layer_forward: `grad` holds dL/dy on entry and dL/dx on return; `rng` is the
+// RngState the layer's attention drew. Frees each intermediate of `a` as soon as it is consumed
+// (the ForwardResult right after attention).
 void layer_backward(const Context& c, const LayerTensors<const float>& w,
-                    const LayerTensors<float>& g, const Tensor& x, LayerActs& a, Tensor& grad) {
+                    const LayerTensors<float>& g, const Tensor& x, LayerActs& a, RngState rng,
+                    Tensor& grad) {
   const ModelConfig& cfg = c.cfg;
   const int64_t d = cfg.d_model, hd = cfg.head_dim();
   // y = h + mlp(rmsnorm(h)): dh = dy + rmsnorm'(mlp'(dy)).
@@ -145,7 +147,7 @@ void layer_backward(const Context& c, const LayerTensors<const float>& w,
       attention_backward(c.comm, c.bshd<const float>(dout.data(), cfg.heads),
                          c.qkv_view(qkv, 0, cfg.heads), c.qkv_view(qkv, cfg.q_dim(), cfg.kv_heads),
                          c.qkv_view(qkv, cfg.q_dim() + cfg.kv_dim(), cfg.kv_heads), *a.attn,
-                         c.opt.seq, c.attn, c.opt.ring);
+                         c.opt.seq, c.attn, rng, c.opt.ring);
   a.attn.reset();
   dout = Tensor();
   a.qkv = Tensor();
@@ -254,11 +256,12 @@ double forward_backward(Communicator& comm, const ModelParams& params, const Sha
 
   for (size_t l = layers; l-- > 0;) {
     const auto li = static_cast<int64_t>(l);
+    // Restore the step's generator and skip to layer l: the state layer l drew.
+    Generator replay(first_rng.seed, first_rng.offset + l);
+    const RngState replayed = replay.next();
     if (options.recompute) {
-      // Restore the step's generator and skip to layer l: the replayed state must equal the one
-      // recorded in the checkpoint (recompute_forward checks it, and that q, k, v are the same).
-      Generator replay(first_rng.seed, first_rng.offset + l);
-      const RngState replayed = replay.next();
+      // The replayed state must equal the one recorded in the checkpoint (recompute_forward
+      // checks it, and that q, k, v are the same).
       RecomputeOptions ropts;
       ropts.ring = options.ring;
       const AttentionFn again = [&](ConstView q, ConstView k, ConstView v) {
@@ -267,7 +270,7 @@ double forward_backward(Communicator& comm, const ModelParams& params, const Sha
       Tensor y;
       acts[l].emplace(layer_forward(c, params.layer(li), inputs[l], again, y));
     }
-    layer_backward(c, params.layer(li), grads.layer(li), inputs[l], *acts[l], grad);
+    layer_backward(c, params.layer(li), grads.layer(li), inputs[l], *acts[l], replayed, grad);
     acts[l].reset();
     inputs[l] = Tensor();
   }

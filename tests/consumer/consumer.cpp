@@ -42,11 +42,12 @@ Result run(int P, const cpattn::Tensor& q, const cpattn::Tensor& k, const cpattn
       return cpattn::shard_tensor(t.view(), seq.layout, P, r, &comm.memory());
     };
     const cpattn::Tensor qr = shard(q), kr = shard(k), vr = shard(v), dr = shard(dout);
-    cpattn::Generator gen(/*seed=*/42);
+    cpattn::Generator gen(/*seed=*/42);  // every rank draws the same RngState
+    const cpattn::RngState rng = gen.next();
     const cpattn::ForwardResult fwd =
-        cpattn::attention_forward(comm, qr.view(), kr.view(), vr.view(), seq, params, gen.next());
+        cpattn::attention_forward(comm, qr.view(), kr.view(), vr.view(), seq, params, rng);
     cpattn::AttentionGradients g = cpattn::attention_backward(comm, dr.view(), qr.view(), kr.view(),
-                                                              vr.view(), fwd, seq, params);
+                                                              vr.view(), fwd, seq, params, rng);
     outs[static_cast<size_t>(r)] = fwd.out.clone();
     dqs[static_cast<size_t>(r)] = std::move(g.dq);
   });

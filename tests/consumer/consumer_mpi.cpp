@@ -18,8 +18,8 @@ int main(int argc, char** argv) {
     params.causal = true;
     const cpattn::ForwardResult f =
         cpattn::attention_forward(comm, q.view(), q.view(), q.view(), seq, params, {});
-    const cpattn::AttentionGradients g =
-        cpattn::attention_backward(comm, dout.view(), q.view(), q.view(), q.view(), f, seq, params);
+    const cpattn::AttentionGradients g = cpattn::attention_backward(
+        comm, dout.view(), q.view(), q.view(), q.view(), f, seq, params, {});
     double sum = 0;
     for (float x : g.dq.span()) sum += x;
     comm.allreduce_sum(std::span<double>(&sum, 1));

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "cp/counting_communicator.h"
 #include "cp/ring_harness.h"
 #include "cpattn/error.h"
+#include "support/counting_communicator.h"
 #include "support/metrics.h"
 #include "verify/reference_case.h"
 

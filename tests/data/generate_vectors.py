@@ -10,27 +10,11 @@ the same machine give byte-identical files (tests/data/check_vectors.py compares
 the committed file, floats within 1e-12 of each tensor's largest magnitude, since float64 results
 may differ in the last bits between CPUs and BLAS kernels).
 
-This is an independent float64 implementation of the contracts of docs/design.md (section 1:
-what attention computes, section 3: the kernel contract, section 4: the dropout contract). It
-shares no code with cpattn's C++ (src/ or the C++ reference); it is written from the spec:
-
-* Philox4x32-10 (Salmon et al., "Parallel Random Numbers: As Easy as 1, 2, 3", SC'11): 10
-  rounds, multipliers 0xD2511F53 / 0xCD9E8D57, Weyl key increments 0x9E3779B9 / 0xBB67AE85. The
-  three Random123 known answers below are external constants; the script asserts that its
-  Philox reproduces them and stops otherwise.
-* Dropout mask of element (b, h, i, j) (i, j: global q and k positions) under RngState
-  {seed, offset}: key = {lo32(seed), hi32(seed) ^ hi32(offset)},
-  counter = {lo32(j // 4), lo32(i), b * Hq + h, lo32(offset)},
-  r = Philox4x32_10(counter, key)[j % 4], u = (r >> 8) * 2^-24, keep = u >= dropout_p, where
-  dropout_p is the float32 value the kernel holds (u is a multiple of 2^-24, so for the p used
-  here this is the same as comparing with the float64 p); Z = keep / (1 - p) in float64.
-* Attention, per (b, h): s_ij = scale * <q_i, k_j> with kv head h // (Hq / Hkv) (GQA/MQA);
-  visible(i, j) = same document and (not causal or j <= i) and (window_left < 0 or
-  i - j <= window_left) and (window_right < 0 or j - i <= window_right), on global positions;
-  lse_i = logsumexp over visible j (natural log); P_ij = exp(s_ij - lse_i) on visible j, else 0;
-  out_i = sum_j Z_ij P_ij v_j. A row with no visible key has out 0, lse -inf (written as null)
-  and no gradient. dq, dk, dv are the gradients of sum(out * dout), by torch.autograd in
-  float64.
+The answers come from tests/data/float64_attention.py, an independent float64 implementation of
+the contracts of docs/design.md (section 1: what attention computes, section 3: the kernel
+contract, section 4: the dropout contract) in PyTorch autograd with explicit masks and its own
+Philox, sharing no code with cpattn's C++. Its docstring states the formulas. The script asserts
+that its Philox reproduces the three Random123 known answers and stops otherwise.
 
 Inputs: for each attention case a numpy.random.RandomState seeded with zlib.crc32(case name)
 draws q, k, v, dout (in that order) with standard_normal in BSHD shape; each value is rounded to
@@ -58,23 +42,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-MASK32 = 0xFFFFFFFF
-PHILOX_M0, PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
-PHILOX_W0, PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
-
-# Random123's known-answer vectors for Philox4x32-10 (kat_vectors: philox4x32 10 rounds).
-# External constants: not computed here, only checked.
-PHILOX_KATS = [
-    {"counter": [0x00000000, 0x00000000, 0x00000000, 0x00000000],
-     "key": [0x00000000, 0x00000000],
-     "output": [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]},
-    {"counter": [0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF],
-     "key": [0xFFFFFFFF, 0xFFFFFFFF],
-     "output": [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]},
-    {"counter": [0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344],
-     "key": [0xA4093822, 0x299F31D0],
-     "output": [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]},
-]
+from float64_attention import (PHILOX_KATS, attention, check_philox_kats,  # noqa: E402
+                               dropout_bits, dropout_keep)
 
 MASK_SAMPLE_SEED = 20240611
 NUM_MASK_SAMPLES = 64  # tests/rng/dropout_test.cpp expects exactly 64
@@ -131,108 +100,18 @@ CASES = [
 
 
 # ---------------------------------------------------------------------------------------------
-# Philox4x32-10 and the dropout contract
+# Attention cases
 # ---------------------------------------------------------------------------------------------
 
-def philox4x32_10(counter, key):
-    """Philox4x32-10 of a 4-word counter under a 2-word key (all uint32), 4 uint32 words."""
-    c0, c1, c2, c3 = (int(x) & MASK32 for x in counter)
-    k0, k1 = (int(x) & MASK32 for x in key)
-    for _ in range(10):
-        p0 = PHILOX_M0 * c0  # 64-bit products: high halves mix into the other words
-        p1 = PHILOX_M1 * c2
-        c0, c1, c2, c3 = (((p1 >> 32) ^ c1 ^ k0) & MASK32, p1 & MASK32,
-                          ((p0 >> 32) ^ c3 ^ k1) & MASK32, p0 & MASK32)
-        k0 = (k0 + PHILOX_W0) & MASK32
-        k1 = (k1 + PHILOX_W1) & MASK32
-    return [c0, c1, c2, c3]
-
-
-def check_philox_kats():
-    for kat in PHILOX_KATS:
-        got = philox4x32_10(kat["counter"], kat["key"])
-        if got != kat["output"]:
-            raise SystemExit(
-                "generate_vectors.py: Philox4x32-10 fails the Random123 known answer "
-                f"counter={kat['counter']} key={kat['key']}: got {got}, want {kat['output']}")
-
-
-def dropout_bits(seed, offset, b, h, num_heads_q, i, j):
-    """The dropout contract's uint32 r of element (b, h, global q position i, global k pos j)."""
-    key = [seed & MASK32, ((seed >> 32) ^ (offset >> 32)) & MASK32]
-    counter = [(j // 4) & MASK32, i & MASK32, (b * num_heads_q + h) & MASK32, offset & MASK32]
-    return philox4x32_10(counter, key)[j % 4]
-
-
-def dropout_keep(r, dropout_p):
-    u = (r >> 8) * 2.0 ** -24  # exact in float64
-    return u >= float(np.float32(dropout_p))
-
-
-# ---------------------------------------------------------------------------------------------
-# Attention
-# ---------------------------------------------------------------------------------------------
-
-def visible_mask(c):
-    """[Sq, Sk] bool: which keys each query row sees (global positions, documents)."""
-    vis = np.zeros((c["Sq"], c["Sk"]), dtype=bool)
-    for a, i in enumerate(c["q_pos"]):
-        for b, j in enumerate(c["k_pos"]):
-            ok = True
-            if c["q_doc"] is not None and c["q_doc"][a] != c["k_doc"][b]:
-                ok = False
-            if c["causal"] and j > i:
-                ok = False
-            if c["window_left"] >= 0 and i - j > c["window_left"]:
-                ok = False
-            if c["window_right"] >= 0 and j - i > c["window_right"]:
-                ok = False
-            vis[a, b] = ok
-    return vis
-
-
-def dropout_factors(c):
-    """[B, Hq, Sq, Sk] float64: Z = keep / (1 - p) (all ones when dropout_p is 0)."""
-    B, Hq, Sq, Sk = c["B"], c["Hq"], c["Sq"], c["Sk"]
-    p = c["dropout_p"]
-    z = np.ones((B, Hq, Sq, Sk), dtype=np.float64)
-    if p == 0.0:
-        return z
-    keep_scale = 1.0 / (1.0 - p)
-    for b in range(B):
-        for h in range(Hq):
-            for a, i in enumerate(c["q_pos"]):
-                for bj, j in enumerate(c["k_pos"]):
-                    r = dropout_bits(c["seed"], c["offset"], b, h, Hq, i, j)
-                    z[b, h, a, bj] = keep_scale if dropout_keep(r, p) else 0.0
-    return z
-
-
-def attention(c, q, k, v, dout):
-    """float64 forward and autograd backward of one case; inputs are BSHD numpy float64 arrays.
-    Returns numpy arrays out [B, Sq, Hq, Dv], lse [B, Hq, Sq] (-inf for empty rows), dq, dk, dv."""
-    group = c["Hq"] // c["Hkv"]
-    tq = torch.tensor(q, dtype=torch.float64, requires_grad=True)
-    tk = torch.tensor(k, dtype=torch.float64, requires_grad=True)
-    tv = torch.tensor(v, dtype=torch.float64, requires_grad=True)
-    tdout = torch.tensor(dout, dtype=torch.float64)
-    # q head h reads kv head h // group.
-    k_e = tk.repeat_interleave(group, dim=2)
-    v_e = tv.repeat_interleave(group, dim=2)
-    s = c["softmax_scale"] * torch.einsum("bihd,bjhd->bhij", tq, k_e)  # [B, Hq, Sq, Sk]
-    vis = torch.tensor(visible_mask(c))[None, None]  # [1, 1, Sq, Sk]
-    row_has_key = vis.any(dim=-1, keepdim=True)  # [1, 1, Sq, 1]
-    # Masked scores are -inf; rows without any visible key are replaced by constant zeros so
-    # that neither their lse nor their softmax produces NaN (forward or backward); their P is
-    # then multiplied by 0, so they contribute nothing and receive no gradient.
-    s_masked = s.masked_fill(~vis, float("-inf"))
-    s_safe = torch.where(row_has_key, s_masked, torch.zeros_like(s))
-    lse_safe = torch.logsumexp(s_safe, dim=-1)  # [B, Hq, Sq]
-    p = torch.exp(s_safe - lse_safe[..., None]) * row_has_key.to(torch.float64)
-    z = torch.tensor(dropout_factors(c), dtype=torch.float64)
-    out = torch.einsum("bhij,bjhd->bihd", z * p, v_e)  # [B, Sq, Hq, Dv]
-    (out * tdout).sum().backward()
-    lse = torch.where(row_has_key[..., 0], lse_safe, torch.full_like(lse_safe, float("-inf")))
+def answers(c, inputs):
+    """float64 forward and autograd backward of one case (float64_attention.attention): numpy
+    arrays out [B, Sq, Hq, Dv], lse [B, Hq, Sq] (-inf for empty rows), dq, dk, dv."""
+    tq, tk, tv = (torch.tensor(inputs[x], dtype=torch.float64, requires_grad=True)
+                  for x in ("q", "k", "v"))
+    out, lse = attention(tq, tk, tv, c["softmax_scale"], c["q_pos"], c["k_pos"], c["q_doc"],
+                         c["k_doc"], c["causal"], c["window_left"], c["window_right"],
+                         c["dropout_p"], c["seed"], c["offset"])
+    (out * torch.tensor(inputs["dout"], dtype=torch.float64)).sum().backward()
     # + 0.0 turns any -0.0 into 0.0.
     return {
         "out": out.detach().numpy() + 0.0,
@@ -269,7 +148,7 @@ def validate_case(c):
 def attention_case(c):
     validate_case(c)
     inputs = make_inputs(c)
-    answers = attention(c, inputs["q"], inputs["k"], inputs["v"], inputs["dout"])
+    result = answers(c, inputs)
     record = {"name": c["name"], "layout": LAYOUT}
     for key in ("B", "Sq", "Sk", "Hq", "Hkv", "Dqk", "Dv", "softmax_scale", "causal",
                 "window_left", "window_right", "dropout_p", "seed", "offset", "q_pos", "k_pos",
@@ -278,7 +157,7 @@ def attention_case(c):
     for key in ("q", "k", "v", "dout"):
         record[key] = _flat(inputs[key])
     for key in ("out", "lse", "dq", "dk", "dv"):
-        record[key] = _flat(answers[key])
+        record[key] = _flat(result[key])
     return record
 
 
@@ -335,7 +214,10 @@ def mask_samples():
 # ---------------------------------------------------------------------------------------------
 
 def build():
-    check_philox_kats()
+    try:
+        check_philox_kats()
+    except AssertionError as e:
+        raise SystemExit(f"generate_vectors.py: {e}") from e
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     return {

@@ -44,8 +44,8 @@ TEST(StateAdversarial, ResultsOutliveTheirCommunicator) {
       const Tensor x = shard_tensor(s.p.x.view(), s.p.layout, 3, r, &comm.memory());
       ForwardResult f =
           attention_forward(comm, x.view(), x.view(), x.view(), seq, s.params, {5, 0});
-      grads[static_cast<size_t>(r)] =
-          attention_backward(comm, x.view(), x.view(), x.view(), x.view(), f, seq, s.params);
+      grads[static_cast<size_t>(r)] = attention_backward(comm, x.view(), x.view(), x.view(),
+                                                         x.view(), f, seq, s.params, {5, 0});
       kept[static_cast<size_t>(r)] = std::move(f);
     });
     EXPECT_EQ(memory_stats().live_forward_results, before.live_forward_results + 3);
@@ -75,7 +75,7 @@ TEST(StateAdversarial, MovedFromResultIsRejected) {
       ForwardResult thief = std::move(f);
       try {
         attention_backward(comm, x.view(), x.view(), x.view(), x.view(), r == 0 ? f : thief, seq,
-                           s.params);
+                           s.params, {1, 0});
       } catch (const Error& err) {
         codes[static_cast<size_t>(r)] = err.code();
         throw;
@@ -104,7 +104,8 @@ TEST(StateAdversarial, MalformedViewsThrowBeforeBeingHashed) {
     ConstView negative_dim = x;
     negative_dim.shape[0] = -1;
     for (const ConstView& bad : {null_q, negative, negative_dim}) {
-      const Error b = error_of([&] { attention_backward(comm, x, bad, x, x, f, seq, s.params); });
+      const Error b =
+          error_of([&] { attention_backward(comm, x, bad, x, x, f, seq, s.params, f.rng); });
       EXPECT_NE(b.code(), ErrorCode::kInternal) << b.what();
       EXPECT_THAT(b.what(), StartsWith("q ")) << b.what();
       const Error r =
@@ -118,12 +119,13 @@ TEST(StateAdversarial, MalformedViewsThrowBeforeBeingHashed) {
 }
 
 // One rank calls backward with another layer's state while the other ranks call it correctly:
-// that rank reports kStateMismatch, the others are released with kPeerFailed (no hang), and
-// nothing stays allocated.
+// that rank reports kStateMismatch, the others learn of it in the call agreement and throw
+// kRankDisagreement at once (no hang), and nothing stays allocated.
 TEST(StateAdversarial, OneRankWithAMismatchedState) {
   Scenario s;
   const StateMemoryStats before = memory_stats();
   std::vector<ErrorCode> codes(4, ErrorCode::kInternal);
+  std::vector<std::string> messages(4);
   const Error e = error_of([&] {
     run_ranks(4, [&](Communicator& comm) {
       const int r = comm.rank();
@@ -134,24 +136,30 @@ TEST(StateAdversarial, OneRankWithAMismatchedState) {
         const Tensor x = shard_tensor(s.p.x.view(), s.p.layout, 4, r, &comm.memory());
         const Tensor y = shard_tensor(s.p.w.view(), s.p.layout, 4, r, &comm.memory());
         Generator gen(3);
+        const RngState rx = gen.next(), ry = gen.next();
         const ForwardResult fx =
-            attention_forward(comm, x.view(), x.view(), x.view(), seq, s.params, gen.next());
+            attention_forward(comm, x.view(), x.view(), x.view(), seq, s.params, rx);
         const ForwardResult fy =
-            attention_forward(comm, y.view(), y.view(), y.view(), seq, s.params, gen.next());
+            attention_forward(comm, y.view(), y.view(), y.view(), seq, s.params, ry);
         attention_backward(comm, y.view(), y.view(), y.view(), y.view(), r == 2 ? fx : fy, seq,
-                           s.params);
+                           s.params, ry);
       } catch (const Error& err) {
         codes[static_cast<size_t>(r)] = err.code();
+        messages[static_cast<size_t>(r)] = err.what();
         throw;
       }
     });
   });
-  EXPECT_EQ(e.code(), ErrorCode::kStateMismatch) << e.what();
+  // Rank 2 throws its own state mismatch; the others learn of it in the call agreement and throw
+  // at once, naming rank 2 (whichever rank failed first is the one run_ranks rethrows).
+  EXPECT_TRUE(e.code() == ErrorCode::kStateMismatch || e.code() == ErrorCode::kRankDisagreement)
+      << e.what();
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(codes[static_cast<size_t>(r)],
-              r == 2 ? ErrorCode::kStateMismatch : ErrorCode::kPeerFailed)
+              r == 2 ? ErrorCode::kStateMismatch : ErrorCode::kRankDisagreement)
         << "rank " << r;
   }
+  EXPECT_THAT(messages[0], HasSubstr("rank 2 has")) << messages[0];
   EXPECT_EQ(memory_stats().live_bytes, before.live_bytes);
   EXPECT_EQ(memory_stats().live_forward_results, before.live_forward_results);
 }
@@ -193,7 +201,7 @@ TEST(StateAdversarial, RanksWithoutTokens) {
     const ConstView v = x.view();
     const ForwardResult f = attention_forward(comm, v, v, v, seq, params, {1, 1});
     const AttentionCheckpoint ckpt = make_checkpoint(f);
-    const AttentionGradients g = attention_backward(comm, v, v, v, v, f, seq, params);
+    const AttentionGradients g = attention_backward(comm, v, v, v, v, f, seq, params, {1, 1});
     const AttentionGradients again =
         recompute_backward(comm, ckpt, {1, 1}, v, v, v, v, seq, params);
     EXPECT_EQ(g.dq.shape()[1], seq.local_length());

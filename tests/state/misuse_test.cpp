@@ -36,9 +36,11 @@ TEST(Misuse, StateFromAnotherLayer) {
     Generator gen(1);
     const ForwardResult layer0 =
         attention_forward(comm, x0.view(), x0.view(), x0.view(), seq, f.params, gen.next());
+    const RngState layer1_rng = gen.state();
     const ForwardResult layer1 =
         attention_forward(comm, x1.view(), x1.view(), x1.view(), seq, f.params, gen.next());
-    attention_backward(comm, x1.view(), x1.view(), x1.view(), x1.view(), layer0, seq, f.params);
+    attention_backward(comm, x1.view(), x1.view(), x1.view(), x1.view(), layer0, seq, f.params,
+                       layer1_rng);
   });
   EXPECT_EQ(e.code(), ErrorCode::kStateMismatch);
   EXPECT_THAT(e.what(), HasSubstr("q/k/v inputs digest"));
@@ -51,7 +53,7 @@ TEST(Misuse, StateOfAnotherShape) {
     const SequenceSharding seq = f.p.sharding(1, 0);
     const ConstView x = f.p.x.view(), y = other.x.view();
     const ForwardResult state = attention_forward(comm, x, x, x, seq, f.params, {1, 0});
-    attention_backward(comm, y, y, y, y, state, seq, f.params);
+    attention_backward(comm, y, y, y, y, state, seq, f.params, {1, 0});
   });
   EXPECT_EQ(e.code(), ErrorCode::kStateMismatch);
   EXPECT_THAT(e.what(),
@@ -66,7 +68,7 @@ TEST(Misuse, StateWithAnotherDropout) {
     const ForwardResult state = attention_forward(comm, x, x, x, seq, f.params, {1, 0});
     AttentionParams eval = f.params;
     eval.dropout_p = 0.0f;
-    attention_backward(comm, x, x, x, x, state, seq, eval);
+    attention_backward(comm, x, x, x, x, state, seq, eval, {1, 0});
   });
   EXPECT_EQ(e.code(), ErrorCode::kStateMismatch);
   EXPECT_THAT(e.what(), HasSubstr("produced with dropout_p=0.1, backward called with dropout_p=0"));
@@ -85,7 +87,7 @@ TEST(Misuse, StateOfAnotherRank) {
         attention_forward(comm, x.view(), x.view(), x.view(), seq, f.params, {1, 0});
     comm.barrier();
     const ForwardResult& wrong = *states[static_cast<size_t>((r + 1) % kCp)];
-    attention_backward(comm, x.view(), x.view(), x.view(), x.view(), wrong, seq, f.params);
+    attention_backward(comm, x.view(), x.view(), x.view(), x.view(), wrong, seq, f.params, {1, 0});
   });
   states.clear();
   EXPECT_EQ(e.code(), ErrorCode::kStateMismatch);
@@ -104,7 +106,8 @@ TEST(Misuse, StateOfAnotherCpSize) {
   const Error e = expect_error(2, [&](Communicator& comm) {
     const SequenceSharding seq = f.p.sharding(2, comm.rank());
     const Tensor x = shard_tensor(f.p.x.view(), f.p.layout, 2, comm.rank(), &comm.memory());
-    attention_backward(comm, x.view(), x.view(), x.view(), x.view(), *from_cp1, seq, f.params);
+    attention_backward(comm, x.view(), x.view(), x.view(), x.view(), *from_cp1, seq, f.params,
+                       {1, 0});
   });
   EXPECT_EQ(e.code(), ErrorCode::kStateMismatch);
   EXPECT_THAT(e.what(), HasSubstr("produced for cp_rank 0 of 1, backward called on cp_rank"));

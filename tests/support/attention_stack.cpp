@@ -57,16 +57,17 @@ Tensor stack_backward(Communicator& comm, const StackConfig& config, StackActiva
   for (int l = config.layers - 1; l >= 0; --l) {
     const ConstView xl = acts.inputs[static_cast<size_t>(l)].view();
     AttentionGradients g;
+    // The state layer l drew (or the override: misuse tests).
+    const RngState replay = replay_override.value_or(
+        RngState{acts.first_rng.seed, acts.first_rng.offset + static_cast<uint64_t>(l)});
     if (recompute) {
-      const RngState replay = replay_override.value_or(
-          RngState{acts.first_rng.seed, acts.first_rng.offset + static_cast<uint64_t>(l)});
       RecomputeOptions options = config.recompute_options;
       options.ring = config.ring;
       g = recompute_backward(comm, acts.checkpoints[static_cast<size_t>(l)], replay, grad.view(),
                              xl, xl, xl, seq, config.params, options);
     } else {
       auto& state = acts.states[static_cast<size_t>(l)];
-      g = attention_backward(comm, grad.view(), xl, xl, xl, *state, seq, config.params,
+      g = attention_backward(comm, grad.view(), xl, xl, xl, *state, seq, config.params, replay,
                              config.ring);
       state.reset();
     }

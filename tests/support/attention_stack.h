@@ -35,9 +35,10 @@ StackActivations stack_forward(Communicator& comm, const StackConfig& config, Co
                                const SequenceSharding& seq, Generator& generator, bool recompute);
 
 /// Backward of every layer in reverse order given dL/dx_L; returns dL/dx_0 [B, S_r, H, D].
-/// With recompute, layer l replays RngState {first_rng.seed, first_rng.offset + l} (as a training
-/// loop restoring its generator would) unless `replay_override` gives another one (misuse tests).
-/// Frees each layer's state as soon as its backward is done.
+/// Layer l's backward is for (and, with recompute, replays) RngState {first_rng.seed,
+/// first_rng.offset + l} (as a training loop restoring its generator would) unless
+/// `replay_override` gives another one (misuse tests). Frees each layer's state as soon as its
+/// backward is done.
 Tensor stack_backward(Communicator& comm, const StackConfig& config, StackActivations& acts,
                       ConstView dy, const SequenceSharding& seq,
                       std::optional<RngState> replay_override = std::nullopt);

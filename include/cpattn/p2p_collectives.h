@@ -1,0 +1,44 @@
+// Collectives built from point-to-point messages, for implementers of a Communicator backend
+// (docs/design.md section 7): a backend supplies send/recv on a channel its users' tags can never
+// match, and gets allreduce_sum, all_to_all and barrier with the contract's semantics. Every
+// backend of cpattn (in-process ranks, OpenMPI, torch.distributed) uses these, so allreduce_sum is
+// the same fixed-order sum, with the same bits, on all of them.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <span>
+
+#include "cpattn/communicator.h"
+
+namespace cpattn::p2p {
+
+/// The point-to-point primitives a collective needs. send/recv must use a channel that user
+/// isend/irecv can never match (an internal tag or a duplicated MPI communicator), and their
+/// Requests must honour the Communicator contract (deadlines, peer failure).
+struct CollectiveChannel {
+  int rank = 0;
+  int size = 1;
+  MemoryCounter* memory = nullptr;  ///< charged for scratch buffers (may be null)
+  std::function<Request(std::span<const std::byte>, int dest)> send;
+  std::function<Request(std::span<std::byte>, int src)> recv;
+};
+
+/// In-place elementwise sum over all ranks. Computes: data[i] = ((x_0[i] + x_1[i]) + x_2[i]) + ...
+/// in rank order, by the owner of element i's slice only (reduce-scatter: rank r owns elements
+/// [n r / P, n (r + 1) / P)), then copied to every rank (allgather): bitwise identical on all ranks
+/// and run to run. Throws Error(kCommunication) naming both sizes when a peer's message has
+/// another length (ranks passed different n), and the channel's errors prefixed "allreduce_sum: ".
+void allreduce_sum(const CollectiveChannel& ch, std::span<float> data);
+void allreduce_sum(const CollectiveChannel& ch, std::span<double> data);
+
+/// Block i of `send` goes to rank i, block j of `recv` comes from rank j. Throws
+/// Error(kShapeMismatch) if the sizes differ or are not divisible by the group size.
+void all_to_all(const CollectiveChannel& ch, std::span<const std::byte> send,
+                std::span<std::byte> recv);
+
+/// Dissemination barrier (Hensgen, Finkel, Manber 1988): ceil(log2 P) rounds of empty messages;
+/// round k signals rank + 2^k and waits for rank - 2^k.
+void barrier(const CollectiveChannel& ch);
+
+}  // namespace cpattn::p2p

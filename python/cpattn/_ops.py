@@ -1,0 +1,113 @@
+"""cpattn.attention and cpattn.ring_attention: autograd Functions over cpattn's C++ forward and
+backward, whose forward state flows through the autograd context (never a module global)."""
+
+import torch
+
+from . import _cpattn
+from ._checkpoint import active_record
+from ._errors import error
+from ._rng import draw_rng_state, rng_of, rng_tensor
+from ._sharding import resolve_group, whole_length
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+class _Attention(torch.autograd.Function):
+    """One attention call. ctx keeps the non-tensor state (the C++ call description and the
+    forward's Fingerprint); q, k, v, out, lse and the RngState that produced them are saved
+    tensors, so activation checkpointing can drop and recompute them. Backward hands them to
+    cpattn's attention_backward as a ForwardStateView: the C++ side checks that they belong to
+    this call (shapes, strides, positions, parameters, q/k/v digest, RngState) before it
+    computes anything."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, call, dropout_p):
+        seed, offset = draw_rng_state(dropout_p)
+        out, lse, fingerprint = _cpattn.forward(call, q, k, v, seed, offset)
+        record = active_record()
+        if record is not None:
+            record.on_call(seed, offset, fingerprint.inputs_digest)
+        ctx.call = call
+        ctx.fingerprint = fingerprint
+        ctx.save_for_backward(q, k, v, out, lse, rng_tensor(seed, offset))
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse, rng = ctx.saved_tensors
+        seed, offset = rng_of(rng)
+        dq, dk, dv = _cpattn.backward(ctx.call, dout, q, k, v, out, lse, seed, offset,
+                                      ctx.fingerprint)
+        return dq, dk, dv, None, None
+
+
+def _window(window_size):
+    try:
+        left, right = (int(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise error("invalid_argument",
+                    f"window_size must be a pair (left, right), got {window_size!r}") from None
+    return left, right
+
+
+def _run(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scale, causal,
+         window_size, doc_ids, return_lse, timeout):
+    left, right = _window(window_size)
+    if doc_ids is not None and not isinstance(doc_ids, torch.Tensor):
+        raise error("invalid_argument", "doc_ids must be an int64 tensor of the whole sequence")
+    if group is None:
+        cp_size, cp_rank = 1, 0
+    else:
+        cp_size, cp_rank = group.size(), group.rank()
+    call = _cpattn.Call(layout, seq_len, layout, kv_seq_len, cp_size, cp_rank, doc_ids,
+                        None if softmax_scale is None else float(softmax_scale), bool(causal),
+                        left, right, float(dropout_p), group, float(timeout),
+                        torch.get_num_threads())
+    out, lse = _Attention.apply(q, k, v, call, float(dropout_p))
+    return (out, lse) if return_lse else out
+
+
+def attention(q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+              doc_ids=None, return_lse=False):
+    """Exact attention on one rank (the formulas of docs/design.md section 1).
+
+    q [B, S, Hq, Dqk], k [B, S, Hkv, Dqk], v [B, S, Hkv, Dv]: float32 CPU tensors, any strides
+    (BSHD views of BHSD memory included; no copies). Hq must be a multiple of Hkv (GQA/MQA).
+    softmax_scale defaults to 1/sqrt(Dqk); window_size = (left, right) on positions, -1 for
+    unbounded (flash-attn's convention); causal hides later keys; doc_ids, int64 [S], restricts
+    attention to tokens of the same document (packed sequences). dropout_p drops attention
+    probabilities with cpattn's counter-based dropout, its RngState drawn from torch's default
+    CPU generator. Returns out [B, S, Hq, Dv] (dense BSHD), and with return_lse=True also
+    lse float32 [B, Hq, S] (natural log; -inf for a row that sees no key; not differentiable).
+    Differentiable in q, k and v. Raises cpattn.Error naming what is wrong."""
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        raise error("shape_mismatch", "q must be a 4-dimensional tensor [B, S, Hq, Dqk]")
+    return _run(q, k, v, group=None, layout="contiguous", seq_len=q.shape[1],
+                kv_seq_len=k.shape[1], dropout_p=dropout_p, softmax_scale=softmax_scale,
+                causal=causal, window_size=window_size, doc_ids=doc_ids, return_lse=return_lse,
+                timeout=DEFAULT_TIMEOUT_S)
+
+
+def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softmax_scale=None,
+                   causal=False, window_size=(-1, -1), doc_ids=None, return_lse=False,
+                   seq_len=None, timeout=DEFAULT_TIMEOUT_S):
+    """Context-parallel attention over a torch.distributed process group: cpattn's C++ ring,
+    its messages sent with the group's send/recv (gloo on CPU).
+
+    q, k, v are this rank's shards [B, S_r, H, D] of the whole sequence in `layout`
+    ("zigzag", "striped" or "contiguous"; cpattn.shard cuts them); group defaults to the world
+    group. The result is exactly the attention of the whole sequence for this rank's queries:
+    cp=N gives cp=1's numbers (to rounding) and bit-identical dropout masks, provided every rank
+    is seeded alike (torch.manual_seed). doc_ids is int64 [S] for the WHOLE sequence. seq_len
+    (the whole length S) is needed only when it cannot be inferred: from doc_ids, or as
+    S_r * P when that split is what `layout` gives this rank. Every wait has a deadline of
+    `timeout` seconds: a rank that fails or stops makes the others raise cpattn.Error
+    ("timeout" or "peer_failed") instead of hanging. Other arguments and results as attention()."""
+    group = resolve_group(group)
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        raise error("shape_mismatch", "q must be a 4-dimensional tensor [B, S_r, Hq, Dqk]")
+    total = whole_length(q.shape[1], group, layout, doc_ids, seq_len)
+    return _run(q, k, v, group=group, layout=layout, seq_len=total, kv_seq_len=total,
+                dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                window_size=window_size, doc_ids=doc_ids, return_lse=return_lse, timeout=timeout)

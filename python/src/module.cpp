@@ -1,0 +1,206 @@
+// The extension module cpattn._cpattn: cpattn's safe attention API (attention_forward /
+// attention_backward with explicit, checked forward state) for torch tensors, on one rank or over
+// a torch.distributed ProcessGroup. The autograd Functions, RNG and checkpoint guard are Python
+// (python/cpattn/); this file only converts arguments and results.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "cpattn/attention.h"
+#include "cpattn/error.h"
+#include "cpattn/layout.h"
+#include "cpattn/thread_communicator.h"
+#include "cpattn/version.h"
+#include "process_group_communicator.h"
+#include "torch_views.h"
+
+namespace py = pybind11;
+
+namespace cpattn::torch_binding {
+namespace {
+
+using ProcessGroupPtr = c10::intrusive_ptr<c10d::ProcessGroup>;
+
+// How one rank holds a sequence: the Python side's (layout, S, P, rank, document ids).
+SequenceSharding sharding(const std::string& layout, int64_t seq_len, int cp_size, int cp_rank,
+                          const std::optional<at::Tensor>& doc_ids) {
+  SequenceSharding s = SequenceSharding::of(parse_layout(layout), seq_len, cp_size, cp_rank);
+  if (doc_ids.has_value()) {
+    const at::Tensor d = doc_ids->to(at::kLong).contiguous();
+    CPATTN_CHECK(d.dim() == 1 && d.numel() == seq_len, ErrorCode::kShapeMismatch,
+                 "doc_ids must be an int64 tensor of the whole sequence's length ", seq_len,
+                 ", got ", d.numel(), " elements");
+    s.docs.assign(d.data_ptr<int64_t>(), d.data_ptr<int64_t>() + d.numel());
+  }
+  s.validate();
+  return s;
+}
+
+// The CP group a call runs on: the ProcessGroup, or one rank of its own.
+std::unique_ptr<Communicator> group_of(const std::optional<ProcessGroupPtr>& group,
+                                       double timeout_s) {
+  CPATTN_CHECK(timeout_s > 0, ErrorCode::kInvalidArgument, "timeout must be > 0 s, got ",
+               timeout_s);
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+  std::unique_ptr<Communicator> comm;
+  if (group.has_value() && *group) {
+    comm = std::make_unique<ProcessGroupCommunicator>(*group, timeout);
+  } else {
+    comm = std::make_unique<SingleRankCommunicator>();
+    comm->set_timeout(timeout);
+  }
+  return comm;
+}
+
+// Everything one call needs besides its tensors, built once on the Python side per call.
+struct Call {
+  SequenceSharding q_seq, kv_seq;
+  AttentionParams params;
+  std::optional<ProcessGroupPtr> group;
+  double timeout_s = 300.0;
+  int num_threads = 1;
+};
+
+py::tuple forward(const Call& call, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  uint64_t seed, uint64_t offset) {
+  const ConstView qv = view_of(q, "q"), kv = view_of(k, "k"), vv = view_of(v, "v");
+  std::shared_ptr<ForwardResult> state;
+  {
+    const py::gil_scoped_release released;
+    const auto comm = group_of(call.group, call.timeout_s);
+    RingOptions options;
+    options.num_threads = call.num_threads;
+    state = std::make_shared<ForwardResult>(attention_forward(
+        *comm, qv, kv, vv, call.q_seq, call.kv_seq, call.params, {seed, offset}, options));
+  }
+  // out and lse are torch tensors over the ForwardResult's buffers: the state lives as long as
+  // either of them (saved by autograd for backward, or held by the caller).
+  at::Tensor out = torch_over(state, state->out.data(), state->out.shape());
+  at::Tensor lse = torch_over(state, state->lse.data(), state->lse.shape());
+  return py::make_tuple(out, lse, state->fingerprint);
+}
+
+py::tuple backward(const Call& call, const at::Tensor& dout, const at::Tensor& q,
+                   const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                   const at::Tensor& lse, uint64_t seed, uint64_t offset,
+                   const Fingerprint& fingerprint) {
+  const ForwardStateView state{
+      view_of(out, "out"), floats_of(lse, "lse", 3), {seed, offset}, fingerprint};
+  const ConstView dv = view_of(dout, "dout"), qv = view_of(q, "q"), kv = view_of(k, "k"),
+                  vv = view_of(v, "v");
+  AttentionGradients g;
+  {
+    const py::gil_scoped_release released;
+    const auto comm = group_of(call.group, call.timeout_s);
+    RingOptions options;
+    options.num_threads = call.num_threads;
+    // The forward whose output the loss was computed from is the one autograd recorded in ctx
+    // (its fingerprint); the saved out/lse may come from a recompute, and must match it.
+    g = attention_backward(*comm, dv, qv, kv, vv, state, call.q_seq, call.kv_seq, call.params,
+                           fingerprint.rng, options);
+  }
+  return py::make_tuple(torch_from(std::move(g.dq)), torch_from(std::move(g.dk)),
+                        torch_from(std::move(g.dv)));
+}
+
+}  // namespace
+}  // namespace cpattn::torch_binding
+
+PYBIND11_MODULE(_cpattn, m) {
+  namespace tb = cpattn::torch_binding;
+  m.doc() = "cpattn's C++ engine for torch tensors (use the cpattn package, not this module)";
+
+  // cpattn::Error -> cpattn.Error (a RuntimeError) carrying the error code's name in .code.
+  static py::exception<cpattn::Error> error_type(m, "Error", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const cpattn::Error& e) {
+      py::object instance = py::handle(error_type.ptr())(e.what());
+      instance.attr("code") = cpattn::error_code_name(e.code());
+      PyErr_SetObject(error_type.ptr(), instance.ptr());
+    }
+  });
+
+  py::class_<cpattn::Fingerprint>(m, "Fingerprint",
+                                  "What identifies one attention call (recorded by forward)")
+      .def_property_readonly("inputs_digest",
+                             [](const cpattn::Fingerprint& f) { return f.inputs_digest; })
+      .def_property_readonly("rng", [](const cpattn::Fingerprint& f) {
+        return py::make_tuple(f.rng.seed, f.rng.offset);
+      });
+
+  py::class_<tb::Call>(m, "Call", "The non-tensor arguments of one attention call")
+      .def(
+          py::init([](const std::string& q_layout, int64_t q_len, const std::string& kv_layout,
+                      int64_t kv_len, int cp_size, int cp_rank, std::optional<at::Tensor> doc_ids,
+                      std::optional<float> softmax_scale, bool causal, int64_t window_left,
+                      int64_t window_right, float dropout_p,
+                      std::optional<tb::ProcessGroupPtr> group, double timeout_s, int num_threads) {
+            tb::Call c;
+            c.q_seq = tb::sharding(q_layout, q_len, cp_size, cp_rank, doc_ids);
+            c.kv_seq = tb::sharding(kv_layout, kv_len, cp_size, cp_rank, doc_ids);
+            c.params.softmax_scale = softmax_scale;
+            c.params.causal = causal;
+            c.params.window_left = window_left;
+            c.params.window_right = window_right;
+            c.params.dropout_p = dropout_p;
+            c.group = std::move(group);
+            c.timeout_s = timeout_s;
+            c.num_threads = num_threads;
+            return c;
+          }),
+          py::arg("q_layout"), py::arg("q_len"), py::arg("kv_layout"), py::arg("kv_len"),
+          py::arg("cp_size"), py::arg("cp_rank"), py::arg("doc_ids"), py::arg("softmax_scale"),
+          py::arg("causal"), py::arg("window_left"), py::arg("window_right"), py::arg("dropout_p"),
+          py::arg("group"), py::arg("timeout"), py::arg("num_threads"))
+      .def("local_length", [](const tb::Call& c) { return c.q_seq.local_length(); });
+
+  m.def("forward", &tb::forward, py::arg("call"), py::arg("q"), py::arg("k"), py::arg("v"),
+        py::arg("seed"), py::arg("offset"),
+        "attention_forward: returns (out [B, S_r, Hq, Dv], lse fp32 [B, Hq, S_r], Fingerprint)");
+  m.def("backward", &tb::backward, py::arg("call"), py::arg("dout"), py::arg("q"), py::arg("k"),
+        py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("seed"), py::arg("offset"),
+        py::arg("fingerprint"), "attention_backward from a ForwardStateView: (dq, dk, dv)");
+  m.def(
+      "shard_token_indices",
+      [](const std::string& layout, int64_t seq_len, int cp_size, int rank) {
+        const std::vector<int64_t> idx =
+            cpattn::shard_token_indices(cpattn::parse_layout(layout), seq_len, cp_size, rank);
+        return at::tensor(idx, at::kLong);
+      },
+      py::arg("layout"), py::arg("seq_len"), py::arg("cp_size"), py::arg("rank"),
+      "Global token indices rank `rank` holds, in local order");
+  m.def(
+      "memory_stats",
+      [] {
+        const cpattn::StateMemoryStats s = cpattn::memory_stats();
+        py::dict d;
+        d["live_bytes"] = s.live_bytes;
+        d["peak_bytes"] = s.peak_bytes;
+        d["live_forward_results"] = s.live_forward_results;
+        d["peak_forward_results"] = s.peak_forward_results;
+        return d;
+      },
+      "Bytes cpattn holds (live, peak) and ForwardResults alive in this process");
+  m.def("library_version", [] { return std::string(cpattn::library_version()); });
+  m.def(
+      "allreduce_sum",
+      [](tb::ProcessGroupPtr group, at::Tensor x, double timeout_s) {
+        CPATTN_CHECK(x.scalar_type() == at::kDouble && x.is_contiguous() && x.device().is_cpu(),
+                     cpattn::ErrorCode::kInvalidArgument,
+                     "allreduce_sum takes a contiguous float64 CPU tensor");
+        const py::gil_scoped_release released;
+        const auto comm = tb::group_of(group, timeout_s);
+        comm->allreduce_sum(
+            std::span<double>(x.data_ptr<double>(), static_cast<size_t>(x.numel())));
+      },
+      py::arg("group"), py::arg("x"), py::arg("timeout"),
+      "cpattn's fixed-order sum over the group, in place (bitwise equal on every rank)");
+}

@@ -1,0 +1,166 @@
+// ProcessGroupCommunicator (process_group_communicator.h): Requests over c10d Work objects.
+#include "process_group_communicator.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cpattn/error.h"
+
+namespace cpattn::torch_binding {
+
+namespace {
+
+// One posted send or receive. Zero-byte messages (barrier signals) travel as one byte, since a
+// ProcessGroup cannot send an empty tensor; the caller still sees 0 bytes.
+class WorkRequest final : public detail::RequestImpl {
+ public:
+  WorkRequest(c10::intrusive_ptr<c10d::Work> work, std::unique_ptr<std::byte[]> placeholder,
+              std::string what, size_t bytes, std::chrono::milliseconds timeout, int rank)
+      : work_(std::move(work)),
+        placeholder_(std::move(placeholder)),
+        what_(std::move(what)),
+        bytes_(bytes),
+        timeout_(timeout),
+        rank_(rank) {}
+  ~WorkRequest() override { cancel(); }
+
+  bool test() override {
+    if (!work_->isCompleted()) return false;
+    wait(std::chrono::steady_clock::now());
+    return true;
+  }
+
+  size_t wait(std::chrono::steady_clock::time_point deadline) override {
+    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - std::chrono::steady_clock::now()),
+                               std::chrono::milliseconds(1));
+    bool completed = false;
+    try {
+      completed = work_->wait(left);
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+    if (!completed) fail("the operation was aborted");
+    done_ = true;
+    return bytes_;
+  }
+
+  void cancel() noexcept override {
+    if (done_ || !work_) return;
+    // A pending gloo operation is withdrawn by abort(); dropping the Work afterwards releases the
+    // transport's buffer, so a late message can no longer be written into the caller's memory.
+    try {
+      if (!work_->isCompleted()) work_->abort();
+    } catch (...) {
+    }
+    work_.reset();
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& why) {
+    const double seconds = std::chrono::duration<double>(timeout_).count();
+    if (why.find("imed out") != std::string::npos || why.find("imeout") != std::string::npos) {
+      throw Error(ErrorCode::kTimeout,
+                  detail::str_cat("rank ", rank_, ": timed out after ", seconds, " s waiting for ",
+                                  what_, ": ", why));
+    }
+    const bool peer_gone = why.find("onnection closed") != std::string::npos ||
+                           why.find("onnection reset") != std::string::npos ||
+                           why.find("roken pipe") != std::string::npos;
+    throw Error(peer_gone ? ErrorCode::kPeerFailed : ErrorCode::kCommunication,
+                detail::str_cat("rank ", rank_, ": ", what_, " failed: ", why));
+  }
+
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::unique_ptr<std::byte[]> placeholder_;
+  std::string what_;
+  size_t bytes_;
+  std::chrono::milliseconds timeout_;
+  int rank_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+ProcessGroupCommunicator::ProcessGroupCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                                   std::chrono::milliseconds timeout)
+    : group_(std::move(group)) {
+  CPATTN_CHECK(group_, ErrorCode::kInvalidArgument, "ProcessGroupCommunicator: no process group");
+  rank_ = group_->getRank();
+  size_ = group_->getSize();
+  set_timeout(timeout);
+}
+
+Request ProcessGroupCommunicator::post(bool is_send, std::byte* data, size_t bytes, int peer,
+                                       int tag) {
+  CPATTN_CHECK(peer >= 0 && peer < size_, ErrorCode::kInvalidArgument, "rank ", rank_, ": ",
+               is_send ? "isend destination" : "irecv source", " must be in [0, ", size_, "), got ",
+               peer);
+  std::unique_ptr<std::byte[]> placeholder;
+  std::byte* buffer = data;
+  int64_t length = static_cast<int64_t>(bytes);
+  if (bytes == 0) {
+    placeholder = std::make_unique<std::byte[]>(1);
+    buffer = placeholder.get();
+    length = 1;
+  }
+  std::vector<at::Tensor> tensors{at::from_blob(buffer, {length}, at::kByte)};
+  const std::string what =
+      detail::str_cat(is_send ? "isend to rank " : "irecv from rank ", peer, " (tag ", tag, ", ",
+                      bytes, is_send ? " bytes)" : "-byte buffer)");
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = is_send ? group_->send(tensors, peer, tag) : group_->recv(tensors, peer, tag);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kCommunication,
+                detail::str_cat("rank ", rank_, ": ", what, " could not be posted: ", e.what()));
+  }
+  return Request(std::make_unique<WorkRequest>(std::move(work), std::move(placeholder), what, bytes,
+                                               timeout_, rank_),
+                 timeout_);
+}
+
+Request ProcessGroupCommunicator::isend(std::span<const std::byte> data, int dest, int tag) {
+  CPATTN_CHECK(tag >= 0 && tag < kCollectiveTag, ErrorCode::kInvalidArgument,
+               "isend: tag must be in [0, 2^30), got ", tag);
+  // The ProcessGroup only reads a send's buffer.
+  return post(true, const_cast<std::byte*>(data.data()), data.size(), dest, tag);
+}
+
+Request ProcessGroupCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
+  CPATTN_CHECK(tag >= 0 && tag < kCollectiveTag, ErrorCode::kInvalidArgument,
+               "irecv: tag must be in [0, 2^30), got ", tag);
+  return post(false, data.data(), data.size(), src, tag);
+}
+
+p2p::CollectiveChannel ProcessGroupCommunicator::channel() {
+  p2p::CollectiveChannel ch;
+  ch.rank = rank_;
+  ch.size = size_;
+  ch.memory = &process_memory();
+  ch.send = [this](std::span<const std::byte> data, int dest) {
+    return post(true, const_cast<std::byte*>(data.data()), data.size(), dest, kCollectiveTag);
+  };
+  ch.recv = [this](std::span<std::byte> data, int src) {
+    return post(false, data.data(), data.size(), src, kCollectiveTag);
+  };
+  return ch;
+}
+
+void ProcessGroupCommunicator::allreduce_sum(std::span<float> data) {
+  p2p::allreduce_sum(channel(), data);
+}
+void ProcessGroupCommunicator::allreduce_sum(std::span<double> data) {
+  p2p::allreduce_sum(channel(), data);
+}
+void ProcessGroupCommunicator::all_to_all(std::span<const std::byte> send,
+                                          std::span<std::byte> recv) {
+  p2p::all_to_all(channel(), send, recv);
+}
+void ProcessGroupCommunicator::barrier() { p2p::barrier(channel()); }
+MemoryCounter& ProcessGroupCommunicator::memory() { return process_memory(); }
+
+}  // namespace cpattn::torch_binding

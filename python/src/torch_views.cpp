@@ -1,0 +1,69 @@
+// Tensor conversions of the torch binding (torch_views.h).
+#include "torch_views.h"
+
+#include <string>
+#include <vector>
+
+#include "cpattn/error.h"
+
+namespace cpattn::torch_binding {
+
+namespace {
+
+void check_float_cpu(const at::Tensor& t, const char* name) {
+  CPATTN_CHECK(t.defined(), ErrorCode::kInvalidArgument, name, " is not a tensor");
+  CPATTN_CHECK(t.device().is_cpu(), ErrorCode::kInvalidArgument, name,
+               " must be a CPU tensor, got one on ", t.device().str());
+  CPATTN_CHECK(t.scalar_type() == at::kFloat, ErrorCode::kInvalidArgument, name,
+               " must be float32, got ", c10::toString(t.scalar_type()));
+}
+
+std::string sizes_text(const at::Tensor& t) {
+  return shape_string(std::span<const int64_t>(t.sizes().data(), t.sizes().size()));
+}
+
+std::vector<int64_t> dense_strides_of(std::span<const int64_t> shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
+  return strides;
+}
+
+}  // namespace
+
+ConstView view_of(const at::Tensor& t, const char* name) {
+  check_float_cpu(t, name);
+  CPATTN_CHECK(t.dim() == 4, ErrorCode::kShapeMismatch, name,
+               " must have 4 dimensions [B, S, H, D], got ", t.dim(), " (shape ", sizes_text(t),
+               ")");
+  ConstView v;
+  v.data = t.data_ptr<float>();
+  for (int i = 0; i < 4; ++i) {
+    v.shape[static_cast<size_t>(i)] = t.size(i);
+    v.stride[static_cast<size_t>(i)] = t.stride(i);
+  }
+  check_readable(v, name);
+  return v;
+}
+
+std::span<const float> floats_of(const at::Tensor& t, const char* name, int64_t dims) {
+  check_float_cpu(t, name);
+  CPATTN_CHECK(t.dim() == dims && t.is_contiguous(), ErrorCode::kShapeMismatch, name,
+               " must be a contiguous tensor of ", dims, " dimensions, got shape ", sizes_text(t));
+  return {t.data_ptr<float>(), static_cast<size_t>(t.numel())};
+}
+
+at::Tensor torch_over(const std::shared_ptr<void>& owner, const float* data,
+                      std::span<const int64_t> shape) {
+  const std::vector<int64_t> sizes(shape.begin(), shape.end());
+  // torch asks for a mutable pointer; the tensor is the caller's to use as it pleases.
+  return at::from_blob(
+      const_cast<float*>(data), sizes, dense_strides_of(shape), [owner](void*) {},
+      at::TensorOptions().dtype(at::kFloat));
+}
+
+at::Tensor torch_from(Tensor&& t) {
+  auto owned = std::make_shared<Tensor>(std::move(t));
+  return torch_over(owned, owned->data(), owned->shape());
+}
+
+}  // namespace cpattn::torch_binding

@@ -1,0 +1,171 @@
+// Call agreement (call_agreement.h).
+#include "state/call_agreement.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cpattn/digest.h"
+#include "cpattn/error.h"
+
+namespace cpattn::detail {
+
+namespace {
+
+const char* op_name(uint32_t op) {
+  switch (static_cast<CallOp>(op)) {
+    case CallOp::kForward:
+      return "forward";
+    case CallOp::kBackward:
+      return "backward";
+    case CallOp::kRecompute:
+      return "recompute";
+  }
+  return "an unknown operation";
+}
+
+// One compared field: its name and its value as text.
+struct Field {
+  const char* name;
+  std::function<std::string(const CallRecord&)> text;
+};
+
+template <typename T>
+std::string plain(T x) {
+  return str_cat(x);
+}
+
+// The compared fields, in the order of the checks: the first differing one is reported. Built
+// only on the error path.
+std::vector<Field> fields() {
+  return {
+      {"op", [](const CallRecord& r) { return std::string(op_name(r.op)); }},
+      {"call number", [](const CallRecord& r) { return plain(r.call_number); }},
+      {"forward call number", [](const CallRecord& r) { return plain(r.forward_number); }},
+      {"cp_size", [](const CallRecord& r) { return plain(r.cp_size); }},
+      {"batch", [](const CallRecord& r) { return plain(r.B); }},
+      {"query heads", [](const CallRecord& r) { return plain(r.Hq); }},
+      {"kv heads", [](const CallRecord& r) { return plain(r.Hkv); }},
+      {"q/k head dim", [](const CallRecord& r) { return plain(r.Dqk); }},
+      {"v head dim", [](const CallRecord& r) { return plain(r.Dv); }},
+      {"q layout",
+       [](const CallRecord& r) { return std::string(layout_name(Layout(r.q_layout))); }},
+      {"kv layout",
+       [](const CallRecord& r) { return std::string(layout_name(Layout(r.kv_layout))); }},
+      {"q seq_len", [](const CallRecord& r) { return plain(r.q_seq_len); }},
+      {"kv seq_len", [](const CallRecord& r) { return plain(r.kv_seq_len); }},
+      {"positions/documents digest",
+       [](const CallRecord& r) { return digest_hex(r.positions_digest); }},
+      {"softmax_scale", [](const CallRecord& r) { return plain(r.softmax_scale); }},
+      {"causal", [](const CallRecord& r) { return std::string(r.causal ? "true" : "false"); }},
+      {"window_left", [](const CallRecord& r) { return plain(r.window_left); }},
+      {"window_right", [](const CallRecord& r) { return plain(r.window_right); }},
+      {"dropout_p", [](const CallRecord& r) { return plain(r.dropout_p); }},
+      {"rng",
+       [](const CallRecord& r) {
+         return to_string(RngState{r.rng_seed, r.rng_offset});
+       }},
+      {"its own checks of the call",
+       [](const CallRecord& r) { return std::string(r.local_check_passed ? "passed" : "failed"); }},
+  };
+}
+
+// "rank 3", "ranks 0-2", "ranks 0, 2, 5".
+std::string ranks_text(const std::vector<int>& ranks) {
+  if (ranks.size() == 1) return str_cat("rank ", ranks[0]);
+  bool consecutive = true;
+  for (size_t i = 1; i < ranks.size(); ++i) consecutive &= ranks[i] == ranks[i - 1] + 1;
+  if (consecutive) return str_cat("ranks ", ranks.front(), "-", ranks.back());
+  std::string s = "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+}  // namespace
+
+CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
+                       const Fingerprint& fp) {
+  CallRecord r;
+  r.op = static_cast<uint32_t>(op);
+  r.cp_size = static_cast<uint32_t>(fp.cp_size);
+  r.call_number = call_number;
+  r.forward_number = forward_number;
+  r.B = fp.q_shape[0];
+  r.Hq = fp.q_shape[2];
+  r.Dqk = fp.q_shape[3];
+  r.Hkv = fp.k_shape[2];
+  r.Dv = fp.v_shape[3];
+  r.q_seq_len = fp.q_seq_len;
+  r.kv_seq_len = fp.kv_seq_len;
+  r.q_layout = static_cast<int32_t>(fp.q_layout);
+  r.kv_layout = static_cast<int32_t>(fp.kv_layout);
+  r.positions_digest = fp.positions_digest;
+  r.softmax_scale = fp.softmax_scale;
+  r.causal = fp.causal ? 1 : 0;
+  r.window_left = fp.window_left;
+  r.window_right = fp.window_right;
+  r.dropout_p = fp.dropout_p;
+  r.rng_seed = fp.rng.seed;
+  r.rng_offset = fp.rng.offset;
+  return r;
+}
+
+void agree_on_call(Communicator& comm, const CallRecord& mine) {
+  const int p = comm.size();
+  if (p == 1) return;
+  const size_t bytes = sizeof(CallRecord);
+  std::vector<std::byte> send(bytes * static_cast<size_t>(p)), recv(send.size());
+  for (int r = 0; r < p; ++r)
+    std::memcpy(send.data() + bytes * static_cast<size_t>(r), &mine, bytes);
+  comm.all_to_all(send, recv);
+  std::vector<CallRecord> all(static_cast<size_t>(p));
+  for (int r = 0; r < p; ++r) {
+    std::memcpy(&all[static_cast<size_t>(r)], recv.data() + bytes * static_cast<size_t>(r), bytes);
+  }
+  if (std::memcmp(send.data(), recv.data(), send.size()) == 0) return;
+  for (const Field& f : fields()) {
+    std::map<std::string, std::vector<int>> holders;
+    for (int r = 0; r < p; ++r) holders[f.text(all[static_cast<size_t>(r)])].push_back(r);
+    if (holders.size() == 1) continue;
+    // Fewest holders first, so the odd rank out is named first and the majority last.
+    std::vector<std::pair<std::string, std::vector<int>>> groups(holders.begin(), holders.end());
+    std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+      return a.second.size() < b.second.size();
+    });
+    // Named after rank 0's record, so that every rank throws the same message.
+    std::string message = str_cat("call agreement failed (call ", all[0].call_number, ", ",
+                                  op_name(all[0].op), "): ");
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const bool one = groups[g].second.size() == 1;
+      message += str_cat(g ? ", " : "", ranks_text(groups[g].second), one ? " has " : " have ",
+                         f.name, "=", groups[g].first);
+    }
+    throw Error(ErrorCode::kRankDisagreement, message);
+  }
+  throw Error(ErrorCode::kInternal, "call agreement: the records differ in no compared field");
+}
+
+}  // namespace cpattn::detail
+
+namespace cpattn::detail {
+
+uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint& fp,
+                        std::optional<uint64_t> forward_number,
+                        const std::optional<Error>& local_error) {
+  const uint64_t number = comm.take_call_number();
+  CallRecord record = call_record(op, number, forward_number.value_or(number), fp);
+  record.local_check_passed = local_error ? 0 : 1;
+  try {
+    agree_on_call(comm, record);
+  } catch (const Error&) {
+    if (local_error) throw *local_error;  // this rank's own, more precise reason
+    throw;
+  }
+  if (local_error) throw *local_error;  // every rank refused the call, each for its own reason
+  return number;
+}
+
+}  // namespace cpattn::detail

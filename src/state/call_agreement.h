@@ -1,0 +1,57 @@
+// Call agreement: before any data of a checked attention call moves, every rank of the group
+// learns every other rank's description of the call and all throw the same error if any differ.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "cpattn/attention.h"
+#include "cpattn/error.h"
+
+namespace cpattn::detail {
+
+/// What a checked call is.
+enum class CallOp : uint32_t { kForward = 1, kBackward = 2, kRecompute = 3 };
+
+/// The rank-independent description of one checked call: what every rank of the group must
+/// agree on (shapes but the rank's own sequence length, layouts, whole lengths, positions and
+/// documents, parameters, RngState, the call's number and, for backward, the number of the
+/// forward whose state it uses). Fixed size and trivially copyable: it travels as bytes.
+struct CallRecord {
+  uint32_t op = 0;
+  uint32_t cp_size = 0;
+  uint64_t call_number = 0;     ///< Communicator::take_call_number of this call
+  uint64_t forward_number = 0;  ///< the forward's call number (this call's, for a forward)
+  int64_t B = 0, Hq = 0, Hkv = 0, Dqk = 0, Dv = 0;
+  int64_t q_seq_len = 0, kv_seq_len = 0;
+  int32_t q_layout = 0, kv_layout = 0;
+  uint64_t positions_digest = 0;
+  float softmax_scale = 0.0f;
+  int32_t causal = 0;
+  int64_t window_left = 0, window_right = 0;
+  float dropout_p = 0.0f;
+  int32_t local_check_passed = 1;  ///< 0: this rank refuses the call (its own error follows)
+  uint64_t rng_seed = 0, rng_offset = 0;
+};
+
+/// The record of a call from its fingerprint (shapes, shardings, parameters, RngState).
+CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
+                       const Fingerprint& fp);
+
+/// Exchanges `mine` with every rank of comm (one all_to_all of P records) and returns when all
+/// are equal. Otherwise throws, on every rank alike, Error(kRankDisagreement) naming the first
+/// field that differs and which ranks hold which value, e.g. "call agreement failed (call 7,
+/// backward): rank 3 has dropout_p=0, ranks 0-2 have dropout_p=0.1"; and the communicator's
+/// errors when a rank does not take part.
+void agree_on_call(Communicator& comm, const CallRecord& mine);
+
+/// The checked-call protocol: takes comm's next call number, makes the record (forward_number:
+/// the forward this call uses the state of; nullopt = this call itself), and agrees on it. When
+/// this rank has a reason of its own to refuse the call (`local_error`), it takes part in the
+/// agreement anyway, marked as refusing, and then throws that error, so the other ranks throw
+/// at once too (their error names it) instead of waiting for it. Returns the call number.
+uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint& fp,
+                        std::optional<uint64_t> forward_number,
+                        const std::optional<Error>& local_error);
+
+}  // namespace cpattn::detail

@@ -1,0 +1,215 @@
+// Call agreement: ranks that make different checked calls (other parameters, RngState, lengths,
+// backward order) all throw kRankDisagreement at once, naming the field and the ranks; a
+// backward given the state of another forward on the same inputs is refused (the RngState check
+// can fire); and the agreement costs one small exchange per call.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cpattn/error.h"
+#include "state/stack_harness.h"
+#include "support/counting_communicator.h"
+#include "support/errors.h"
+
+namespace cpattn::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Outcome {
+  std::vector<ErrorCode> codes;
+  std::vector<std::string> messages;
+};
+
+// Runs fn on P ranks; records every rank's error (kInternal + "" for a rank that did not throw).
+Outcome run_all(int P, const std::function<void(Communicator&)>& fn) {
+  Outcome o{std::vector<ErrorCode>(static_cast<size_t>(P), ErrorCode::kInternal),
+            std::vector<std::string>(static_cast<size_t>(P))};
+  try {
+    run_ranks(P, [&](Communicator& comm) {
+      try {
+        fn(comm);
+      } catch (const Error& e) {
+        o.codes[static_cast<size_t>(comm.rank())] = e.code();
+        o.messages[static_cast<size_t>(comm.rank())] = e.what();
+        throw;
+      }
+    });
+  } catch (const Error&) {
+  }
+  return o;
+}
+
+struct Case {
+  StackProblem p{1, 37, 2, 8, 5};
+  AttentionParams params;
+  Case() {
+    params.causal = true;
+    params.dropout_p = 0.1f;
+  }
+};
+
+TEST(CallAgreement, DifferentDropoutOnOneRankFailsEveryRankNamingIt) {
+  const Case c;
+  const Outcome o = run_all(4, [&](Communicator& comm) {
+    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
+    AttentionParams params = c.params;
+    if (comm.rank() == 3) params.dropout_p = 0.0f;
+    attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(4, comm.rank()), params,
+                      {1, 0});
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kRankDisagreement) << "rank " << r;
+    EXPECT_EQ(o.messages[static_cast<size_t>(r)],
+              "call agreement failed (call 0, forward): rank 3 has dropout_p=0, ranks 0-2 have "
+              "dropout_p=0.1");
+  }
+}
+
+TEST(CallAgreement, EachFieldIsCompared) {
+  const Case c;
+  // field name in the message -> how rank 1 differs
+  const std::vector<
+      std::pair<std::string, std::function<void(AttentionParams&, SequenceSharding&, RngState&)>>>
+      variants = {
+          {"causal=false",
+           [](AttentionParams& p, SequenceSharding&, RngState&) { p.causal = false; }},
+          {"window_left=4",
+           [](AttentionParams& p, SequenceSharding&, RngState&) { p.window_left = 4; }},
+          {"softmax_scale=",
+           [](AttentionParams& p, SequenceSharding&, RngState&) { p.softmax_scale = 0.5f; }},
+          {"rng={seed=2, offset=0}",
+           [](AttentionParams&, SequenceSharding&, RngState& r) { r.seed = 2; }},
+          {"positions/documents digest=",
+           [](AttentionParams&, SequenceSharding& s, RngState&) {
+             s.docs.assign(37, 0);
+             s.docs[30] = 1;
+           }},
+      };
+  for (const auto& [needle, change] : variants) {
+    const Outcome o = run_all(2, [&](Communicator& comm) {
+      const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+      AttentionParams params = c.params;
+      SequenceSharding seq = c.p.sharding(2, comm.rank());
+      RngState rng{1, 0};
+      if (comm.rank() == 1) change(params, seq, rng);
+      // Documents are given on both ranks or on neither (else the shardings are refused).
+      if (comm.rank() == 0 && needle.starts_with("positions")) seq.docs.assign(37, 0);
+      attention_forward(comm, x.view(), x.view(), x.view(), seq, params, rng);
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kRankDisagreement) << needle;
+      EXPECT_THAT(o.messages[static_cast<size_t>(r)], HasSubstr("rank 1 has " + needle)) << needle;
+    }
+  }
+}
+
+TEST(CallAgreement, RanksThatDisagreeOnTheSequenceLengthFailBeforeAnyKvMessage) {
+  const Case c;
+  const Outcome o = run_all(2, [&](Communicator& comm) {
+    // S = 37 on rank 0, 38 on rank 1: both shard lengths are 19 in zigzag, so only the
+    // agreement can tell.
+    const int64_t S = comm.rank() == 0 ? 37 : 38;
+    const SequenceSharding seq = SequenceSharding::of(Layout::kZigzag, S, 2, comm.rank());
+    const Tensor x({1, seq.local_length(), 2, 8}, &comm.memory());
+    attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {1, 0});
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(o.messages[static_cast<size_t>(r)],
+                HasSubstr("rank 0 has q seq_len=37, rank 1 has q seq_len=38"));
+  }
+}
+
+// Without dropout two layers' backward calls look alike; the forward call number tells them
+// apart, so ranks that run the backward of layers in different orders are caught.
+TEST(CallAgreement, BackwardCallsInDifferentOrdersAreCaught) {
+  Case c;
+  c.params.dropout_p = 0.0f;
+  const Outcome o = run_all(2, [&](Communicator& comm) {
+    const SequenceSharding seq = c.p.sharding(2, comm.rank());
+    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor y = shard_tensor(c.p.w.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    const ForwardResult fx =
+        attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {});
+    const ForwardResult fy =
+        attention_forward(comm, y.view(), y.view(), y.view(), seq, c.params, {});
+    if (comm.rank() == 0) {
+      attention_backward(comm, x.view(), x.view(), x.view(), x.view(), fx, seq, c.params, {});
+    } else {
+      attention_backward(comm, y.view(), y.view(), y.view(), y.view(), fy, seq, c.params, {});
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(o.messages[static_cast<size_t>(r)],
+                HasSubstr("call agreement failed (call 2, backward): rank 0 has forward call "
+                          "number=0, rank 1 has forward call number=1"));
+  }
+}
+
+// The same tokens run twice with different dropout streams (two microbatches of one sample):
+// backward for the second must not accept the first's state. This is the RngState check.
+TEST(CallAgreement, StateOfAnotherForwardOnTheSameInputsIsRefused) {
+  const Case c;
+  const Outcome o = run_all(2, [&](Communicator& comm) {
+    const SequenceSharding seq = c.p.sharding(2, comm.rank());
+    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    Generator gen(9);
+    const RngState first = gen.next(), second = gen.next();
+    const ForwardResult f1 =
+        attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, first);
+    const ForwardResult f2 =
+        attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, second);
+    attention_backward(comm, x.view(), x.view(), x.view(), x.view(), f1, seq, c.params, second);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kStateMismatch);
+    EXPECT_THAT(o.messages[static_cast<size_t>(r)],
+                HasSubstr("ForwardResult was produced with rng={seed=9, offset=0}, backward "
+                          "called with rng={seed=9, offset=1}"));
+  }
+}
+
+// A ForwardStateView whose out/lse came from another dropout stream than its fingerprint (a
+// recompute with other RNG) is refused.
+TEST(CallAgreement, ViewWhoseOutputsCameFromAnotherRngStateIsRefused) {
+  const Case c;
+  const Outcome o = run_all(1, [&](Communicator& comm) {
+    const SequenceSharding seq = c.p.sharding(1, 0);
+    const ConstView x = c.p.x.view();
+    const ForwardResult f = attention_forward(comm, x, x, x, seq, c.params, {4, 4});
+    ForwardStateView view = f.view();
+    view.rng = {4, 5};
+    attention_backward(comm, x, x, x, x, view, seq, seq, c.params, {4, 4});
+  });
+  EXPECT_EQ(o.codes[0], ErrorCode::kStateMismatch);
+  EXPECT_THAT(o.messages[0], HasSubstr("its out/lse were computed with rng={seed=4, offset=5}"));
+}
+
+// One exchange of P fixed-size records per checked call: with P ranks, P - 1 sends per rank.
+TEST(CallAgreement, CostsOneRecordExchangePerCall) {
+  const Case c;
+  std::mutex mu;
+  std::vector<int64_t> extra;
+  run_ranks(4, [&](Communicator& comm) {
+    const SequenceSharding seq = c.p.sharding(4, comm.rank());
+    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
+    CountingCommunicator counting(comm);
+    const ForwardResult f =
+        attention_forward(counting, x.view(), x.view(), x.view(), seq, c.params, {1, 0});
+    RingStats stats;
+    RingOptions options;
+    options.stats = &stats;
+    const auto r = unchecked::ring_attention_forward(comm, x.view(), x.view(), x.view(), seq, seq,
+                                                     c.params, {1, 0}, options);
+    const std::lock_guard<std::mutex> lock(mu);
+    extra.push_back(counting.collectives);
+    EXPECT_EQ(counting.sends, stats.messages_sent) << "the k/v relay is unchanged";
+  });
+  for (int64_t n : extra) EXPECT_EQ(n, 1) << "one all_to_all per call";
+}
+
+}  // namespace
+}  // namespace cpattn::testing
