@@ -1,6 +1,8 @@
 """cpattn.attention and cpattn.ring_attention: autograd Functions over cpattn's C++ forward and
 backward, whose forward state flows through the autograd context (never a module global)."""
 
+import weakref
+
 import torch
 
 from . import _cpattn
@@ -10,6 +12,21 @@ from ._rng import draw_rng_state, rng_of, rng_tensor
 from ._sharding import resolve_group, whole_length
 
 DEFAULT_TIMEOUT_S = 300.0
+
+# The number of each process group's next checked call on this rank (the Python side of
+# Communicator::take_call_number, whose C++ object lives for one call here): every rank numbers
+# its calls alike, and the C++ call agreement compares the numbers, so ranks whose calls are out
+# of step (a skipped call, backward in another order) fail instead of mixing their data. Keyed
+# weakly by the group; a count, not forward state.
+_next_call = weakref.WeakKeyDictionary()
+
+
+def _take_call_number(group):
+    if group is None:
+        return 0
+    n = _next_call.get(group, 0)
+    _next_call[group] = n + 1
+    return n
 
 
 class _Attention(torch.autograd.Function):
@@ -21,13 +38,15 @@ class _Attention(torch.autograd.Function):
     computes anything."""
 
     @staticmethod
-    def forward(ctx, q, k, v, call, dropout_p):
+    def forward(ctx, q, k, v, call, group, dropout_p):
         seed, offset = draw_rng_state(dropout_p)
-        out, lse, fingerprint = _cpattn.forward(call, q, k, v, seed, offset)
+        out, lse, fingerprint = _cpattn.forward(call, _take_call_number(group), q, k, v, seed,
+                                                offset)
         record = active_record()
         if record is not None:
             record.on_call(seed, offset, fingerprint.inputs_digest)
         ctx.call = call
+        ctx.group = group
         ctx.fingerprint = fingerprint
         ctx.save_for_backward(q, k, v, out, lse, rng_tensor(seed, offset))
         ctx.mark_non_differentiable(lse)
@@ -37,9 +56,9 @@ class _Attention(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse, rng = ctx.saved_tensors
         seed, offset = rng_of(rng)
-        dq, dk, dv = _cpattn.backward(ctx.call, dout, q, k, v, out, lse, seed, offset,
-                                      ctx.fingerprint)
-        return dq, dk, dv, None, None
+        dq, dk, dv = _cpattn.backward(ctx.call, _take_call_number(ctx.group), dout, q, k, v,
+                                      out, lse, seed, offset, ctx.fingerprint)
+        return dq, dk, dv, None, None, None
 
 
 def _window(window_size):
@@ -64,7 +83,7 @@ def _run(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scal
                         None if softmax_scale is None else float(softmax_scale), bool(causal),
                         left, right, float(dropout_p), group, float(timeout),
                         torch.get_num_threads())
-    out, lse = _Attention.apply(q, k, v, call, float(dropout_p))
+    out, lse = _Attention.apply(q, k, v, call, group, float(dropout_p))
     return (out, lse) if return_lse else out
 
 
@@ -100,14 +119,16 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     group. The result is exactly the attention of the whole sequence for this rank's queries:
     cp=N gives cp=1's numbers (to rounding) and bit-identical dropout masks, provided every rank
     is seeded alike (torch.manual_seed). doc_ids is int64 [S] for the WHOLE sequence. seq_len
-    (the whole length S) is needed only when it cannot be inferred: from doc_ids, or as
-    S_r * P when that split is what `layout` gives this rank. Every wait has a deadline of
+    is the whole length S (default: len(doc_ids), else the sum of the ranks' local lengths, one
+    small all_reduce). Before any data moves, the ranks compare their calls (lengths, layouts,
+    parameters, RngState, call numbers) and all raise cpattn.Error (code "rank_disagreement")
+    naming what differs. Every wait has a deadline of
     `timeout` seconds: a rank that fails or stops makes the others raise cpattn.Error
     ("timeout" or "peer_failed") instead of hanging. Other arguments and results as attention()."""
     group = resolve_group(group)
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise error("shape_mismatch", "q must be a 4-dimensional tensor [B, S_r, Hq, Dqk]")
-    total = whole_length(q.shape[1], group, layout, doc_ids, seq_len)
+    total = whole_length(q.shape[1], group, doc_ids, seq_len)
     return _run(q, k, v, group=group, layout=layout, seq_len=total, kv_seq_len=total,
                 dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                 window_size=window_size, doc_ids=doc_ids, return_lse=return_lse, timeout=timeout)

@@ -22,18 +22,16 @@ def token_indices(layout, seq_len, group):
     return _cpattn.shard_token_indices(layout, int(seq_len), group.size(), group.rank())
 
 
-def whole_length(local_len, group, layout, doc_ids, seq_len):
-    """The whole sequence's length S of a call whose rank holds local_len tokens."""
+def whole_length(local_len, group, doc_ids, seq_len):
+    """The whole sequence's length S of a call whose rank holds local_len tokens: len(doc_ids),
+    seq_len, or the sum of every rank's local length (one small all_reduce over the group)."""
     if doc_ids is not None:
         return int(doc_ids.numel())
     if seq_len is not None:
         return int(seq_len)
-    guess = int(local_len) * group.size()
-    if token_indices(layout, guess, group).numel() != local_len:
-        raise error("invalid_argument",
-                    f"cannot infer the sequence length from {local_len} local tokens on "
-                    f"{group.size()} ranks ({layout}): pass seq_len=")
-    return guess
+    total = torch.tensor([int(local_len)], dtype=torch.int64)
+    dist.all_reduce(total, group=group)
+    return int(total)
 
 
 def shard(x, dim=1, *, group=None, layout="zigzag"):

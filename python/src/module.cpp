@@ -44,7 +44,7 @@ SequenceSharding sharding(const std::string& layout, int64_t seq_len, int cp_siz
 
 // The CP group a call runs on: the ProcessGroup, or one rank of its own.
 std::unique_ptr<Communicator> group_of(const std::optional<ProcessGroupPtr>& group,
-                                       double timeout_s) {
+                                       double timeout_s, uint64_t call_number) {
   CPATTN_CHECK(timeout_s > 0, ErrorCode::kInvalidArgument, "timeout must be > 0 s, got ",
                timeout_s);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
@@ -55,6 +55,7 @@ std::unique_ptr<Communicator> group_of(const std::optional<ProcessGroupPtr>& gro
     comm = std::make_unique<SingleRankCommunicator>();
     comm->set_timeout(timeout);
   }
+  comm->set_next_call_number(call_number);
   return comm;
 }
 
@@ -67,13 +68,13 @@ struct Call {
   int num_threads = 1;
 };
 
-py::tuple forward(const Call& call, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                  uint64_t seed, uint64_t offset) {
+py::tuple forward(const Call& call, uint64_t call_number, const at::Tensor& q, const at::Tensor& k,
+                  const at::Tensor& v, uint64_t seed, uint64_t offset) {
   const ConstView qv = view_of(q, "q"), kv = view_of(k, "k"), vv = view_of(v, "v");
   std::shared_ptr<ForwardResult> state;
   {
     const py::gil_scoped_release released;
-    const auto comm = group_of(call.group, call.timeout_s);
+    const auto comm = group_of(call.group, call.timeout_s, call_number);
     RingOptions options;
     options.num_threads = call.num_threads;
     state = std::make_shared<ForwardResult>(attention_forward(
@@ -86,7 +87,7 @@ py::tuple forward(const Call& call, const at::Tensor& q, const at::Tensor& k, co
   return py::make_tuple(out, lse, state->fingerprint);
 }
 
-py::tuple backward(const Call& call, const at::Tensor& dout, const at::Tensor& q,
+py::tuple backward(const Call& call, uint64_t call_number, const at::Tensor& dout, const at::Tensor& q,
                    const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
                    const at::Tensor& lse, uint64_t seed, uint64_t offset,
                    const Fingerprint& fingerprint) {
@@ -97,7 +98,7 @@ py::tuple backward(const Call& call, const at::Tensor& dout, const at::Tensor& q
   AttentionGradients g;
   {
     const py::gil_scoped_release released;
-    const auto comm = group_of(call.group, call.timeout_s);
+    const auto comm = group_of(call.group, call.timeout_s, call_number);
     RingOptions options;
     options.num_threads = call.num_threads;
     // The forward whose output the loss was computed from is the one autograd recorded in ctx
@@ -162,10 +163,10 @@ PYBIND11_MODULE(_cpattn, m) {
           py::arg("group"), py::arg("timeout"), py::arg("num_threads"))
       .def("local_length", [](const tb::Call& c) { return c.q_seq.local_length(); });
 
-  m.def("forward", &tb::forward, py::arg("call"), py::arg("q"), py::arg("k"), py::arg("v"),
+  m.def("forward", &tb::forward, py::arg("call"), py::arg("call_number"), py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("seed"), py::arg("offset"),
         "attention_forward: returns (out [B, S_r, Hq, Dv], lse fp32 [B, Hq, S_r], Fingerprint)");
-  m.def("backward", &tb::backward, py::arg("call"), py::arg("dout"), py::arg("q"), py::arg("k"),
+  m.def("backward", &tb::backward, py::arg("call"), py::arg("call_number"), py::arg("dout"), py::arg("q"), py::arg("k"),
         py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("seed"), py::arg("offset"),
         py::arg("fingerprint"), "attention_backward from a ForwardStateView: (dq, dk, dv)");
   m.def(
@@ -197,7 +198,7 @@ PYBIND11_MODULE(_cpattn, m) {
                      cpattn::ErrorCode::kInvalidArgument,
                      "allreduce_sum takes a contiguous float64 CPU tensor");
         const py::gil_scoped_release released;
-        const auto comm = tb::group_of(group, timeout_s);
+        const auto comm = tb::group_of(group, timeout_s, 0);
         comm->allreduce_sum(
             std::span<double>(x.data_ptr<double>(), static_cast<size_t>(x.numel())));
       },

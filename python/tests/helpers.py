@@ -1,0 +1,108 @@
+"""Shared pieces of the cpattn PyTorch tests: the float64 reference (tests/data/float64_attention,
+the same independent implementation the known-answer vectors come from) and a runner for
+functions on N torch.distributed processes (gloo on CPU)."""
+
+import os
+import pathlib
+import sys
+import queue as queue_module
+import tempfile
+import time
+import traceback
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "data"))
+import float64_attention  # noqa: E402
+
+reference = float64_attention
+
+
+def reference_attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1),
+                        doc_ids=None, dropout_p=0.0, rng=(0, 0)):
+    """float64 attention of float tensors (BSHD, any strides): (out, lse) as float64 tensors that
+    autograd differentiates w.r.t. the float64 leaves returned third: (q64, k64, v64)."""
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+    docs = None if doc_ids is None else doc_ids.tolist()
+    out, lse = reference.attention(*leaves, scale, q_doc=docs, k_doc=docs, causal=causal,
+                                   window_left=window_size[0], window_right=window_size[1],
+                                   dropout_p=dropout_p, seed=rng[0], offset=rng[1])
+    return out, lse, leaves
+
+
+def rng_after_seed(seed):
+    """The (seed, offset) the first cpattn dropout call draws after torch.manual_seed(seed)."""
+    from cpattn._rng import draw_rng_state
+    torch.manual_seed(seed)
+    return draw_rng_state(0.5)
+
+
+def _worker(rank, world, store_path, fn, args, queue):
+    try:
+        dist.init_process_group("gloo", init_method="file://" + store_path, rank=rank,
+                                world_size=world)
+        torch.set_num_threads(1)
+        outcome = (rank, "ok", fn(rank, world, *args))
+    except BaseException as e:  # reported to the parent, which fails the test
+        outcome = (rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+    queue.put(outcome)
+    # Flush the queue, then leave at once: this rank's communication is over, and its peers may
+    # be gone (a fault test), so the group is not torn down.
+    queue.close()
+    queue.join_thread()
+    os._exit(0 if outcome[1] == "ok" else 1)
+
+
+def run_processes(world, fn, *args, timeout=240.0, expect_errors=False):
+    """Runs fn(rank, world, *args) on `world` forked processes in one gloo group; returns the
+    results by rank (picklable values: use numpy or lists, not tensors). With expect_errors the
+    per-rank outcomes ("ok" or "error", value) are returned instead of raising."""
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    store = tempfile.mktemp(prefix="cpattn-test-store-")
+    procs = [ctx.Process(target=_worker, args=(r, world, store, fn, args, queue))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    outcomes = {}
+    deadline = time.monotonic() + timeout
+    try:
+        # Until every rank reported, or the ranks that did not are gone (a fault test), or the
+        # time is up.
+        while len(outcomes) < world and time.monotonic() < deadline:
+            try:
+                rank, status, value = queue.get(timeout=0.5)
+                outcomes[rank] = (status, value)
+            except queue_module.Empty:
+                if not any(p.is_alive() for p in procs):
+                    break
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+        if os.path.exists(store):
+            os.remove(store)
+    if expect_errors:
+        return [outcomes.get(r, ("missing", None)) for r in range(world)]
+    for r in range(world):
+        status, value = outcomes.get(r, ("missing", "no report (it died or timed out)"))
+        if status != "ok":
+            raise AssertionError(f"rank {r} failed: {value}")
+    return [outcomes[r][1] for r in range(world)]
+
+
+def max_rel(a, b, floor=1e-30):
+    """max |a - b| / max(max |b|, floor) over finite entries (equal infinities count as 0); the
+    floor makes the bound absolute where b is (near) zero, e.g. the exactly-zero gradients of a
+    row that sees one key."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    both_inf = np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b))
+    diff = np.where(both_inf, 0.0, np.abs(a - b))
+    scale = np.max(np.abs(b[np.isfinite(b)])) if np.isfinite(b).any() else 1.0
+    return float(np.max(diff) / max(scale, floor)) if diff.size else 0.0

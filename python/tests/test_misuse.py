@@ -1,0 +1,70 @@
+"""Misuse raises cpattn.Error with a clear message (never a crash or a wrong number): wrong
+dtype, shapes, layout, window, a sharding the group does not match, bad doc_ids."""
+
+import pytest
+import torch
+
+import cpattn
+from helpers import run_processes
+
+
+def _qkv(S=16, Hq=2, Hkv=1, D=8):
+    return torch.randn(1, S, Hq, D), torch.randn(1, S, Hkv, D), torch.randn(1, S, Hkv, D)
+
+
+@pytest.mark.parametrize("make,code,needle", [
+    (lambda q, k, v: (q.double(), k, v), "invalid_argument", "q must be float32, got Double"),
+    (lambda q, k, v: (q, k.half(), v), "invalid_argument", "k must be float32"),
+    (lambda q, k, v: (q[0], k, v), "shape_mismatch", "q must be a 4-dimensional tensor"),
+    (lambda q, k, v: (q, k[:, :, :, :4], v), "shape_mismatch", "k must have shape"),
+    (lambda q, k, v: (torch.randn(1, 16, 3, 8), torch.randn(1, 16, 2, 8),
+                      torch.randn(1, 16, 2, 8)), "shape_mismatch", "Hq must be a multiple of Hkv"),
+])
+def test_bad_tensors(make, code, needle):
+    q, k, v = make(*_qkv())
+    with pytest.raises(cpattn.Error, match=needle) as info:
+        cpattn.attention(q, k, v)
+    assert info.value.code == code
+    assert isinstance(info.value, RuntimeError)
+
+
+def test_bad_parameters():
+    q, k, v = _qkv()
+    with pytest.raises(cpattn.Error, match="dropout_p must be in"):
+        cpattn.attention(q, k, v, dropout_p=1.0)
+    with pytest.raises(cpattn.Error, match="window_left must be >= -1"):
+        cpattn.attention(q, k, v, window_size=(-2, 0))
+    with pytest.raises(cpattn.Error, match="window_size must be a pair"):
+        cpattn.attention(q, k, v, window_size=3)
+    with pytest.raises(cpattn.Error, match="softmax_scale must be finite"):
+        cpattn.attention(q, k, v, softmax_scale=float("inf"))
+    with pytest.raises(cpattn.Error, match="doc_ids must be an int64 tensor of the whole"):
+        cpattn.attention(q, k, v, doc_ids=torch.zeros(15, dtype=torch.int64))
+
+
+def test_ring_attention_without_a_group():
+    q, k, v = _qkv()
+    with pytest.raises(cpattn.Error, match="needs torch.distributed"):
+        cpattn.ring_attention(q, k, v)
+
+
+def _wrong_layout(rank, world):
+    q, k, v = _qkv(S=8)
+    cpattn.ring_attention(q, k, v, layout="diagonal")
+
+
+def _group_does_not_match_sharding(rank, world):
+    # The caller says the whole sequence has 40 tokens, but each rank holds 8 (a group of 2
+    # splits 40 into 20 + 20): the shapes name the mismatch.
+    q, k, v = _qkv(S=8)
+    cpattn.ring_attention(q, k, v, seq_len=40, layout="contiguous")
+
+
+@pytest.mark.parametrize("fn,needle", [
+    (_wrong_layout, "layout: expected contiguous | zigzag | striped, got 'diagonal'"),
+    (_group_does_not_match_sharding, "q must have shape [B, Sq_local, Hq, Dqk] = [1, 20, 2, 8], "
+                                     "got [1, 8, 2, 8]"),
+])
+def test_ring_misuse(fn, needle):
+    for status, message in run_processes(2, fn, expect_errors=True):
+        assert status == "error" and needle in message, message

@@ -1,0 +1,134 @@
+"""cpattn.ring_attention over 4 torch.distributed processes (gloo): cpattn's C++ ring with the
+group's send/recv. Results against one rank (cpattn.attention) and the float64 reference,
+dropout masks bit-identical to cp=1 and to the documented contract, shard/unshard round trips,
+and the cross-rank call agreement."""
+
+import numpy as np
+import pytest
+import torch
+
+import cpattn
+from helpers import max_rel, reference, reference_attention, rng_after_seed, run_processes
+
+P = 4
+CP_TOL = 1e-5   # ring vs one rank: fp32 partial results merged in another order
+REF_TOL = 2e-5  # vs float64 (out, lse); gradients as in test_attention.py
+GRAD_TOL, GRAD_FLOOR = 1e-4, 1e-2
+
+
+def _problem(S, Hq, Hkv, Dqk, Dv, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(1, S, Hq, Dqk, generator=g), torch.randn(1, S, Hkv, Dqk, generator=g),
+            torch.randn(1, S, Hkv, Dv, generator=g), torch.randn(1, S, Hq, Dv, generator=g))
+
+
+def _ring_case(rank, world, S, Hq, Hkv, Dqk, Dv, layout, kw, docs):
+    q, k, v, dout = _problem(S, Hq, Hkv, Dqk, Dv)
+    doc_ids = None if docs is None else torch.tensor(docs, dtype=torch.int64)
+    ql, kl, vl = (cpattn.shard(t, layout=layout).requires_grad_() for t in (q, k, v))
+    torch.manual_seed(11)  # every rank alike: the same RngState
+    out, lse = cpattn.ring_attention(ql, kl, vl, layout=layout, doc_ids=doc_ids, return_lse=True,
+                                     timeout=60, **kw)
+    out.backward(cpattn.shard(dout, layout=layout))
+    whole = [cpattn.unshard(t.detach(), layout=layout) for t in (out, ql.grad, kl.grad, vl.grad)]
+    lse_whole = cpattn.unshard(lse.transpose(1, 2), layout=layout).transpose(1, 2)
+    return [t.numpy() for t in whole] + [lse_whole.contiguous().numpy()]
+
+
+CASES = [
+    ("causal_zigzag_gqa_dropout", 97, 8, 2, 32, 32, "zigzag", {"causal": True, "dropout_p": 0.1},
+     None),
+    ("causal_striped_dqk_ne_dv", 97, 2, 1, 48, 16, "striped", {"causal": True}, None),
+    ("window_contiguous", 97, 2, 2, 16, 16, "contiguous", {"window_size": (10, 3)}, None),
+    ("documents_zigzag_dropout", 101, 2, 1, 16, 16, "zigzag", {"causal": True, "dropout_p": 0.1},
+     [0] * 30 + [1] * 5 + [2] * 60 + [3] * 6),
+    ("full_striped_dropout", 33, 2, 2, 16, 16, "striped", {"dropout_p": 0.1}, None),
+]
+
+
+@pytest.mark.parametrize("name,S,Hq,Hkv,Dqk,Dv,layout,kw,docs", CASES, ids=[c[0] for c in CASES])
+def test_ring_equals_one_rank_and_the_reference(name, S, Hq, Hkv, Dqk, Dv, layout, kw, docs):
+    got = run_processes(P, _ring_case, S, Hq, Hkv, Dqk, Dv, layout, kw, docs)
+    for r in range(1, P):  # every rank gathered the same whole tensors
+        for a, b in zip(got[0], got[r]):
+            assert np.array_equal(a, b)
+    out, dq, dk, dv, lse = got[0]
+    q, k, v, dout = _problem(S, Hq, Hkv, Dqk, Dv)
+    doc_ids = None if docs is None else torch.tensor(docs, dtype=torch.int64)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    torch.manual_seed(11)
+    one, one_lse = cpattn.attention(q, k, v, doc_ids=doc_ids, return_lse=True, **kw)
+    one.backward(dout)
+    assert max_rel(out, one.detach()) <= CP_TOL
+    assert max_rel(lse, one_lse) <= CP_TOL
+    for got_g, want in ((dq, q.grad), (dk, k.grad), (dv, v.grad)):
+        assert max_rel(got_g, want, GRAD_FLOOR) <= CP_TOL * 10
+    rng = rng_after_seed(11) if kw.get("dropout_p", 0) > 0 else (0, 0)
+    ref_out, ref_lse, leaves = reference_attention(q, k, v, doc_ids=doc_ids, rng=rng, **kw)
+    ref_out.backward(dout.double())
+    assert max_rel(out, ref_out.detach()) <= REF_TOL
+    assert max_rel(lse, ref_lse.detach()) <= REF_TOL
+    for got_g, leaf in ((dq, leaves[0]), (dk, leaves[1]), (dv, leaves[2])):
+        assert max_rel(got_g, leaf.grad, GRAD_FLOOR) <= GRAD_TOL
+
+
+def _mask_case(rank, world, S, Hq, layout):
+    # q = k = 0: every visible score is 0, so p_ij = 1/S; v_j = e_j (Dv = S) makes
+    # out_i[j] = keep_ij / (1 - p) / S: the output spells out the dropout mask.
+    q = torch.zeros(1, S, Hq, 4)
+    k = torch.zeros(1, S, 1, 4)
+    v = torch.eye(S).reshape(1, S, 1, S)
+    torch.manual_seed(5)
+    out = cpattn.ring_attention(cpattn.shard(q, layout=layout), cpattn.shard(k, layout=layout),
+                                cpattn.shard(v, layout=layout), layout=layout, dropout_p=0.25)
+    return cpattn.unshard(out, layout=layout).numpy()
+
+
+@pytest.mark.parametrize("layout", ["zigzag", "striped"])
+def test_dropout_masks_are_bit_identical_to_cp1_and_the_contract(layout):
+    S, Hq = 37, 2
+    kept = run_processes(P, _mask_case, S, Hq, layout)[0] != 0
+    torch.manual_seed(5)
+    one = cpattn.attention(torch.zeros(1, S, Hq, 4), torch.zeros(1, S, 1, 4),
+                           torch.eye(S).reshape(1, S, 1, S), dropout_p=0.25).numpy() != 0
+    assert np.array_equal(kept, one)
+    seed, offset = rng_after_seed(5)
+    b = 0
+    h = np.arange(Hq)[None, :, None]
+    i = np.arange(S)[:, None, None]
+    j = np.arange(S)[None, None, :]
+    want = reference.dropout_keep(reference.dropout_bits_arrays(seed, offset, b, h, Hq, i, j), 0.25)
+    assert np.array_equal(kept[0], want)  # kept: [B, S, Hq, Dv = S]
+    assert 0 < (~want).sum() < want.size  # some dropped, some kept: the test is not vacuous
+
+
+def _shard_case(rank, world, S):
+    x = torch.arange(S * 3, dtype=torch.float32).reshape(1, S, 3)
+    pieces = {layout: cpattn.shard(x, layout=layout) for layout in ("zigzag", "striped",
+                                                                      "contiguous")}
+    back = {layout: bool(torch.equal(cpattn.unshard(p, layout=layout), x))
+            for layout, p in pieces.items()}
+    return back, {layout: p.shape[1] for layout, p in pieces.items()}
+
+
+def test_shard_unshard_round_trip_uneven():
+    results = run_processes(P, _shard_case, 10)
+    for back, _ in results:
+        assert all(back.values())
+    # zigzag of 10 over 4 ranks: 8 chunks of 2,2,1,1,1,1,1,1 (the first 10 % 8 get the extra
+    # token); rank r holds chunks r and 7 - r: 3, 3, 2, 2 tokens
+    assert [lengths["zigzag"] for _, lengths in results] == [3, 3, 2, 2]
+
+
+def _disagree_case(rank, world):
+    q = torch.randn(1, 8, 2, 8)
+    torch.manual_seed(1)
+    cpattn.ring_attention(q, q, q, causal=(rank != 2), timeout=30)
+
+
+def test_ranks_that_disagree_all_raise_naming_the_field():
+    outcomes = run_processes(P, _disagree_case, expect_errors=True)
+    for status, message in outcomes:
+        assert status == "error"
+        assert "rank_disagreement" in message or "call agreement failed" in message
+        assert "rank 2 has causal=false, ranks 0, 1, 3 have causal=true" in message
