@@ -89,11 +89,12 @@ class SingleRankCommunicator final : public Communicator {
 
 /// Runs fn(comm) for every rank of a group of `size` in-process ranks, each on its own thread,
 /// and returns when all have finished.
-/// Failure: when a rank throws, every other rank's pending and future waits throw at once
-/// Error(kPeerFailed) naming that rank and its message; all threads are joined and the first
-/// rank's exception is rethrown here (its original type). A rank that returns while another
-/// still waits for it makes that wait throw Error(kPeerFailed) "rank r exited while ...".
-/// Throws Error(kInvalidArgument) if size < 1.
+/// Failure: when a rank throws, every wait on a message to or from it (pending or future) throws
+/// at once Error(kPeerFailed) naming that rank and its message, so its failure reaches every rank
+/// that depends on it, rank by rank, while exchanges between healthy ranks complete; all threads
+/// are joined and the first failing rank's exception is rethrown here (its original type). A rank
+/// that returns while another still waits for it makes that wait throw Error(kPeerFailed) "rank r
+/// exited while ...". Throws Error(kInvalidArgument) if size < 1.
 void run_ranks(int size, const std::function<void(Communicator&)>& fn,
                const RunRanksOptions& options = {});
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include "bench_hooks.h"
 #include "cpattn/attention.h"
 #include "cpattn/error.h"
 #include "cpattn/layout.h"
@@ -87,9 +88,9 @@ py::tuple forward(const Call& call, uint64_t call_number, const at::Tensor& q, c
   return py::make_tuple(out, lse, state->fingerprint);
 }
 
-py::tuple backward(const Call& call, uint64_t call_number, const at::Tensor& dout, const at::Tensor& q,
-                   const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-                   const at::Tensor& lse, uint64_t seed, uint64_t offset,
+py::tuple backward(const Call& call, uint64_t call_number, const at::Tensor& dout,
+                   const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   const at::Tensor& out, const at::Tensor& lse, uint64_t seed, uint64_t offset,
                    const Fingerprint& fingerprint) {
   const ForwardStateView state{
       view_of(out, "out"), floats_of(lse, "lse", 3), {seed, offset}, fingerprint};
@@ -163,12 +164,13 @@ PYBIND11_MODULE(_cpattn, m) {
           py::arg("group"), py::arg("timeout"), py::arg("num_threads"))
       .def("local_length", [](const tb::Call& c) { return c.q_seq.local_length(); });
 
-  m.def("forward", &tb::forward, py::arg("call"), py::arg("call_number"), py::arg("q"), py::arg("k"), py::arg("v"),
-        py::arg("seed"), py::arg("offset"),
+  m.def("forward", &tb::forward, py::arg("call"), py::arg("call_number"), py::arg("q"),
+        py::arg("k"), py::arg("v"), py::arg("seed"), py::arg("offset"),
         "attention_forward: returns (out [B, S_r, Hq, Dv], lse fp32 [B, Hq, S_r], Fingerprint)");
-  m.def("backward", &tb::backward, py::arg("call"), py::arg("call_number"), py::arg("dout"), py::arg("q"), py::arg("k"),
-        py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("seed"), py::arg("offset"),
-        py::arg("fingerprint"), "attention_backward from a ForwardStateView: (dq, dk, dv)");
+  m.def("backward", &tb::backward, py::arg("call"), py::arg("call_number"), py::arg("dout"),
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("seed"),
+        py::arg("offset"), py::arg("fingerprint"),
+        "attention_backward from a ForwardStateView: (dq, dk, dv)");
   m.def(
       "shard_token_indices",
       [](const std::string& layout, int64_t seq_len, int cp_size, int rank) {
@@ -190,6 +192,22 @@ PYBIND11_MODULE(_cpattn, m) {
         return d;
       },
       "Bytes cpattn holds (live, peak) and ForwardResults alive in this process");
+  m.def(
+      "_time_kernel",
+      [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
+         bool causal, int threads) {
+        const py::gil_scoped_release released;
+        return tb::time_kernel(q, k, v, dout, causal, threads);
+      },
+      "Benchmark hook: seconds of the C++ kernel's forward + backward on these tensors");
+  m.def(
+      "_time_inprocess_ring",
+      [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
+         int cp_size, bool causal) {
+        const py::gil_scoped_release released;
+        return tb::time_inprocess_ring(q, k, v, dout, cp_size, causal);
+      },
+      "Benchmark hook: seconds of a checked forward + backward over in-process ranks");
   m.def("library_version", [] { return std::string(cpattn::library_version()); });
   m.def(
       "allreduce_sum",

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "cpattn/error.h"
 
@@ -27,17 +28,20 @@ std::string describe(const ThreadOp& op) {
 }
 
 ThreadGroup::ThreadGroup(int size)
-    : size_(size), wake_(static_cast<size_t>(size)), exited_(static_cast<size_t>(size), false) {}
+    : size_(size),
+      wake_(static_cast<size_t>(size)),
+      failed_(static_cast<size_t>(size)),
+      exited_(static_cast<size_t>(size), false) {}
 
 ThreadGroup::Key ThreadGroup::key_of(const ThreadOp& op) {
   return op.is_send ? Key{op.owner, op.peer, op.tag} : Key{op.peer, op.owner, op.tag};
 }
 
 void ThreadGroup::check_alive(const ThreadOp& op) const {
-  if (failed_rank_ >= 0) {
+  if (const auto& peer_failure = failed_[static_cast<size_t>(op.peer)]) {
     throw Error(ErrorCode::kPeerFailed,
-                str_cat("rank ", op.owner, ": ", describe(op), " aborted because rank ",
-                        failed_rank_, " failed: ", failed_message_));
+                str_cat("rank ", op.owner, ": ", describe(op), " aborted because rank ", op.peer,
+                        " failed: ", *peer_failure));
   }
   if (exited_[static_cast<size_t>(op.peer)]) {
     throw Error(ErrorCode::kPeerFailed, str_cat("rank ", op.peer, " exited while rank ", op.owner,
@@ -175,9 +179,9 @@ void ThreadGroup::cancel(ThreadOp& op) noexcept {
 void ThreadGroup::fail(int rank, const std::string& message) {
   {
     std::lock_guard lock(mu_);
-    if (failed_rank_ >= 0) return;
-    failed_rank_ = rank;
-    failed_message_ = message;
+    if (failed_[static_cast<size_t>(rank)]) return;
+    failed_[static_cast<size_t>(rank)] = message;
+    if (failed_rank_ < 0) failed_rank_ = rank;
   }
   for (auto& w : wake_) w.notify_all();
 }

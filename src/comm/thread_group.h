@@ -1,5 +1,5 @@
 // The shared state of one group of in-process ranks: mailboxes matched per (src, dst, tag),
-// rendezvous copies, and the group's failure / exit flags that release waiting ranks.
+// rendezvous copies, and the ranks' failure / exit flags that release the ranks waiting for them.
 #pragma once
 
 #include <chrono>
@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -45,16 +46,19 @@ class ThreadGroup {
 
   int size() const { return size_; }
   /// Queues `op` or pairs it with the oldest opposite op of the same (src, dst, tag). Throws
-  /// Error(kPeerFailed) if the group failed or the peer exited.
+  /// Error(kPeerFailed) if the peer failed or exited.
   void post(ThreadOp& op);
   /// True once `op` transferred; throws as wait() would.
   bool test(ThreadOp& op);
-  /// Blocks until `op` completes, the group fails, the peer exits or `deadline` passes.
+  /// Blocks until `op` completes, its peer fails or exits, or `deadline` passes. A failure
+  /// releases exactly the ranks waiting for the failed rank; they fail in turn, so a failure
+  /// travels to every rank that depends on it while exchanges between healthy ranks that are
+  /// already under way (e.g. the rest of a collective) still complete.
   size_t wait(ThreadOp& op, std::chrono::steady_clock::time_point deadline);
   /// Unqueues `op` if unmatched, else finishes its transfer (copying it or waiting for the copy).
   void cancel(ThreadOp& op) noexcept;
 
-  /// Records that `rank` threw `message` (the first failure wins) and wakes every rank.
+  /// Records that `rank` threw `message` and wakes every rank.
   void fail(int rank, const std::string& message);
   /// Records that `rank` returned normally and wakes every rank.
   void exited(int rank);
@@ -80,8 +84,8 @@ class ThreadGroup {
   mutable std::mutex mu_;
   std::vector<std::condition_variable> wake_;  // one per rank: its ops changed or the group did
   std::map<Key, Mailbox> mailboxes_;
-  int failed_rank_ = -1;
-  std::string failed_message_;
+  int failed_rank_ = -1;                            // the first rank that failed
+  std::vector<std::optional<std::string>> failed_;  // per rank: why it failed
   std::vector<bool> exited_;
 };
 

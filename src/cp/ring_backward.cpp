@@ -69,9 +69,8 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
   //            received accumulator afterwards, so the kernel never waits for the accumulator
   detail::KvRelay relay(channel, d, kv_sharding, detail::RingStream::kBackwardKv, k, v);
   const detail::PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv};
-  const int64_t buf_floats = pk.floats(d.max_block);
-  const int64_t ring_floats = d.world > 1 ? buf_floats : 0;
-  std::array<Tensor, 2> grad{Tensor({buf_floats}, mem), Tensor({ring_floats}, mem)};
+  const int64_t ring_floats = d.world > 1 ? pk.floats(d.max_block) : 0;
+  std::array<Tensor, 2> grad{Tensor({ring_floats}, mem), Tensor({ring_floats}, mem)};
   Tensor share({ring_floats}, mem);
 
   const std::vector<int64_t> q_pos = q_sharding.local_positions();
@@ -99,8 +98,11 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
       channel.wait_if_pending(grad_sends[cur]);
       grad_recv = channel.recv(first(grad[cur], floats), step.grad_recv_from, grad_tag(s - 1));
     }
-    // Step 0 starts the accumulator of the own block with this rank's share directly.
+    // Step 0 starts the accumulator of the own block with this rank's share directly; with one
+    // rank the share is the finished dk/dv.
     Tensor& target = s == 0 ? grad[0] : share;
+    const View target_k = d.world == 1 ? g.dk.view() : pk.k(target.data(), len);
+    const View target_v = d.world == 1 ? g.dv.view() : pk.v(target.data(), len);
     const std::vector<int64_t> k_pos = kv_sharding.local_positions(step.kv_block);
     const std::vector<int64_t> k_doc = kv_sharding.local_docs(step.kv_block);
     const bool hidden = skip.hidden(k_pos, k_doc);
@@ -108,8 +110,8 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
       if (s > 0) std::fill_n(target.data(), floats, 0.0f);
       const AttentionInputs in{q, relay.k(), relay.v(), q_pos, k_pos, q_doc, k_doc};
       const ScopedSeconds t(options.stats ? &options.stats->kernel_seconds : nullptr);
-      attention_kernel_backward(in, params, rng, dout, out, lse, g.dq.view(),
-                                pk.k(target.data(), len), pk.v(target.data(), len), kernel_options);
+      attention_kernel_backward(in, params, rng, dout, out, lse, g.dq.view(), target_k, target_v,
+                                kernel_options);
     }
     if (options.stats != nullptr) {
       ++(hidden ? options.stats->blocks_skipped : options.stats->blocks_computed);
@@ -138,8 +140,10 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
     }
   }
 
-  copy_view(pk.k(std::as_const(grad[home]).data(), d.Sk), g.dk.view());
-  copy_view(pk.v(std::as_const(grad[home]).data(), d.Sk), g.dv.view());
+  if (d.world > 1) {
+    copy_view(pk.k(std::as_const(grad[home]).data(), d.Sk), g.dk.view());
+    copy_view(pk.v(std::as_const(grad[home]).data(), d.Sk), g.dv.view());
+  }
   relay.finish();
   for (Request& r : grad_sends) channel.wait_if_pending(r);
   return g;

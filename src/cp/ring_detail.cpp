@@ -99,11 +99,15 @@ KvRelay::KvRelay(RingChannel& channel, const RingDims& d, const SequenceSharding
     : channel_(channel),
       kv_(kv_sharding),
       stream_(stream),
+      world_(d.world),
+      own_k_(k),
+      own_v_(v),
       pk_{d.B, d.Hkv, d.Dqk, d.Dv},
       // Both buffers hold the largest block of the group; with one rank nothing travels.
-      buf_{Tensor({pk_.floats(d.max_block)}, &channel.memory()),
+      buf_{Tensor({d.world > 1 ? pk_.floats(d.max_block) : 0}, &channel.memory()),
            Tensor({d.world > 1 ? pk_.floats(d.max_block) : 0}, &channel.memory())},
       len_(d.Sk) {
+  if (alone()) return;
   copy_view(k, pk_.k(buf_[0].data(), len_));
   copy_view(v, pk_.v(buf_[0].data(), len_));
 }

@@ -101,8 +101,8 @@ struct PackedKv {
 
 /// The k/v double buffer of a ring pass: at step s the block of rank ring_step(s).kv_block is
 /// current in one buffer and relayed on, while the next block arrives in the other. Starts with
-/// this rank's own k/v packed in; one object per pass (forward, backward), each on its own
-/// message stream.
+/// this rank's own k/v packed in (with one rank nothing travels: its own views are the block and
+/// nothing is copied); one object per pass (forward, backward), each on its own message stream.
 class KvRelay {
  public:
   KvRelay(RingChannel& channel, const RingDims& d, const SequenceSharding& kv_sharding,
@@ -111,17 +111,20 @@ class KvRelay {
   /// receive of the next block as `step` says. Call for s = 0, 1, ..., P - 1 in order.
   void advance(const RingStep& step, int s);
   /// The current block's k and v ([B, len, Hkv, D] dense views) and its token count.
-  ConstView k() const { return pk_.k(current(), len_); }
-  ConstView v() const { return pk_.v(current(), len_); }
+  ConstView k() const { return alone() ? own_k_ : pk_.k(current(), len_); }
+  ConstView v() const { return alone() ? own_v_ : pk_.v(current(), len_); }
   int64_t length() const { return len_; }
   /// Waits for the relays still in flight (the buffers may be freed afterwards).
   void finish();
 
  private:
   const float* current() const { return buf_[static_cast<size_t>(cur_)].data(); }
+  bool alone() const { return world_ == 1; }
   RingChannel& channel_;
   const SequenceSharding& kv_;
   RingStream stream_;
+  int world_;
+  ConstView own_k_, own_v_;
   PackedKv pk_;
   std::array<Tensor, 2> buf_;
   std::array<Request, 2> sends_;

@@ -26,9 +26,11 @@ RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstV
   MemoryCounter* mem = &comm.memory();
   RingForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, mem), Tensor({d.B, d.Hq, d.Sq}, mem), rng};
   std::fill(res.lse.span().begin(), res.lse.span().end(), -std::numeric_limits<float>::infinity());
-  // Per-step partial result, merged into res after each kernel call.
-  Tensor part_out({d.B, d.Sq, d.Hq, d.Dv}, mem);
-  Tensor part_lse({d.B, d.Hq, d.Sq}, mem);
+  // Per-step partial result, merged into res after each kernel call but the first (which writes
+  // res itself: merging into an empty result is a copy). Not needed with one rank.
+  Tensor part_out({d.world > 1 ? d.B : 0, d.Sq, d.Hq, d.Dv}, mem);
+  Tensor part_lse({d.world > 1 ? d.B : 0, d.Hq, d.Sq}, mem);
+  bool first_block = true;
 
   detail::KvRelay relay(channel, d, kv_sharding, detail::RingStream::kForwardKv, k, v);
   const std::vector<int64_t> q_pos = q_sharding.local_positions();
@@ -48,10 +50,14 @@ RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstV
     const AttentionInputs in{q, relay.k(), relay.v(), q_pos, k_pos, q_doc, k_doc};
     {
       const ScopedSeconds t(options.stats ? &options.stats->kernel_seconds : nullptr);
-      attention_kernel_forward(in, params, rng, part_out.view(), part_lse.span(), kernel_options);
+      attention_kernel_forward(in, params, rng, first_block ? res.out.view() : part_out.view(),
+                               first_block ? res.lse.span() : part_lse.span(), kernel_options);
     }
     if (options.stats != nullptr) ++options.stats->blocks_computed;
-    merge_attention_partials(res.out.view(), res.lse.span(), part_out.view(), part_lse.span());
+    if (!first_block) {
+      merge_attention_partials(res.out.view(), res.lse.span(), part_out.view(), part_lse.span());
+    }
+    first_block = false;
   }
   relay.finish();
   return res;

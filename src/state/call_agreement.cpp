@@ -126,6 +126,10 @@ void agree_on_call(Communicator& comm, const CallRecord& mine) {
     std::memcpy(&all[static_cast<size_t>(r)], recv.data() + bytes * static_cast<size_t>(r), bytes);
   }
   if (std::memcmp(send.data(), recv.data(), send.size()) == 0) return;
+  // Every rank sees the same records, so every rank is here. The barrier lets all of them finish
+  // the exchange before any throws (an in-process rank that throws releases its peers' waits at
+  // once, which would turn their precise error into "peer failed").
+  comm.barrier();
   for (const Field& f : fields()) {
     std::map<std::string, std::vector<int>> holders;
     for (int r = 0; r < p; ++r) holders[f.text(all[static_cast<size_t>(r)])].push_back(r);
