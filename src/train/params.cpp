@@ -80,6 +80,15 @@ void ParamSet::zero() {
   if (!f.empty()) std::memset(f.data(), 0, f.size_bytes());
 }
 
+const ParamInfo* ParamSet::first_nonfinite() const {
+  for (const ParamInfo& info : infos_) {
+    for (float x : get(info)) {
+      if (!std::isfinite(x)) return &info;
+    }
+  }
+  return nullptr;
+}
+
 ModelParams::ModelParams(const ModelConfig& config, MemoryCounter* counter)
     : ParamSet(config, counter) {
   for_each([&](const ParamInfo& info, std::span<float> w) {

@@ -79,6 +79,8 @@ class ParamSet {
   uint64_t digest() const;
   /// Sets every value to 0.
   void zero();
+  /// The first tensor (infos() order) holding a NaN or an infinity; null when all are finite.
+  const ParamInfo* first_nonfinite() const;
 
  protected:
   /// A zero-filled set counted in `counter` (process_memory() when null). Validates the config.

@@ -8,7 +8,7 @@ set(CPATTN_TRAIN_CLI $<TARGET_FILE:cpattn_cli> train)
 
 add_test(NAME train.cli_missing_text
          COMMAND ${CPATTN_EXPECT_FAILURE} --status 18 --one-line
-                 "^cpattn: error \\(io\\): cannot open text file '/nonexistent/gpl.txt'"
+                 "^cpattn: error \\(io\\): text file '/nonexistent/gpl.txt': cannot open: No such file"
                  ${CPATTN_TRAIN_CLI} --text /nonexistent/gpl.txt)
 add_test(NAME train.cli_empty_text
          COMMAND ${CPATTN_EXPECT_FAILURE} --status 11 --one-line "^cpattn: error \\(invalid_argument\\): .*is empty"

@@ -116,11 +116,13 @@ TEST(Train, LossFallsAndReplicasStayIdentical) {
   c.adamw.warmup_steps = 4;
   validate_train_config(c, text);
   int64_t reported = 0;
-  const TrainResult r = train(c, text, thread_group(c.cp), [&](const StepMetrics& m) {
+  TrainHooks hooks;
+  hooks.on_step = [&](const StepMetrics& m) {
     ++reported;
     EXPECT_EQ(m.step, reported);
     EXPECT_GT(m.tokens_per_s, 0.0);
-  });
+  };
+  const TrainResult r = train(c, text, thread_group(c.cp), hooks);
   ASSERT_EQ(r.losses.size(), 40u);
   EXPECT_EQ(reported, 40);
   EXPECT_EQ(r.tokens, 40 * 2 * 37);
@@ -131,7 +133,7 @@ TEST(Train, LossFallsAndReplicasStayIdentical) {
 
   // Same seed, no recompute: the same run (recompute only changes what is stored).
   c.recompute = false;
-  const TrainResult again = train(c, text, thread_group(c.cp), nullptr);
+  const TrainResult again = train(c, text, thread_group(c.cp));
   EXPECT_EQ(again.weight_digest, r.weight_digest);
   EXPECT_EQ(again.losses, r.losses);
 }
