@@ -17,13 +17,13 @@ namespace {
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
-// "cpattn: error (out_of_memory): ..." with what cpattn held when the allocation failed.
+// "cpattn: error (out_of_memory): ..." with what was being allocated (train::AllocationError
+// says; a plain std::bad_alloc says "std::bad_alloc") and what cpattn held when it failed.
 int out_of_memory(const std::bad_alloc& e) {
   const cpattn::MemoryStats m = cpattn::process_memory().stats();
   std::fprintf(stderr,
-               "cpattn: error (out_of_memory): an allocation failed (%s) while cpattn held "
-               "%.1f MiB (peak %.1f MiB); reduce --batch, --seq, --d-model or --layers, or keep "
-               "--recompute on\n",
+               "cpattn: error (out_of_memory): %s failed while cpattn held %.1f MiB (peak %.1f "
+               "MiB); reduce --batch, --seq, --d-model or --layers, or keep --recompute on\n",
                e.what(), mib(m.live_bytes), mib(m.peak_bytes));
   return cpattn::cli::kExitOutOfMemory;
 }

@@ -66,8 +66,8 @@ AdamW::AdamW(const ModelConfig& model, const AdamWConfig& config, MemoryCounter*
   validate_adamw(config);
   const std::vector<ParamInfo> table = param_table(model);
   const int64_t numel = table.back().offset + table.back().numel;
-  m_ = Tensor({numel}, counter);
-  v_ = Tensor({numel}, counter);
+  m_ = allocate_floats(numel, counter, "the AdamW moments");
+  v_ = allocate_floats(numel, counter, "the AdamW moments");
 }
 
 void AdamW::restore(int64_t t, std::span<const float> m, std::span<const float> v) {

@@ -2,6 +2,7 @@
 // agreed at step boundaries, and checkpoints.
 #include <array>
 #include <cmath>
+#include <mutex>
 #include <optional>
 
 #include "cpattn/error.h"
@@ -63,6 +64,8 @@ TrainResult train(const TrainConfig& config, std::span<const uint8_t> text,
   const std::span<const uint8_t> train_text = training_part(config, text);
   const int64_t tokens_per_step = config.batch * config.seq_len;
   TrainResult result;
+  std::mutex result_mu;
+  bool have_result = false;
   group([&](Communicator& comm) {
     check_group_size(comm, config);
     const bool lead = comm.rank() == 0;
@@ -172,7 +175,10 @@ TrainResult train(const TrainConfig& config, std::span<const uint8_t> text,
     if (hooks.save) save();
     const uint64_t digest = params.digest();
     check_replicas(comm, digest);
-    if (lead) {
+    // Rank 0's view; in a process without rank 0 (MPI), its own rank's (equal but the timings).
+    const std::lock_guard<std::mutex> lock(result_mu);
+    if (lead || !have_result) {
+      have_result = true;
       result.losses = std::move(st.losses);
       result.evals = std::move(st.evals);
       result.first_step = first_step;

@@ -115,8 +115,9 @@ struct TrainHooks {
   int64_t save_every = 0;  ///< 0: only when stopped and at the end
 };
 
-/// Outcome of a run, as seen by rank 0 of the group (a resumed run includes the history it
-/// resumed from: losses, evals and skipped steps).
+/// Outcome of a run, as seen by rank 0 of the group, or, in an MPI process without rank 0, by its
+/// own rank (every field but the timings is equal on every rank). A resumed run includes the
+/// history it resumed from: losses, evals and skipped steps.
 struct TrainResult {
   std::vector<double> losses;  ///< per update, from update 1 (NaN or inf for skipped ones)
   std::vector<EvalPoint> evals;
