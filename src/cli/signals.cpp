@@ -1,6 +1,7 @@
 // Stop flags set by signal handlers, read by the training loop at step boundaries.
 #include "cli/signals.h"
 
+#include <atomic>
 #include <csignal>
 
 namespace cpattn::cli {
@@ -8,9 +9,12 @@ namespace cpattn::cli {
 namespace {
 
 // The one thing a handler may do: set a flag (not-forward-state: a signal number, no tensors).
-volatile std::sig_atomic_t g_stop_signal = 0;
+// A lock-free atomic is async-signal-safe and, unlike a volatile sig_atomic_t, may also be read
+// by the rank threads that poll it.
+std::atomic<std::sig_atomic_t> g_stop_signal{0};
+static_assert(std::atomic<std::sig_atomic_t>::is_always_lock_free);
 
-extern "C" void on_stop_signal(int signal_number) { g_stop_signal = signal_number; }
+extern "C" void on_stop_signal(int signal_number) { g_stop_signal.store(signal_number); }
 
 void install(int signal_number) {
   struct sigaction action {};
@@ -28,7 +32,7 @@ void install_stop_handlers() {
 }
 
 train::StopRequest signal_stop_request() {
-  switch (g_stop_signal) {
+  switch (g_stop_signal.load()) {
     case SIGINT:
       return train::StopRequest::kInterrupt;
     case SIGTERM:

@@ -286,8 +286,11 @@ int run(const TrainOptions& o, const std::vector<uint8_t>& text, const Backend& 
     } else {
       print_summary(s, stdout);
     }
-    // The summary is out before anything else can fail: a bad plot does not lose it.
-    if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+    // The summary is out before anything else can fail: a bad plot does not lose it. A stdout
+    // that already failed during training is reported once, by stopped_status.
+    const bool output_failed = result.end == train::RunEnd::kStopped &&
+                               result.stop == train::StopRequest::kOutputFailed;
+    if ((std::fflush(stdout) != 0 || std::ferror(stdout) != 0) && !output_failed) {
       print_error(Error(ErrorCode::kIo, detail::str_cat("writing the summary to stdout failed: ",
                                                         std::strerror(errno))));
       status = 10 + static_cast<int>(ErrorCode::kIo);

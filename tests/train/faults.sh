@@ -92,6 +92,7 @@ case $case_name in
   mismatch_layout) mismatch_case --layout zigzag striped "$@" ;;
   mismatch_dropout) mismatch_case --dropout 0.1 0.2 "$@" ;;
   mismatch_seed) mismatch_case --seed 0 7 "$@" ;;
+  mismatch_lr) mismatch_case --lr 0.003 0.001 "$@" ;;
   mismatch_steps)
     # shellcheck disable=SC2086
     run out.txt "$@" 2 sh "$here/rank_timer.sh" --rank1-args "--lr 0.003" \
@@ -321,16 +322,20 @@ case $case_name in
     ;;
   stdout_closed)
     # `cpattn train | head`: the write error is reported, the run stops and saves.
+    t0=$(now)
     # shellcheck disable=SC2086
     { "$cpattn" train --cp 2 $tiny --steps 2000 --save ck 2> err.txt; echo $? > status.txt; } |
       head -c 1 > /dev/null
+    elapsed=$(seconds_since "$t0")
     status=$(cat status.txt)
     cat err.txt
     expect_status 18
-    expect_output err.txt "^cpattn: error \(io\): writing (the progress to stdout failed at step [0-9]+: Broken pipe|the summary to stdout failed: Broken pipe)"
+    expect_output err.txt "^cpattn: error \(io\): writing (the progress to stdout failed at step [0-9]+: Broken pipe; training stopped at step [0-9]+; checkpoint of step [0-9]+ saved|the summary to stdout failed: Broken pipe)"
+    [ "$(grep -c '^cpattn: error' err.txt)" -eq 1 ] || fail "expected one error line"
     checkpoint_loads ck
-    elapsed="-"
-    row "at the next step boundary" "checkpoint (loads); error on stderr"
+    expect_within 5
+    at=$(sed -n 's/.*training stopped at step \([0-9]*\);.*/\1/p' err.txt)
+    row "$elapsed s (a 2000-step run stopped at step ${at:-?})" "checkpoint of that step (loads); error on stderr"
     ;;
   out_of_memory)
     # 8 layers of d_model 4096: about 6.4 GB of weights under a 1 GB address-space limit.

@@ -50,7 +50,7 @@ set(CPATTN_FAULTS sh ${CMAKE_CURRENT_LIST_DIR}/faults.sh)
 set(CPATTN_FAULT_CASES nan_loss full_disk metrics_is_text plot_is_text plot_unwritable fifo_text
     sigint_resume sigterm_resume corrupted_checkpoint stdout_closed out_of_memory)
 set(CPATTN_MPI_FAULT_CASES mismatch_text mismatch_layout mismatch_dropout mismatch_seed
-    mismatch_steps mismatch_layers mismatch_causal missing_text_one_rank stopped_rank
+    mismatch_lr mismatch_steps mismatch_layers mismatch_causal missing_text_one_rank stopped_rank
     stopped_rank_check killed_rank sigterm_one_rank mpirun_without_backend)
 foreach(fault ${CPATTN_FAULT_CASES})
   add_test(NAME train.faults.${fault}
