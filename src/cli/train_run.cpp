@@ -288,8 +288,8 @@ int run(const TrainOptions& o, const std::vector<uint8_t>& text, const Backend& 
     }
     // The summary is out before anything else can fail: a bad plot does not lose it. A stdout
     // that already failed during training is reported once, by stopped_status.
-    const bool output_failed = result.end == train::RunEnd::kStopped &&
-                               result.stop == train::StopRequest::kOutputFailed;
+    const bool output_failed =
+        result.end == train::RunEnd::kStopped && result.stop == train::StopRequest::kOutputFailed;
     if ((std::fflush(stdout) != 0 || std::ferror(stdout) != 0) && !output_failed) {
       print_error(Error(ErrorCode::kIo, detail::str_cat("writing the summary to stdout failed: ",
                                                         std::strerror(errno))));
