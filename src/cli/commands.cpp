@@ -3,6 +3,8 @@
 
 namespace cpattn::cli {
 
-std::vector<Command> all_commands() { return {train_command(), verify_command()}; }
+std::vector<Command> all_commands() {
+  return {train_command(), generate_command(), verify_command()};
+}
 
 }  // namespace cpattn::cli

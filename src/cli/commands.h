@@ -19,6 +19,9 @@ struct Command {
 /// `cpattn train`: trains a byte-level transformer with context-parallel attention.
 Command train_command();
 
+/// `cpattn generate`: samples text from a checkpoint of `cpattn train --save`.
+Command generate_command();
+
 /// `cpattn verify`: kernel (and, with --cp, ring) against the double reference.
 Command verify_command();
 

@@ -1,14 +1,38 @@
 // Entry point of the `cpattn` program: parses the command line (CLI11) and dispatches to a
-// subcommand; every cpattn::Error becomes a one-line message and a non-zero exit status.
+// subcommand; every cpattn::Error becomes a one-line message and a non-zero exit status
+// (docs/design.md section 8), and so does running out of memory.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <new>
 
 #include "cli/commands.h"
+#include "cli/job.h"
+#include "cli/signals.h"
 #include "cpattn/error.h"
+#include "cpattn/memory.h"
 #include "cpattn/version.h"
 
+namespace {
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+// "cpattn: error (out_of_memory): ..." with what was being allocated (train::AllocationError
+// says; a plain std::bad_alloc says "std::bad_alloc") and what cpattn held when it failed.
+int out_of_memory(const std::bad_alloc& e) {
+  const cpattn::MemoryStats m = cpattn::process_memory().stats();
+  std::fprintf(stderr,
+               "cpattn: error (out_of_memory): %s failed while cpattn held %.1f MiB (peak %.1f "
+               "MiB); reduce --batch, --seq, --d-model or --layers, or keep --recompute on\n",
+               e.what(), mib(m.live_bytes), mib(m.peak_bytes));
+  return cpattn::cli::kExitOutOfMemory;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  // A closed stdout (`cpattn train | head`) becomes a write error the commands report.
+  cpattn::cli::ignore_sigpipe();
   CLI::App app{"cpattn: context-parallel exact attention (forward, backward, recompute-safe)"};
   app.require_subcommand(1);
   app.set_version_flag("--version",
@@ -31,8 +55,10 @@ int main(int argc, char** argv) {
       if (app.got_subcommand(commands[i].name)) return runners[i]();
     }
   } catch (const cpattn::Error& e) {
-    std::fprintf(stderr, "cpattn: error (%s): %s\n", cpattn::error_code_name(e.code()), e.what());
-    return 10 + static_cast<int>(e.code());
+    cpattn::cli::print_error(e);
+    return cpattn::cli::exit_status(e);
+  } catch (const std::bad_alloc& e) {
+    return out_of_memory(e);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cpattn: error: %s\n", e.what());
     return 2;

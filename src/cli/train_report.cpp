@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "cpattn/error.h"
@@ -44,33 +46,57 @@ double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0
 
 }  // namespace
 
-ProgressPrinter::ProgressPrinter(int64_t total_steps, std::FILE* out,
+ProgressPrinter::ProgressPrinter(int64_t first_step, int64_t total_steps, std::FILE* out,
                                  const std::string& metrics_path, bool allow_bar)
-    : total_(total_steps),
+    : first_(first_step),
+      total_(total_steps),
       out_(out),
       tty_(allow_bar && isatty(fileno(out)) == 1),
-      every_(std::max<int64_t>(1, total_steps / 20)) {
+      every_(std::max<int64_t>(1, (total_steps - first_step) / 20)),
+      metrics_path_(metrics_path) {
   if (!metrics_path.empty()) {
-    metrics_.open(metrics_path, std::ios::out | std::ios::trunc);
-    CPATTN_CHECK(metrics_.is_open(), ErrorCode::kIo, "cannot create metrics file '", metrics_path,
-                 "'");
+    metrics_ = std::fopen(metrics_path.c_str(), "w");
+    CPATTN_CHECK(metrics_ != nullptr, ErrorCode::kIo, "cannot create --metrics file '",
+                 metrics_path, "': ", std::strerror(errno));
   }
 }
 
+ProgressPrinter::~ProgressPrinter() {
+  if (metrics_ != nullptr) std::fclose(metrics_);  // every line was flushed and checked
+}
+
+void ProgressPrinter::fail(const std::string& what, int64_t step) {
+  if (failed_.load()) return;
+  failure_ =
+      detail::str_cat("writing ", what, " failed at step ", step, ": ", std::strerror(errno));
+  failed_.store(true);
+}
+
 void ProgressPrinter::on_step(const train::StepMetrics& m) {
-  if (metrics_.is_open()) {
-    const nlohmann::json line = {{"step", m.step},
-                                 {"loss", m.loss},
-                                 {"lr", m.lr},
-                                 {"tokens_per_s", m.tokens_per_s},
-                                 {"elapsed_s", m.elapsed_s}};
-    metrics_ << line.dump() << '\n';
-    metrics_.flush();
+  if (metrics_ != nullptr) {
+    nlohmann::json line = {{"step", m.step},
+                           {"loss", m.loss},
+                           {"lr", m.lr},
+                           {"tokens_per_s", m.tokens_per_s},
+                           {"elapsed_s", m.elapsed_s},
+                           {"skipped", m.skipped}};
+    if (m.eval_loss) line["eval_loss"] = *m.eval_loss;
+    const std::string text = line.dump() + "\n";
+    if (std::fputs(text.c_str(), metrics_) < 0 || std::fflush(metrics_) != 0) {
+      fail("--metrics '" + metrics_path_ + "'", m.step);
+      std::fclose(metrics_);
+      metrics_ = nullptr;
+    }
   }
+  if (!out_ok_) return;
   // The ETA uses the average step time so far: a single step's time is noisy.
-  const double steps_per_s = m.elapsed_s > 0 ? static_cast<double>(m.step) / m.elapsed_s : 0.0;
+  const auto done = static_cast<double>(m.step - first_);
+  const double steps_per_s = m.elapsed_s > 0 ? done / m.elapsed_s : 0.0;
   const double eta = steps_per_s > 0 ? static_cast<double>(total_ - m.step) / steps_per_s : 0.0;
   const bool last = m.step == total_;
+  char eval[48] = "";
+  if (m.eval_loss) std::snprintf(eval, sizeof eval, "  eval %.4f", *m.eval_loss);
+  const char* skipped = m.skipped ? "  (skipped: non-finite)" : "";
   if (tty_) {
     if (!last && last_draw_s_ >= 0 && m.elapsed_s - last_draw_s_ < 0.1) return;
     last_draw_s_ = m.elapsed_s;
@@ -78,48 +104,26 @@ void ProgressPrinter::on_step(const train::StepMetrics& m) {
     const auto filled = static_cast<int>(kWidth * m.step / std::max<int64_t>(1, total_));
     std::string bar(static_cast<size_t>(filled), '#');
     bar.resize(kWidth, '.');
-    std::fprintf(out_, "\r[%s] step %lld/%lld | loss %.4f | %s tok/s | ETA %s \x1b[K", bar.c_str(),
-                 static_cast<long long>(m.step), static_cast<long long>(total_), m.loss,
-                 rate_string(m.tokens_per_s).c_str(), clock_string(eta).c_str());
-  } else if (last || m.step % every_ == 0 || m.step == 1) {
+    std::fprintf(out_, "\r[%s] step %lld/%lld | loss %.4f%s | %s tok/s | ETA %s \x1b[K",
+                 bar.c_str(), static_cast<long long>(m.step), static_cast<long long>(total_),
+                 m.loss, eval, rate_string(m.tokens_per_s).c_str(), clock_string(eta).c_str());
+  } else if (last || m.step % every_ == 0 || m.step == first_ + 1 || m.eval_loss || m.skipped) {
     std::fprintf(out_,
-                 "step %lld/%lld  loss %.4f  lr %.2e  tokens/s %.0f  elapsed %.1f s  eta %.0f s\n",
-                 static_cast<long long>(m.step), static_cast<long long>(total_), m.loss, m.lr,
-                 m.tokens_per_s, m.elapsed_s, eta);
+                 "step %lld/%lld  loss %.4f%s  lr %.2e  tokens/s %.0f  elapsed %.1f s  eta %.0f "
+                 "s%s\n",
+                 static_cast<long long>(m.step), static_cast<long long>(total_), m.loss, eval, m.lr,
+                 m.tokens_per_s, m.elapsed_s, eta, skipped);
   }
-  std::fflush(out_);
+  if (std::fflush(out_) != 0 || std::ferror(out_) != 0) {
+    out_ok_ = false;
+    fail(out_ == stdout ? "the progress to stdout" : "the progress to stderr", m.step);
+  }
 }
 
 void ProgressPrinter::finish() {
+  if (!out_ok_) return;
   if (tty_) std::fprintf(out_, "\n");
   std::fflush(out_);
-}
-
-void plot_losses(const std::vector<double>& losses, double unigram_entropy,
-                 const std::string& png_path) {
-  CPATTN_CHECK(png_path.find('"') == std::string::npos, ErrorCode::kInvalidArgument,
-               "--plot path must not contain '\"', got ", png_path);
-  // Checked here because gnuplot, when it cannot open its output, writes the PNG to stdout.
-  CPATTN_CHECK(std::ofstream(png_path, std::ios::out | std::ios::trunc).is_open(), ErrorCode::kIo,
-               "cannot create --plot file '", png_path, "'");
-  std::FILE* gp = popen("gnuplot > /dev/null", "w");
-  CPATTN_CHECK(gp != nullptr, ErrorCode::kIo, "cannot run gnuplot for --plot");
-  // GPVAL_TERMINALS lists the terminals this gnuplot was built with.
-  std::fprintf(gp,
-               "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) "
-               "{ set terminal pngcairo size 900,540 } else { set terminal png size 900,540 }\n"
-               "set output \"%s\"\n"
-               "set title 'cpattn train: loss per step'\n"
-               "set xlabel 'step'\nset ylabel 'cross-entropy (nats per byte)'\n"
-               "set grid\nset key top right\n"
-               "plot '-' using 1:2 with lines lw 2 title 'training loss', "
-               "%.17g with lines dt 2 lw 2 title 'unigram entropy'\n",
-               png_path.c_str(), unigram_entropy);
-  for (size_t i = 0; i < losses.size(); ++i) std::fprintf(gp, "%zu %.9g\n", i + 1, losses[i]);
-  std::fprintf(gp, "e\n");
-  const int status = pclose(gp);
-  CPATTN_CHECK(status == 0, ErrorCode::kIo, "gnuplot failed (status ", status, ") writing --plot '",
-               png_path, "'; is gnuplot installed?");
 }
 
 void print_check(const train::CheckReport& report, std::FILE* out) {
@@ -149,6 +153,15 @@ nlohmann::json check_json(const train::CheckReport& report) {
 
 void print_summary(const Summary& s, std::FILE* out) {
   const char* summed = s.processes > 1 ? " (sum over processes)" : "";
+  if (s.end != "completed") {
+    std::fprintf(out, "run ended             %s after step %lld of %lld (summary so far)\n",
+                 s.end.c_str(), static_cast<long long>(s.steps_done),
+                 static_cast<long long>(s.steps));
+  }
+  if (s.first_step > 0) {
+    std::fprintf(out, "resumed               from step %lld\n",
+                 static_cast<long long>(s.first_step));
+  }
   std::fprintf(out,
                "final loss            %.4f nats/byte (mean of the last %lld steps; first %.4f)\n",
                s.final_loss, static_cast<long long>(s.final_window), s.first_loss);
@@ -162,11 +175,25 @@ void print_summary(const Summary& s, std::FILE* out) {
   std::fprintf(out, "cpattn peak bytes     %.1f MiB%s\n", mib(s.cpattn_peak_bytes), summed);
   std::fprintf(out, "live ForwardResults   %lld%s\n",
                static_cast<long long>(s.live_forward_results), summed);
+  if (!s.evals.empty()) {
+    std::fprintf(out, "held-out loss         %.4f nats/byte after step %lld (%zu evaluations)\n",
+                 s.evals.back().loss, static_cast<long long>(s.evals.back().step), s.evals.size());
+  }
+  if (s.skipped_steps > 0) {
+    std::fprintf(out, "skipped steps         %lld (non-finite loss or gradients)\n",
+                 static_cast<long long>(s.skipped_steps));
+  }
   std::fprintf(out, "weights               %s on every rank\n", s.weight_digest.c_str());
+  if (!s.checkpoint.empty()) {
+    std::fprintf(out, "checkpoint            %s (step %lld)\n", s.checkpoint.c_str(),
+                 static_cast<long long>(s.checkpoint_step));
+  }
   std::fflush(out);
 }
 
 nlohmann::json summary_json(const Summary& s) {
+  nlohmann::json evals = nlohmann::json::array();
+  for (const train::EvalPoint& e : s.evals) evals.push_back({{"step", e.step}, {"loss", e.loss}});
   return {{"final_loss", s.final_loss},
           {"final_loss_window", s.final_window},
           {"first_loss", s.first_loss},
@@ -180,7 +207,16 @@ nlohmann::json summary_json(const Summary& s) {
           {"cpattn_peak_bytes", s.cpattn_peak_bytes},
           {"live_forward_results", s.live_forward_results},
           {"processes", s.processes},
-          {"weight_digest", s.weight_digest}};
+          {"weight_digest", s.weight_digest},
+          {"end", s.end},
+          {"first_step", s.first_step},
+          {"steps_done", s.steps_done},
+          {"skipped_steps", s.skipped_steps},
+          {"checkpoint", s.checkpoint},
+          {"checkpoint_step", s.checkpoint_step},
+          {"eval", evals},
+          {"final_eval_loss",
+           s.evals.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.evals.back().loss)}};
 }
 
 }  // namespace cpattn::cli

@@ -5,13 +5,16 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "cli/commands.h"
+#include "cli/job.h"
 #include "cli/verify_report.h"
 #include "cli/verify_ring.h"
 #include "cpattn/error.h"
 #include "cpattn/stopwatch.h"
+#include "train/agreement.h"
 #ifdef CPATTN_HAVE_MPI
 #include "cpattn/mpi_communicator.h"
 #endif
@@ -45,7 +48,31 @@ struct VerifyOptions {
   std::string backend = "threads";
   RingShape shape;
   bool shape_given = false;
+  double timeout_s = 300;
 };
+
+// The settings every rank of `verify --backend mpi` must share.
+std::vector<train::ConfigField> verify_fields(const VerifyOptions& o) {
+  const RingShape& s = o.shape;
+  const auto num = [](auto v) { return std::to_string(v); };
+  return {{"--cp", num(o.cp), ""},
+          {"--layout", o.layout.empty() ? "all" : o.layout, ""},
+          {"--causal", s.causal ? "on" : "off", ""},
+          {"--window-left", num(s.window_left), ""},
+          {"--window-right", num(s.window_right), ""},
+          {"--dropout", train::format_value(s.dropout_p), ""},
+          {"--docs", s.docs ? "on" : "off", ""},
+          {"--seq", num(s.dims.Sq), ""},
+          {"--batch", num(s.dims.B), ""},
+          {"--heads-q", num(s.dims.Hq), ""},
+          {"--heads-kv", num(s.dims.Hkv), ""},
+          {"--dqk", num(s.dims.Dqk), ""},
+          {"--dv", num(s.dims.Dv), ""},
+          {"--seed", num(s.seed), ""},
+          {"--threads", num(o.threads), ""},
+          {"--json", o.json ? "on" : "off", ""},
+          {"--timeout", train::format_value(o.timeout_s), ""}};
+}
 
 // Prints results as the table or JSON and returns the exit status (1 if any failed).
 int report(const std::string& title, const std::vector<VerifyResult>& results, bool json) {
@@ -81,7 +108,9 @@ std::vector<RingCase> ring_cases(const VerifyOptions& o, int cp_size) {
 int run_ring_cases(const VerifyOptions& o, int cp_size, Communicator* world) {
   std::vector<VerifyResult> results;
   for (const RingCase& c : ring_cases(o, cp_size)) {
-    for (VerifyResult& r : verify_ring_case(c, world, o.threads)) results.push_back(std::move(r));
+    for (VerifyResult& r : verify_ring_case(c, world, o.threads, deadline(o.timeout_s))) {
+      results.push_back(std::move(r));
+    }
   }
   int status = 0;
   if (world == nullptr || world->rank() == 0) {
@@ -99,6 +128,8 @@ int run_ring_cases(const VerifyOptions& o, int cp_size, Communicator* world) {
 }
 
 int run_verify(const VerifyOptions& o) {
+  refuse_mpirun_without_mpi("verify", o.backend);
+  deadline(o.timeout_s);  // validates --timeout
   if (o.backend == "threads") {
     if (o.cp == 0) return run_kernel_sweep(o);
     return run_ring_cases(o, o.cp, nullptr);
@@ -106,11 +137,23 @@ int run_verify(const VerifyOptions& o) {
 #ifdef CPATTN_HAVE_MPI
   MpiSession session(nullptr, nullptr);
   MpiCommunicator world;
-  // Under mpirun the ring is the MPI world: --cp, when given, must agree with -n.
-  CPATTN_CHECK(o.cp == 0 || o.cp == world.size(), ErrorCode::kInvalidArgument, "--cp ", o.cp,
-               " differs from the ", world.size(),
-               " MPI processes (--backend mpi uses one rank per process)");
-  return mpi_abort_on_error([&] { return run_ring_cases(o, world.size(), &world); });
+  world.set_timeout(deadline(o.timeout_s));
+  return run_mpi_job(world, [&] {
+    // Every process parsed its own command line: agree on it first (a rank started with another
+    // --causal or --dropout would otherwise verify another problem).
+    std::optional<Error> failed;
+    try {
+      // Under mpirun the ring is the MPI world: --cp, when given, must agree with -n.
+      CPATTN_CHECK(o.cp == 0 || o.cp == world.size(), ErrorCode::kInvalidArgument, "--cp ", o.cp,
+                   " differs from the ", world.size(),
+                   " MPI processes (--backend mpi uses one rank per process)");
+    } catch (const Error& e) {
+      failed = e;
+    }
+    train::share_startup_errors(world, failed);
+    train::agree_on_fields(world, verify_fields(o), "cpattn verify");
+    return run_ring_cases(o, world.size(), &world);
+  });
 #else
   throw Error(ErrorCode::kInvalidArgument,
               "--backend mpi: this cpattn was built without MPI (OpenMPI not found at configure)");
@@ -170,6 +213,7 @@ Command verify_command() {
                 ->check(CLI::Range(1, 1024))
                 ->capture_default_str();
             sub->add_flag("--json", o->json, "Print the results as JSON");
+            add_timeout_option(sub, o->timeout_s);
             CLI::Option* cp = sub->add_option(
                 "--cp", o->cp,
                 "Ring mode over P ranks (no shape option: sweep causal/not x dropout 0/0.1)");

@@ -70,7 +70,7 @@ std::vector<RingCase> default_ring_cases(int cp_size, const std::vector<Layout>&
 }
 
 std::vector<VerifyResult> verify_ring_case(const RingCase& c, Communicator* world,
-                                           int kernel_threads) {
+                                           int kernel_threads, std::chrono::milliseconds timeout) {
   CPATTN_CHECK(c.cp_size >= 1, ErrorCode::kInvalidArgument, "--cp: expected >= 1, got ", c.cp_size);
   if (world != nullptr) {
     CPATTN_CHECK_EQ(c.cp_size, world->size(), ErrorCode::kInvalidArgument,
@@ -82,8 +82,13 @@ std::vector<VerifyResult> verify_ring_case(const RingCase& c, Communicator* worl
   run.cp_size = c.cp_size;
   run.layout = c.layout;
   run.num_threads = world != nullptr ? kernel_threads : 1;  // in-process ranks are the threads
-  const reference::Outputs ring =
-      world != nullptr ? reference::run_ring_gathered(*world, p, run) : reference::run_ring(p, run);
+  const reference::RankWrapper with_deadline =
+      [timeout](Communicator& comm, const std::function<void(Communicator&)>& body) {
+        comm.set_timeout(timeout);
+        body(comm);
+      };
+  const reference::Outputs ring = world != nullptr ? reference::run_ring_gathered(*world, p, run)
+                                                   : reference::run_ring(p, run, with_deadline);
   const double ring_seconds = watch.seconds();
   if (world != nullptr && world->rank() != 0) return {};
 

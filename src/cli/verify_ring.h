@@ -2,6 +2,7 @@
 // float64 reference and against the single-rank kernel, judged by the kernel's tolerance rule.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,8 +52,9 @@ std::vector<RingCase> default_ring_cases(int cp_size, const std::vector<Layout>&
 /// `world` null: cp_size in-process ranks (ThreadCommunicator), each kernel call using
 /// kernel_threads. Otherwise every rank of `world` (size == cp_size) must call it; the ring runs
 /// one rank per process, the references run on rank 0 only and other ranks return no rows.
+/// `timeout` bounds every wait of the in-process ranks (world's own deadline applies otherwise).
 /// Throws Error(kInvalidArgument) on a bad case (e.g. cp_size < 1 or != world->size()).
 std::vector<VerifyResult> verify_ring_case(const RingCase& c, Communicator* world,
-                                           int kernel_threads);
+                                           int kernel_threads, std::chrono::milliseconds timeout);
 
 }  // namespace cpattn::cli

@@ -48,6 +48,12 @@ double clip_grad_norm(ModelGrads& grads, double max_norm) {
   CPATTN_CHECK(max_norm > 0.0, ErrorCode::kInvalidArgument,
                "clip_grad_norm max_norm must be > 0, got ", max_norm);
   const double norm = grad_norm(grads);
+  if (!std::isfinite(norm)) {
+    const ParamInfo* bad = grads.first_nonfinite();
+    throw Error(ErrorCode::kInvalidArgument,
+                detail::str_cat("clip_grad_norm: the gradient norm is ", norm,
+                                "; first non-finite value in ", bad ? bad->name : "?"));
+  }
   if (norm > max_norm) {
     const auto scale = static_cast<float>(max_norm / norm);
     for (float& g : grads.flat()) g *= scale;
@@ -60,8 +66,19 @@ AdamW::AdamW(const ModelConfig& model, const AdamWConfig& config, MemoryCounter*
   validate_adamw(config);
   const std::vector<ParamInfo> table = param_table(model);
   const int64_t numel = table.back().offset + table.back().numel;
-  m_ = Tensor({numel}, counter);
-  v_ = Tensor({numel}, counter);
+  m_ = allocate_floats(numel, counter, "the AdamW moments");
+  v_ = allocate_floats(numel, counter, "the AdamW moments");
+}
+
+void AdamW::restore(int64_t t, std::span<const float> m, std::span<const float> v) {
+  CPATTN_CHECK(t >= 0, ErrorCode::kInvalidArgument, "AdamW::restore: t must be >= 0, got ", t);
+  CPATTN_CHECK(
+      static_cast<int64_t>(m.size()) == m_.numel() && static_cast<int64_t>(v.size()) == v_.numel(),
+      ErrorCode::kShapeMismatch, "AdamW::restore: moments must hold ", m_.numel(), " floats, got ",
+      m.size(), " and ", v.size());
+  std::copy(m.begin(), m.end(), m_.data());
+  std::copy(v.begin(), v.end(), v_.data());
+  t_ = t;
 }
 
 double AdamW::step(ModelParams& params, const ModelGrads& grads) {

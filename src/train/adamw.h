@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "cpattn/memory.h"
 #include "cpattn/tensor.h"
@@ -40,7 +41,9 @@ double learning_rate(const AdamWConfig& config, int64_t step);
 double grad_norm(const ModelGrads& grads);
 
 /// Scales all gradients by max_norm / norm when norm = grad_norm(grads) > max_norm; returns norm
-/// (before clipping). Throws Error(kInvalidArgument) when max_norm <= 0.
+/// (before clipping). Throws Error(kInvalidArgument) when max_norm <= 0, and when norm is not
+/// finite (NaN compares false with max_norm and would reach the optimizer unclipped; the message
+/// names the first tensor holding a non-finite value).
 double clip_grad_norm(ModelGrads& grads, double max_norm);
 
 /// AdamW with first/second moments in counted fp32 tensors shaped like the flat parameters.
@@ -62,6 +65,13 @@ class AdamW {
   /// Updates taken so far (t of the last update).
   int64_t steps_taken() const { return t_; }
   const AdamWConfig& config() const { return config_; }
+  /// The moments m and v, flat in ModelParams order (a checkpoint saves them).
+  std::span<const float> first_moment() const { return m_.span(); }
+  std::span<const float> second_moment() const { return v_.span(); }
+  /// Continues from a saved state: t updates taken, moments m and v. Afterwards step() behaves
+  /// bitwise as it would have in the run that saved them. Throws Error(kShapeMismatch) when m or
+  /// v do not hold the optimizer's number of floats, Error(kInvalidArgument) when t < 0.
+  void restore(int64_t t, std::span<const float> m, std::span<const float> v);
 
  private:
   AdamWConfig config_;

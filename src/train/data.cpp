@@ -1,29 +1,19 @@
 // Text file loading, batch sampling and unigram entropy.
 #include "train/data.h"
 
+#include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 
 #include "cpattn/error.h"
+#include "train/files.h"
 #include "train/random.h"
 
 namespace cpattn::train {
 
 std::vector<uint8_t> read_text_file(const std::string& path, int64_t seq_len) {
   CPATTN_CHECK(seq_len >= 1, ErrorCode::kInvalidArgument, "seq_len must be >= 1, got ", seq_len);
-  std::ifstream in(path, std::ios::binary);
-  CPATTN_CHECK(in.is_open(), ErrorCode::kIo, "cannot open text file '", path,
-               "': ", std::strerror(errno));
-  std::vector<uint8_t> bytes;
-  std::array<char, 1 << 16> buf;
-  while (in.read(buf.data(), buf.size()) || in.gcount() > 0) {
-    bytes.insert(bytes.end(), buf.data(), buf.data() + in.gcount());
-  }
-  CPATTN_CHECK(!in.bad(), ErrorCode::kIo, "error reading text file '", path, "' after ",
-               bytes.size(), " bytes");
+  const std::vector<uint8_t> bytes = read_regular_file(path, kMaxTextBytes, "text file");
   CPATTN_CHECK(!bytes.empty(), ErrorCode::kInvalidArgument, "text file '", path,
                "' is empty (0 bytes); need at least seq_len + 1 = ", seq_len + 1, " bytes");
   CPATTN_CHECK(static_cast<int64_t>(bytes.size()) >= seq_len + 1, ErrorCode::kInvalidArgument,
@@ -42,26 +32,51 @@ BatchSampler::BatchSampler(std::span<const uint8_t> text, int64_t seq_len, int64
                text.size(), " bytes; need at least seq_len + 1 = ", seq_len + 1);
 }
 
+namespace {
+
+// The window of row r starting at `start`: inputs text[start + s], targets text[start + s + 1].
+void fill_window(Batch& b, std::span<const uint8_t> text, int64_t r, int64_t start) {
+  b.starts[static_cast<size_t>(r)] = start;
+  for (int64_t s = 0; s < b.seq_len; ++s) {
+    const auto at = static_cast<size_t>(r * b.seq_len + s);
+    b.inputs[at] = text[static_cast<size_t>(start + s)];
+    b.targets[at] = text[static_cast<size_t>(start + s + 1)];
+  }
+}
+
+Batch empty_batch(int64_t batch, int64_t seq_len) {
+  Batch b;
+  b.batch = batch;
+  b.seq_len = seq_len;
+  b.starts.resize(static_cast<size_t>(batch));
+  b.inputs.resize(static_cast<size_t>(batch * seq_len));
+  b.targets.resize(static_cast<size_t>(batch * seq_len));
+  return b;
+}
+
+}  // namespace
+
 Batch BatchSampler::sample(int64_t step) const {
   CPATTN_CHECK(step >= 0, ErrorCode::kInvalidArgument, "BatchSampler step must be >= 0, got ",
                step);
-  Batch b;
-  b.batch = batch_;
-  b.seq_len = seq_len_;
-  b.starts.resize(static_cast<size_t>(batch_));
-  b.inputs.resize(static_cast<size_t>(batch_ * seq_len_));
-  b.targets.resize(static_cast<size_t>(batch_ * seq_len_));
+  Batch b = empty_batch(batch_, seq_len_);
   // Two mixing rounds so that nearby (seed, step) pairs give unrelated streams.
   SplitMix64 rng(splitmix64_mix(seed_ ^ splitmix64_mix(static_cast<uint64_t>(step))));
   const auto choices = static_cast<uint64_t>(static_cast<int64_t>(text_.size()) - seq_len_);
   for (int64_t r = 0; r < batch_; ++r) {
-    const auto start = static_cast<int64_t>(rng.next_below(choices));
-    b.starts[static_cast<size_t>(r)] = start;
-    for (int64_t s = 0; s < seq_len_; ++s) {
-      const auto at = static_cast<size_t>(r * seq_len_ + s);
-      b.inputs[at] = text_[static_cast<size_t>(start + s)];
-      b.targets[at] = text_[static_cast<size_t>(start + s + 1)];
-    }
+    fill_window(b, text_, r, static_cast<int64_t>(rng.next_below(choices)));
+  }
+  return b;
+}
+
+Batch evenly_spaced_batch(std::span<const uint8_t> text, int64_t seq_len, int64_t batch) {
+  const BatchSampler check(text, seq_len, batch, 0);  // the same preconditions
+  Batch b = empty_batch(batch, seq_len);
+  const int64_t last_start = static_cast<int64_t>(text.size()) - seq_len - 1;
+  const int64_t gaps = std::max<int64_t>(1, batch - 1);
+  for (int64_t r = 0; r < batch; ++r) {
+    const int64_t start = r * last_start / gaps;  // no overflow: the text is at most 2^30 bytes
+    fill_window(b, text, r, start);
   }
   return b;
 }

@@ -182,15 +182,32 @@ void layer_backward(const Context& c, const LayerTensors<const float>& w,
   add_into(grad.span(), t.span());
 }
 
+// Final norm and LM head: the logits [N, vocab] of the last layer's output x.
+Tensor head_logits(const Context& c, const ModelParams& params, const Tensor& x, Tensor& xf) {
+  const int64_t d = c.cfg.d_model, vocab = c.cfg.vocab;
+  xf = c.rows(d);
+  rmsnorm_forward(c.n, d, x.span(), params.final_norm(), xf.span());
+  Tensor logits = c.rows(vocab);
+  linear_forward({c.n, d, vocab}, xf.span(), params.lm_head(), {}, logits.span());
+  return logits;
+}
+
+// Checks the arguments shared by forward_backward and forward_logits.
+void check_step_args(const Communicator& comm, const ShardBatch& shard,
+                     const StepOptions& options) {
+  CPATTN_CHECK_EQ(options.seq.cp_rank, comm.rank(), ErrorCode::kInvalidArgument,
+                  "forward_backward: sharding cp_rank vs comm.rank()");
+  CPATTN_CHECK_EQ(shard.local_len, options.seq.local_length(), ErrorCode::kShapeMismatch,
+                  "forward_backward: shard rows per sequence");
+}
+
 // Final norm, LM head and cross-entropy, forward and backward at once (nothing after them needs
 // the logits). Returns this rank's share of the mean loss; `grad` becomes dL/dx_L.
 double head_forward_backward(const Context& c, const ModelParams& params, ModelGrads& grads,
                              const Tensor& x, Tensor& grad) {
   const int64_t d = c.cfg.d_model, vocab = c.cfg.vocab;
-  Tensor xf = c.rows(d);
-  rmsnorm_forward(c.n, d, x.span(), params.final_norm(), xf.span());
-  Tensor logits = c.rows(vocab);
-  linear_forward({c.n, d, vocab}, xf.span(), params.lm_head(), {}, logits.span());
+  Tensor xf;
+  Tensor logits = head_logits(c, params, x, xf);
   const double loss =
       cross_entropy_forward(vocab, logits.span(), c.shard.targets, c.shard.total_tokens);
   cross_entropy_backward(vocab, logits.span(), c.shard.targets, c.shard.total_tokens, 1.0f,
@@ -215,10 +232,7 @@ AttentionParams attention_params(float dropout) {
 double forward_backward(Communicator& comm, const ModelParams& params, const ShardBatch& shard,
                         const StepOptions& options, Generator& generator, ModelGrads& grads) {
   const ModelConfig& cfg = params.config();
-  CPATTN_CHECK_EQ(options.seq.cp_rank, comm.rank(), ErrorCode::kInvalidArgument,
-                  "forward_backward: sharding cp_rank vs comm.rank()");
-  CPATTN_CHECK_EQ(shard.local_len, options.seq.local_length(), ErrorCode::kShapeMismatch,
-                  "forward_backward: shard rows per sequence");
+  check_step_args(comm, shard, options);
   CPATTN_CHECK_EQ(grads.numel(), params.numel(), ErrorCode::kShapeMismatch,
                   "forward_backward: gradient numel vs parameter numel");
   const AttentionParams attn = attention_params(options.dropout);
@@ -277,6 +291,36 @@ double forward_backward(Communicator& comm, const ModelParams& params, const Sha
   embedding_backward(cfg.vocab, cfg.d_model, shard.inputs, grad.span(), grads.embed());
 
   double loss = local_loss;
+  comm.allreduce_sum(std::span<double>(&loss, 1));
+  return loss;
+}
+
+Tensor forward_logits(Communicator& comm, const ModelParams& params, const ShardBatch& shard,
+                      const StepOptions& options, Generator& generator) {
+  const ModelConfig& cfg = params.config();
+  check_step_args(comm, shard, options);
+  const AttentionParams attn = attention_params(options.dropout);
+  const Context c{comm, cfg, options, shard, attn, shard.rows(), &comm.memory()};
+  Tensor x = c.rows(cfg.d_model);
+  embedding_forward(cfg.vocab, cfg.d_model, shard.inputs, params.embed(), x.span());
+  for (int64_t l = 0; l < cfg.layers; ++l) {
+    const RngState rng = generator.next();
+    const AttentionFn first = [&](ConstView q, ConstView k, ConstView v) {
+      return attention_forward(comm, q, k, v, options.seq, attn, rng, options.ring);
+    };
+    Tensor y;
+    layer_forward(c, params.layer(l), x, first, y);  // the layer's intermediates die here
+    x = std::move(y);
+  }
+  Tensor xf;
+  return head_logits(c, params, x, xf);
+}
+
+double forward_loss(Communicator& comm, const ModelParams& params, const ShardBatch& shard,
+                    const StepOptions& options, Generator& generator) {
+  const Tensor logits = forward_logits(comm, params, shard, options, generator);
+  double loss = cross_entropy_forward(params.config().vocab, logits.span(), shard.targets,
+                                      shard.total_tokens);
   comm.allreduce_sum(std::span<double>(&loss, 1));
   return loss;
 }

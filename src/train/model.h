@@ -58,4 +58,18 @@ struct StepOptions {
 double forward_backward(Communicator& comm, const ModelParams& params, const ShardBatch& shard,
                         const StepOptions& options, Generator& generator, ModelGrads& grads);
 
+/// The forward of forward_backward alone, keeping nothing for a backward: the LM-head logits
+/// [B * S_r, vocab] of this rank's rows (row n = b * S_r + i, as in ShardBatch), computed by the
+/// same ops in the same order as the training forward (so equal inputs, weights and RngStates
+/// give bitwise the training forward's logits). Draws one RngState per layer from `generator`;
+/// pass options.dropout = 0 to evaluate or generate. options.recompute is ignored. Collective
+/// over the CP group like forward_backward. Throws what forward_backward throws.
+Tensor forward_logits(Communicator& comm, const ModelParams& params, const ShardBatch& shard,
+                      const StepOptions& options, Generator& generator);
+
+/// Global mean cross-entropy of the shard's targets under forward_logits (all-reduced over the
+/// group: equal on every rank), e.g. the held-out loss.
+double forward_loss(Communicator& comm, const ModelParams& params, const ShardBatch& shard,
+                    const StepOptions& options, Generator& generator);
+
 }  // namespace cpattn::train

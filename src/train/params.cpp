@@ -2,6 +2,7 @@
 #include "train/params.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "cpattn/digest.h"
@@ -14,6 +15,18 @@ namespace {
 constexpr int64_t kPerLayer = 6;  // attn_norm, wqkv, wo, mlp_norm, w1, w2
 constexpr double kInitStd = 0.02;
 }  // namespace
+
+Tensor allocate_floats(int64_t numel, MemoryCounter* counter, const std::string& what) {
+  try {
+    return Tensor({numel}, counter);
+  } catch (const std::bad_alloc&) {
+    char mib[32];
+    std::snprintf(mib, sizeof mib, "%.1f",
+                  static_cast<double>(numel) * sizeof(float) / (1024.0 * 1024.0));
+    throw AllocationError(
+        detail::str_cat("allocating ", what, ": ", numel, " floats (", mib, " MiB)"));
+  }
+}
 
 std::vector<ParamInfo> param_table(const ModelConfig& c) {
   validate_config(c);
@@ -45,7 +58,7 @@ std::vector<ParamInfo> param_table(const ModelConfig& c) {
 ParamSet::ParamSet(const ModelConfig& config, MemoryCounter* counter)
     : config_(config), infos_(param_table(config)) {
   const ParamInfo& last = infos_.back();
-  flat_ = Tensor({last.offset + last.numel}, counter);
+  flat_ = allocate_floats(last.offset + last.numel, counter, "the model's parameters");
 }
 
 namespace {
@@ -78,6 +91,15 @@ uint64_t ParamSet::digest() const { return Digest().values(flat()).finish(); }
 void ParamSet::zero() {
   std::span<float> f = flat();
   if (!f.empty()) std::memset(f.data(), 0, f.size_bytes());
+}
+
+const ParamInfo* ParamSet::first_nonfinite() const {
+  for (const ParamInfo& info : infos_) {
+    for (float x : get(info)) {
+      if (!std::isfinite(x)) return &info;
+    }
+  }
+  return nullptr;
 }
 
 ModelParams::ModelParams(const ModelConfig& config, MemoryCounter* counter)

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +14,20 @@
 #include "train/config.h"
 
 namespace cpattn::train {
+
+/// std::bad_alloc naming what was being allocated and how much (the CLI prints what()).
+class AllocationError : public std::bad_alloc {
+ public:
+  explicit AllocationError(std::string what) : what_(std::move(what)) {}
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  std::string what_;
+};
+
+/// A zero-filled counted Tensor of `numel` floats; a failed allocation throws AllocationError
+/// "allocating <what>: <numel> floats (<MiB> MiB)".
+Tensor allocate_floats(int64_t numel, MemoryCounter* counter, const std::string& what);
 
 /// One named parameter: a slice [offset, offset + numel) of the flat buffer.
 struct ParamInfo {
@@ -79,6 +94,8 @@ class ParamSet {
   uint64_t digest() const;
   /// Sets every value to 0.
   void zero();
+  /// The first tensor (infos() order) holding a NaN or an infinity; null when all are finite.
+  const ParamInfo* first_nonfinite() const;
 
  protected:
   /// A zero-filled set counted in `counter` (process_memory() when null). Validates the config.

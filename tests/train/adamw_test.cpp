@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
+#include <string>
+#include <vector>
 
 #include "cpattn/error.h"
 #include "grad_check.h"
@@ -105,6 +108,47 @@ TEST(AdamW, ClipGradNormScalesToTheMaximum) {
   EXPECT_FLOAT_EQ(g.flat()[0], 0.6f);
   EXPECT_DOUBLE_EQ(clip_grad_norm(g, 2.0), grad_norm(g));  // below the maximum: unchanged
   EXPECT_THROW(clip_grad_norm(g, 0.0), Error);
+}
+
+// NaN > max_norm is false: without the check a NaN gradient would reach the optimizer unclipped.
+TEST(AdamW, ClipGradNormRefusesANonFiniteNormNamingTheTensor) {
+  ModelGrads g(tiny());
+  const ParamInfo& second = g.infos()[1];
+  g.get(second)[2] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(g.first_nonfinite(), &second);
+  try {
+    clip_grad_norm(g, 1.0);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "clip_grad_norm: the gradient norm is nan; first non-finite value in " + second.name);
+  }
+  g.get(second)[2] = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(clip_grad_norm(g, 1.0), Error);
+  g.get(second)[2] = 0.0f;
+  EXPECT_EQ(g.first_nonfinite(), nullptr);
+}
+
+// A restored optimizer continues bitwise like the one whose state it copied.
+TEST(AdamW, RestoredStateContinuesBitwise) {
+  const ModelConfig mc = tiny();
+  AdamWConfig oc;
+  oc.warmup_steps = 1;
+  oc.total_steps = 6;
+  ModelParams a(mc), b(mc);
+  ModelGrads g(mc);
+  for (size_t i = 0; i < g.flat().size(); ++i) g.flat()[i] = std::cos(static_cast<float>(i));
+  AdamW oa(mc, oc);
+  for (int s = 0; s < 3; ++s) oa.step(a, g);
+  std::copy(a.flat().begin(), a.flat().end(), b.flat().begin());
+  AdamW ob(mc, oc);
+  ob.restore(oa.steps_taken(), oa.first_moment(), oa.second_moment());
+  EXPECT_EQ(ob.steps_taken(), 3);
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(oa.step(a, g), ob.step(b, g));
+  EXPECT_EQ(a.digest(), b.digest());
+  const std::vector<float> short_moments(3);
+  EXPECT_THROW(ob.restore(1, short_moments, short_moments), Error);
+  EXPECT_THROW(ob.restore(-1, oa.first_moment(), oa.second_moment()), Error);
 }
 
 TEST(AdamW, ConfigErrorsAndModelMismatch) {

@@ -1,7 +1,9 @@
-// Text loading errors, sampler determinism and window contents, unigram entropy.
+// Text loading errors (FIFOs, devices, size limit), sampler determinism and window contents, the
+// evenly spaced held-out batch, unigram entropy.
 #include "train/data.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdio>
@@ -10,6 +12,7 @@
 
 #include "cpattn/error.h"
 #include "support/errors.h"
+#include "train/files.h"
 
 namespace cpattn::train {
 namespace {
@@ -50,7 +53,7 @@ TEST(ReadTextFile, ErrorsNameTheFileAndSizes) {
   ErrorCode code{};
   std::string msg = error_of([] { read_text_file("/nonexistent/cpattn.txt", 4); }, &code);
   EXPECT_EQ(code, ErrorCode::kIo);
-  EXPECT_NE(msg.find("cannot open text file '/nonexistent/cpattn.txt'"), std::string::npos) << msg;
+  EXPECT_EQ(msg, "text file '/nonexistent/cpattn.txt': cannot open: No such file or directory");
 
   TempFile empty("");
   msg = error_of([&] { read_text_file(empty.path(), 4); }, &code);
@@ -62,6 +65,54 @@ TEST(ReadTextFile, ErrorsNameTheFileAndSizes) {
   EXPECT_EQ(msg, "text file '" + small.path() + "' has 4 bytes; need at least seq_len + 1 = 5");
   EXPECT_EQ(msg.find('\n'), std::string::npos);
   EXPECT_EQ(read_text_file(small.path(), 3).size(), 4u);
+}
+
+// A FIFO without a writer would block an ordinary open forever; a directory or a device is no
+// text either. Each is refused at once, naming what it is.
+TEST(ReadTextFile, RefusesWhatIsNotARegularFileWithoutBlocking) {
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  const std::string fifo = dir + "/cpattn_train_data_" +
+                           std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+                           ".fifo";
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ErrorCode code{};
+  std::string msg = error_of([&] { read_text_file(fifo, 4); }, &code);
+  std::filesystem::remove(fifo);
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(msg, "text file '" + fifo + "' is not a regular file (a FIFO)");
+  msg = error_of([&] { read_text_file(dir, 4); }, &code);
+  EXPECT_EQ(msg, "text file '" + dir + "' is not a regular file (a directory)");
+  msg = error_of([&] { read_text_file("/dev/zero", 4); }, &code);
+  EXPECT_EQ(msg, "text file '/dev/zero' is not a regular file (a character device)");
+}
+
+TEST(ReadTextFile, RefusesFilesAboveTheLimit) {
+  TempFile f(std::string(100, 'x'));
+  ErrorCode code{};
+  const std::string msg = error_of([&] { read_regular_file(f.path(), 99, "--text"); }, &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(msg, "--text '" + f.path() + "' has 100 bytes, more than the limit of 99");
+  EXPECT_EQ(read_regular_file(f.path(), 100, "--text").size(), 100u);
+}
+
+TEST(EvenlySpacedBatch, CoversTheTextFromStartToEnd) {
+  std::vector<uint8_t> text(100);
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<uint8_t>(i);
+  const Batch b = evenly_spaced_batch(text, 9, 4);
+  // Starts 0, 30, 60, 90 (the last window ends at the last byte): floor(r * 90 / 3).
+  EXPECT_EQ(b.starts, (std::vector<int64_t>{0, 30, 60, 90}));
+  for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t s = 0; s < 9; ++s) {
+      EXPECT_EQ(b.inputs[static_cast<size_t>(r * 9 + s)], b.starts[static_cast<size_t>(r)] + s);
+      EXPECT_EQ(b.targets[static_cast<size_t>(r * 9 + s)],
+                b.starts[static_cast<size_t>(r)] + s + 1);
+    }
+  }
+  EXPECT_EQ(evenly_spaced_batch(text, 9, 1).starts, (std::vector<int64_t>{0}));
+  ErrorCode code{};
+  error_of([&] { evenly_spaced_batch(text, 100, 1); }, &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument);
 }
 
 TEST(BatchSampler, DeterministicWindowsOfTheText) {

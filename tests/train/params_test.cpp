@@ -145,5 +145,21 @@ TEST(ModelGrads, SameStructureZeroAndForEach) {
   EXPECT_THROW(g.layer(-1), Error);
 }
 
+// An allocation that cannot succeed says what it was for and how large it was.
+TEST(AllocateFloats, AFailedAllocationNamesWhatAndHowMuch) {
+#ifdef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "AddressSanitizer aborts on impossible allocations instead of throwing";
+#endif
+  const int64_t huge = int64_t{1} << 50;  // 4 PiB: beyond any address space
+  try {
+    allocate_floats(huge, nullptr, "the test's buffer");
+    ADD_FAILURE() << "allocated 4 PiB";
+  } catch (const AllocationError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "allocating the test's buffer: 1125899906842624 floats (4294967296.0 MiB)");
+  }
+  EXPECT_EQ(allocate_floats(5, nullptr, "small").numel(), 5);
+}
+
 }  // namespace
 }  // namespace cpattn::train

@@ -8,7 +8,7 @@ set(CPATTN_TRAIN_CLI $<TARGET_FILE:cpattn_cli> train)
 
 add_test(NAME train.cli_missing_text
          COMMAND ${CPATTN_EXPECT_FAILURE} --status 18 --one-line
-                 "^cpattn: error \\(io\\): cannot open text file '/nonexistent/gpl.txt'"
+                 "^cpattn: error \\(io\\): text file '/nonexistent/gpl.txt': cannot open: No such file"
                  ${CPATTN_TRAIN_CLI} --text /nonexistent/gpl.txt)
 add_test(NAME train.cli_empty_text
          COMMAND ${CPATTN_EXPECT_FAILURE} --status 11 --one-line "^cpattn: error \\(invalid_argument\\): .*is empty"
@@ -43,3 +43,40 @@ if(CPATTN_HAVE_MPI)
   set_tests_properties(train.cli_mpi_run PROPERTIES LABELS "train;cli;mpi" TIMEOUT 60
                        PROCESSORS 2)
 endif()
+
+# The fault matrix (docs/reliability.md): one injected fault per test, each asserting detection on
+# every rank, the exit status, the time bound (deadline 5 s) and what was kept. Label `faults`.
+set(CPATTN_FAULTS sh ${CMAKE_CURRENT_LIST_DIR}/faults.sh)
+set(CPATTN_FAULT_CASES nan_loss full_disk metrics_is_text plot_is_text plot_unwritable fifo_text
+    sigint_resume sigterm_resume corrupted_checkpoint stdout_closed out_of_memory)
+set(CPATTN_MPI_FAULT_CASES mismatch_text mismatch_layout mismatch_dropout mismatch_seed
+    mismatch_lr mismatch_steps mismatch_layers mismatch_causal missing_text_one_rank stopped_rank
+    stopped_rank_check killed_rank sigterm_one_rank mpirun_without_backend)
+foreach(fault ${CPATTN_FAULT_CASES})
+  add_test(NAME train.faults.${fault}
+           COMMAND ${CPATTN_FAULTS} ${fault} ${CMAKE_CURRENT_BINARY_DIR}/faults/${fault}
+                   $<TARGET_FILE:cpattn_cli>)
+  set_tests_properties(train.faults.${fault} PROPERTIES LABELS "train;faults" TIMEOUT 120
+                       PASS_REGULAR_EXPRESSION "faults: OK: ${fault}")
+endforeach()
+if(CPATTN_HAVE_MPI)
+  foreach(fault ${CPATTN_MPI_FAULT_CASES})
+    add_test(NAME train.faults.${fault}
+             COMMAND ${CPATTN_FAULTS} ${fault} ${CMAKE_CURRENT_BINARY_DIR}/faults/${fault}
+                     $<TARGET_FILE:cpattn_cli> ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG})
+    set_tests_properties(train.faults.${fault} PROPERTIES LABELS "train;faults;mpi" TIMEOUT 120
+                         PROCESSORS 2 PASS_REGULAR_EXPRESSION "faults: OK: ${fault}")
+  endforeach()
+endif()
+
+# `cpattn generate` from a trained checkpoint: prompt + tokens, deterministic for a seed.
+add_test(NAME train.cli_generate
+         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/generate_run.sh ${CMAKE_CURRENT_BINARY_DIR}/generate
+                 $<TARGET_FILE:cpattn_cli>)
+set_tests_properties(train.cli_generate PROPERTIES LABELS "train;cli" TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "generate_run: OK")
+add_test(NAME train.cli_bad_timeout
+         COMMAND ${CPATTN_EXPECT_FAILURE} --status 11 --one-line
+                 "^cpattn: error \\(invalid_argument\\): --timeout must be in \\[0.001, 1e6\\] seconds, got 0$"
+                 ${CPATTN_TRAIN_CLI} --timeout 0)
+set_tests_properties(train.cli_bad_timeout PROPERTIES LABELS "train;cli" TIMEOUT 30)

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -14,36 +15,13 @@
 #include "cpattn/attention.h"
 #include "cpattn/error.h"
 #include "cpattn/thread_communicator.h"
+#include "run_fixture.h"
 
 namespace cpattn::train {
 namespace {
 
-// A few hundred bytes of English-like text repeated with variations: learnable in tens of steps.
-std::vector<uint8_t> training_text() {
-  const std::vector<std::string> words = {"the ", "cat ", "sat ", "on ", "a ",  "mat. ",
-                                          "and ", "dog ", "ran ", "to ", "it. "};
-  std::string s;
-  uint32_t x = 1;
-  while (s.size() < 4000) {
-    x = x * 1664525u + 1013904223u;
-    s += words[(x >> 24) % words.size()];
-  }
-  return {s.begin(), s.end()};
-}
-
-TrainConfig tiny_config() {
-  TrainConfig c;
-  c.model.layers = 2;
-  c.model.d_model = 24;
-  c.model.heads = 3;
-  c.model.kv_heads = 1;
-  c.seq_len = 37;
-  c.batch = 2;
-  c.steps = 1;
-  c.dropout = 0.1f;
-  c.seed = 11;
-  return c;
-}
+using testing::tiny_config;
+using testing::training_text;
 
 struct CheckCase {
   int cp;
@@ -116,11 +94,13 @@ TEST(Train, LossFallsAndReplicasStayIdentical) {
   c.adamw.warmup_steps = 4;
   validate_train_config(c, text);
   int64_t reported = 0;
-  const TrainResult r = train(c, text, thread_group(c.cp), [&](const StepMetrics& m) {
+  TrainHooks hooks;
+  hooks.on_step = [&](const StepMetrics& m) {
     ++reported;
     EXPECT_EQ(m.step, reported);
     EXPECT_GT(m.tokens_per_s, 0.0);
-  });
+  };
+  const TrainResult r = train(c, text, thread_group(c.cp), hooks);
   ASSERT_EQ(r.losses.size(), 40u);
   EXPECT_EQ(reported, 40);
   EXPECT_EQ(r.tokens, 40 * 2 * 37);
@@ -131,9 +111,44 @@ TEST(Train, LossFallsAndReplicasStayIdentical) {
 
   // Same seed, no recompute: the same run (recompute only changes what is stored).
   c.recompute = false;
-  const TrainResult again = train(c, text, thread_group(c.cp), nullptr);
+  const TrainResult again = train(c, text, thread_group(c.cp));
   EXPECT_EQ(again.weight_digest, r.weight_digest);
   EXPECT_EQ(again.losses, r.losses);
+}
+
+// The one list of a run's settings: every flag appears once, values change with the setting, and
+// only the settings that shape the weights are marked as training settings.
+TEST(ConfigFields, ListEverySettingOnceWithItsValue) {
+  const std::vector<uint8_t> text = training_text();
+  TrainConfig c = tiny_config();
+  validate_train_config(c, text);
+  const std::vector<ConfigField> fields = config_fields(c, text, "/t.txt");
+  std::vector<std::string> flags;
+  for (const ConfigField& f : fields) flags.push_back(f.flag);
+  std::vector<std::string> sorted = flags;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end());
+  const auto field = [&](const std::vector<ConfigField>& fs, const std::string& flag) {
+    for (const ConfigField& f : fs) {
+      if (f.flag == flag) return f;
+    }
+    ADD_FAILURE() << flag << " missing";
+    return ConfigField{};
+  };
+  EXPECT_EQ(field(fields, "--text").note, "/t.txt");
+  EXPECT_TRUE(field(fields, "--text").value.starts_with(std::to_string(text.size()) + " bytes"));
+  EXPECT_EQ(field(fields, "--dropout").value, "0.1");
+  EXPECT_EQ(field(fields, "--layout").value, "zigzag");
+  EXPECT_TRUE(field(fields, "--seed").training);
+  EXPECT_FALSE(field(fields, "--recompute").training);
+  EXPECT_FALSE(field(fields, "--on-nonfinite").training);
+  TrainConfig other = c;
+  other.adamw.lr = std::nextafter(c.adamw.lr, 1.0);
+  EXPECT_NE(field(config_fields(other, text, ""), "--lr").value, field(fields, "--lr").value);
+  std::vector<uint8_t> changed = text;
+  changed[7] ^= 1;
+  EXPECT_NE(field(config_fields(c, changed, "/t.txt"), "--text").value,
+            field(fields, "--text").value);
 }
 
 TEST(TrainConfigValidation, BadValuesFailBeforeAnyRankStarts) {

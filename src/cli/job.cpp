@@ -1,0 +1,49 @@
+// Deadline option, mpirun detection, error line and exit statuses shared by the commands.
+#include "cli/job.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace cpattn::cli {
+
+int exit_status(const Error& e) { return 10 + static_cast<int>(e.code()); }
+
+void print_error(const Error& e) {
+  std::fprintf(stderr, "cpattn: error (%s): %s\n", error_code_name(e.code()), e.what());
+  std::fflush(stderr);
+}
+
+void add_timeout_option(CLI::App* cmd, double& seconds) {
+  seconds = std::chrono::duration<double>(kDefaultCommTimeout).count();
+  cmd->add_option("--timeout", seconds,
+                  "Deadline in seconds of every wait on another rank (a stopped, hung or dead "
+                  "rank fails the job after it)")
+      ->capture_default_str();
+}
+
+std::chrono::milliseconds deadline(double seconds) {
+  CPATTN_CHECK(std::isfinite(seconds) && seconds >= 1e-3 && seconds <= 1e6,
+               ErrorCode::kInvalidArgument, "--timeout must be in [0.001, 1e6] seconds, got ",
+               seconds);
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000.0)));
+}
+
+int mpirun_processes() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr) return std::max(1, std::atoi(value));
+  }
+  return 1;
+}
+
+void refuse_mpirun_without_mpi(const std::string& command, const std::string& backend) {
+  const int n = mpirun_processes();
+  CPATTN_CHECK(backend == "mpi" || n == 1, ErrorCode::kInvalidArgument, "cpattn ", command,
+               " was started as one of ", n,
+               " mpirun processes without --backend mpi: each would run its own job; add "
+               "--backend mpi (one rank per process) or run it without mpirun");
+}
+
+}  // namespace cpattn::cli

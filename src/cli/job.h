@@ -1,0 +1,57 @@
+// What every `cpattn` command shares about running as a job: the one deadline setting
+// (--timeout), the refusal to run N independent jobs under mpirun, the error line and exit
+// statuses, and (with MPI) the per-process wrapper that ends a failed job on every rank.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "cpattn/communicator.h"
+#include "cpattn/error.h"
+
+namespace cpattn::cli {
+
+/// Exit status of a run stopped by SIGINT / SIGTERM (128 + signal number, as a shell reports a
+/// process killed by the signal).
+inline constexpr int kExitInterrupted = 130;
+inline constexpr int kExitTerminated = 143;
+/// Exit status when memory ran out (std::bad_alloc): beyond 10 + every ErrorCode.
+inline constexpr int kExitOutOfMemory = 20;
+
+/// 10 + the error's code (docs/design.md section 8).
+int exit_status(const Error& e);
+
+/// Prints "cpattn: error (<code name>): <message>" on stderr (one line).
+void print_error(const Error& e);
+
+/// Registers --timeout SECONDS on `cmd` (default 300, the library's kDefaultCommTimeout): the
+/// deadline of every wait on another rank. `seconds` receives the value.
+void add_timeout_option(CLI::App* cmd, double& seconds);
+
+/// The deadline of `seconds`. Throws Error(kInvalidArgument) unless 0 < seconds <= 10^6 (finite;
+/// at least 1 ms).
+std::chrono::milliseconds deadline(double seconds);
+
+/// Number of processes of the mpirun job this process belongs to (OMPI_COMM_WORLD_SIZE, or
+/// PMI_SIZE for other launchers), 1 when not started by mpirun.
+int mpirun_processes();
+
+/// Throws Error(kInvalidArgument) when `backend` is not "mpi" but this process is one of several
+/// started by mpirun: each would run its own job (and write the same output files). `command`
+/// names the subcommand in the message.
+void refuse_mpirun_without_mpi(const std::string& command, const std::string& backend);
+
+/// Under mpirun, runs fn() (which returns the process's exit status) on this process's rank of
+/// `world`, so that a failure ends the job on every rank with the CLI's error line:
+/// - train::GroupError (every rank throws it at the same point): prints the error line, leaves
+///   through a barrier bounded by world's deadline, and returns exit_status;
+/// - any other cpattn::Error: prints "cpattn: rank R: error (<code>): <message>" and calls
+///   MPI_Abort with exit_status, so the peers end at once instead of waiting for this rank;
+///   std::bad_alloc likewise with kExitOutOfMemory, other exceptions with 2.
+/// After fn returns, a barrier under the deadline precedes MPI_Finalize (which has none).
+/// Defined only in MPI builds.
+int run_mpi_job(Communicator& world, const std::function<int()>& fn);
+
+}  // namespace cpattn::cli

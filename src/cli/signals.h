@@ -1,0 +1,22 @@
+// Signals of `cpattn train`: SIGINT and SIGTERM ask the training loop to stop at the next step
+// boundary (a second SIGINT or SIGTERM kills at once: the default action is restored when the
+// first arrives); SIGPIPE is ignored so that a closed stdout is a write error the program
+// reports, not a silent death.
+#pragma once
+
+#include "train/trainer.h"
+
+namespace cpattn::cli {
+
+/// Installs the SIGINT and SIGTERM handlers (each only sets a flag; SA_RESETHAND restores the
+/// default action, so the same signal a second time terminates the process).
+void install_stop_handlers();
+
+/// kInterrupt after SIGINT, kTerminate after SIGTERM (the later one if both came), else kNone.
+/// Async-signal-safe to call from any thread.
+train::StopRequest signal_stop_request();
+
+/// Ignores SIGPIPE for the whole process (writes to a closed pipe fail with EPIPE instead).
+void ignore_sigpipe();
+
+}  // namespace cpattn::cli

@@ -1,0 +1,42 @@
+// Checkpoint directories: preparing one before training, atomic saves, bounded loads.
+#include <filesystem>
+#include <system_error>
+
+#include "cpattn/error.h"
+#include "train/checkpoint.h"
+#include "train/files.h"
+
+namespace cpattn::train {
+
+std::string checkpoint_path(const std::string& dir) {
+  return (std::filesystem::path(dir) / kCheckpointFileName).string();
+}
+
+void prepare_checkpoint_dir(const std::string& dir) {
+  CPATTN_CHECK(!dir.empty(), ErrorCode::kInvalidArgument, "--save needs a directory");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  CPATTN_CHECK(!ec, ErrorCode::kIo, "--save '", dir,
+               "': cannot create the directory: ", ec.message());
+  CPATTN_CHECK(std::filesystem::is_directory(dir, ec), ErrorCode::kIo, "--save '", dir,
+               "' is not a directory");
+  check_creatable(checkpoint_path(dir), "--save");
+  check_creatable(temporary_path(checkpoint_path(dir)), "--save");
+}
+
+void save_checkpoint(const std::string& dir, const Checkpoint& checkpoint) {
+  write_file_atomically(checkpoint_path(dir), encode_checkpoint(checkpoint));
+}
+
+std::vector<std::byte> read_checkpoint_bytes(const std::string& dir) {
+  const std::vector<uint8_t> bytes =
+      read_regular_file(checkpoint_path(dir), kMaxCheckpointBytes, "--resume checkpoint");
+  const auto* p = reinterpret_cast<const std::byte*>(bytes.data());
+  return {p, p + bytes.size()};
+}
+
+Checkpoint load_checkpoint(const std::string& dir) {
+  return decode_checkpoint(read_checkpoint_bytes(dir), checkpoint_path(dir));
+}
+
+}  // namespace cpattn::train
