@@ -18,7 +18,7 @@ namespace cpattn::cli {
 inline constexpr int kExitInterrupted = 130;
 inline constexpr int kExitTerminated = 143;
 /// Exit status when memory ran out (std::bad_alloc): beyond 10 + every ErrorCode.
-inline constexpr int kExitOutOfMemory = 20;
+inline constexpr int kExitOutOfMemory = 30;
 
 /// 10 + the error's code (docs/design.md section 8).
 int exit_status(const Error& e);

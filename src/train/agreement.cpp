@@ -167,7 +167,7 @@ void agree_on_fields(Communicator& comm, const std::vector<ConfigField>& fields,
     differing += describe(flag, values);
   }
   if (!differing.empty()) {
-    throw GroupError(ErrorCode::kInvalidArgument,
+    throw GroupError(ErrorCode::kRankDisagreement,
                      what + ": the ranks were started with different settings: " + differing);
   }
 }

@@ -51,7 +51,7 @@ std::vector<std::string> agreement_errors(
   }
   for (int c : codes) {
     if (c != 0) {
-      EXPECT_EQ(c, static_cast<int>(ErrorCode::kInvalidArgument));
+      EXPECT_EQ(c, static_cast<int>(ErrorCode::kRankDisagreement));
     }
   }
   return messages;
