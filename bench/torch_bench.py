@@ -18,7 +18,6 @@ The CPU's vector ISA and the thread counts are printed first.
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -95,11 +94,22 @@ def section_overhead(reps):
         print(f"| {'causal' if causal else 'full'} | {cpp:.3f} | {py:.3f} | {py / cpp:.3f} |")
 
 
+def vm_hwm_mib():
+    """This process's peak resident memory (VmHWM; ru_maxrss would include the parent's peak,
+    which a child started by fork + exec inherits)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def peak_rss_mib(which, S, causal):
-    code = (f"import sys, resource, torch; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+    """Peak resident memory of a fresh process that runs one forward+backward of `which`."""
+    code = (f"import sys, torch; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
             f"import torch_bench as b; torch.set_num_threads(2); t = b.tensors({S}); "
             f"b.time_{which}(*t, {causal}); "
-            f"print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+            f"print(b.vm_hwm_mib())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=os.environ, check=True)
     return float(out.stdout.split()[-1])
@@ -160,7 +170,8 @@ def section_ring(reps):
         gloo_times.extend(queue.get(timeout=600))
         for p in procs:
             p.join()
-        os.remove(store)
+        if os.path.exists(store):
+            os.remove(store)
     g, i = statistics.median(gloo_times), statistics.median(inproc_times)
     print("| in-process s | gloo s | gloo / in-process |\n|---|---|---|")
     print(f"| {i:.3f} | {g:.3f} | {g / i:.3f} |")
