@@ -97,6 +97,12 @@ class Communicator {
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
+  /// Cooperative cancellation: throws Error(kPeerFailed) naming the rank when another rank of
+  /// the group is known to have failed (in-process ranks know at once; other backends learn of a
+  /// failure at their next message, and do nothing here). Long computations call it between
+  /// pieces of work, so that a rank busy computing stops within one piece of a group failure.
+  virtual void throw_if_group_failed() const {}
+
   /// The number of this rank's next checked attention call on this group (0, 1, 2, ...). The safe
   /// API (attention.h) takes one per call and all ranks compare it before any data moves, so a
   /// rank whose calls are out of step with the others' (a skipped call, backward calls in another

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "cpattn/params.h"
@@ -26,10 +27,18 @@ struct AttentionInputs {
 
 /// Execution knobs that never change the math.
 struct KernelOptions {
+  KernelOptions() = default;
+  /// KernelOptions{threads}: `threads` workers, no interruption point.
+  KernelOptions(int threads) : num_threads(threads) {}  // NOLINT(google-explicit-constructor)
   /// Worker threads for this call (>= 1). Ranks that run as threads pass 1. Results are bitwise
   /// identical for a given num_threads; they may differ in the last bits across thread counts
   /// only in backward (different dq reduction split).
   int num_threads = 1;
+  /// Cooperative cancellation: when set, every worker calls it before each work item (a tile
+  /// row of the forward, a k-tile chunk of the backward: milliseconds apart). An exception it
+  /// throws stops the call and is rethrown to the caller. The ring passes its communicator's
+  /// throw_if_group_failed, so a rank busy computing learns within a tile that its group failed.
+  std::function<void()> interruption_point;
 };
 
 /// Forward: writes out [B, Sq, Hq, Dv] (any strides) and lse fp32 [B, Hq, Sq] (contiguous,

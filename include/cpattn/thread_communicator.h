@@ -46,6 +46,7 @@ class ThreadCommunicator final : public Communicator {
   void allreduce_sum(std::span<double> data) override;
   void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
   void barrier() override;
+  void throw_if_group_failed() const override;
   /// This rank's own counter, a child of process_memory(). It stays valid for as long as anything
   /// charged to it lives (results kept after run_ranks returned), even past this object.
   MemoryCounter& memory() override { return *memory_; }
@@ -80,6 +81,7 @@ class SingleRankCommunicator final : public Communicator {
   void allreduce_sum(std::span<double> data) override;
   void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
   void barrier() override;
+  void throw_if_group_failed() const override { rank_->throw_if_group_failed(); }
   MemoryCounter& memory() override;
 
  private:

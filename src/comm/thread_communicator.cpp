@@ -113,6 +113,8 @@ void ThreadCommunicator::all_to_all(std::span<const std::byte> send, std::span<s
 
 void ThreadCommunicator::barrier() { p2p::barrier(channel()); }
 
+void ThreadCommunicator::throw_if_group_failed() const { group_.throw_if_failed(rank_); }
+
 SingleRankCommunicator::SingleRankCommunicator()
     : group_(std::make_unique<detail::ThreadGroup>(1)),
       rank_(std::make_unique<ThreadCommunicator>(*group_, 0)) {}

@@ -194,6 +194,14 @@ void ThreadGroup::exited(int rank) {
   for (auto& w : wake_) w.notify_all();
 }
 
+void ThreadGroup::throw_if_failed(int rank) const {
+  std::lock_guard lock(mu_);
+  if (failed_rank_ < 0) return;
+  throw Error(ErrorCode::kPeerFailed,
+              str_cat("rank ", rank, ": stopped because rank ", failed_rank_, " failed: ",
+                      *failed_[static_cast<size_t>(failed_rank_)]));
+}
+
 int ThreadGroup::failed_rank() const {
   std::lock_guard lock(mu_);
   return failed_rank_;

@@ -64,6 +64,9 @@ class ThreadGroup {
   void exited(int rank);
   /// The first rank that failed, or -1.
   int failed_rank() const;
+  /// Throws Error(kPeerFailed) "rank <rank>: stopped because rank F failed: ..." once any rank
+  /// failed (F: the first).
+  void throw_if_failed(int rank) const;
 
  private:
   using Key = std::tuple<int, int, int>;  // (src, dst, tag)

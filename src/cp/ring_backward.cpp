@@ -80,6 +80,7 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
   Request grad_recv;
   BackwardOptions kernel_options;
   kernel_options.num_threads = options.num_threads;
+  kernel_options.interruption_point = [&comm] { comm.throw_if_group_failed(); };
   kernel_options.accumulate = true;  // dq sums over blocks; share and grad[0] start at zero
   kernel_options.delta = delta.span();
   const auto grad_tag = [](int step) {
@@ -90,6 +91,7 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
   for (int s = 0; s < d.world; ++s) {
     const RingStep step = ring_step(d.rank, d.world, s);
     const int cur = s % 2;
+    comm.throw_if_group_failed();
     relay.advance(step, s);
     const int64_t len = relay.length();
     const int64_t floats = pk.floats(len);

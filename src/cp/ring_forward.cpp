@@ -36,10 +36,13 @@ RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstV
   const std::vector<int64_t> q_pos = q_sharding.local_positions();
   const std::vector<int64_t> q_doc = q_sharding.local_docs();
   const detail::BlockSkip skip(params, q_pos, q_doc);
-  const KernelOptions kernel_options{options.num_threads};
+  KernelOptions kernel_options;
+  kernel_options.num_threads = options.num_threads;
+  kernel_options.interruption_point = [&comm] { comm.throw_if_group_failed(); };
 
   for (int s = 0; s < d.world; ++s) {
     const RingStep step = ring_step(d.rank, d.world, s);
+    comm.throw_if_group_failed();
     relay.advance(step, s);
     const std::vector<int64_t> k_pos = kv_sharding.local_positions(step.kv_block);
     const std::vector<int64_t> k_doc = kv_sharding.local_docs(step.kv_block);

@@ -81,7 +81,7 @@ class BackwardRunner {
     }
     const int64_t items = p_.B * p_.Hkv * chunks_;
     std::vector<Tensor> scratch(static_cast<size_t>(worker_count(items, p_.num_threads)));
-    parallel_for(items, p_.num_threads, [&](int64_t item, int worker) {
+    parallel_for(items, p_.num_threads, p_.interruption_point, [&](int64_t item, int worker) {
       Tensor& buf = scratch[static_cast<size_t>(worker)];
       if (buf.numel() == 0) buf = Tensor({layout_.total()});
       run_item(item, carve(buf.data()));
@@ -126,7 +126,7 @@ class BackwardRunner {
   void compute_delta() {
     delta_storage_ = Tensor({p_.B, p_.Hq, p_.Sq});
     float* d = delta_storage_.data();
-    parallel_for(p_.B * p_.Hq, p_.num_threads, [&](int64_t bh, int) {
+    parallel_for(p_.B * p_.Hq, p_.num_threads, p_.interruption_point, [&](int64_t bh, int) {
       const int64_t b = bh / p_.Hq, h = bh % p_.Hq;
       for (int64_t i = 0; i < p_.Sq; ++i) {
         float acc = 0.0f;
@@ -289,7 +289,7 @@ class BackwardRunner {
   // dq = (accumulate ? dq : 0) + (partial_0 + partial_1 + ...), always in chunk order.
   void reduce_dq() const {
     const int64_t chunk_stride = p_.B * p_.Hq * p_.Sq * dqk_pad_;
-    parallel_for(p_.B * p_.Hq, p_.num_threads, [&](int64_t bh, int) {
+    parallel_for(p_.B * p_.Hq, p_.num_threads, p_.interruption_point, [&](int64_t bh, int) {
       const int64_t b = bh / p_.Hq, h = bh % p_.Hq;
       for (int64_t i = 0; i < p_.Sq; ++i) {
         const float* row = dq_part_ + (bh * p_.Sq + i) * dqk_pad_;

@@ -79,7 +79,7 @@ class ForwardRunner {
   void run() {
     const int64_t items = static_cast<int64_t>(q_order_.size()) * p_.B * p_.Hkv * head_chunks_;
     std::vector<Tensor> scratch(static_cast<size_t>(worker_count(items, p_.num_threads)));
-    parallel_for(items, p_.num_threads, [&](int64_t item, int worker) {
+    parallel_for(items, p_.num_threads, p_.interruption_point, [&](int64_t item, int worker) {
       Tensor& buf = scratch[static_cast<size_t>(worker)];
       if (buf.numel() == 0) buf = Tensor({scratch_floats_});
       run_item(item, buf.data());

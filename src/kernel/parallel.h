@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -21,13 +22,19 @@ inline int worker_count(int64_t n_items, int max_threads) {
 
 /// Calls fn(item, worker) for item in [0, n_items) on worker_count(n_items, max_threads) workers;
 /// worker is in [0, workers) and identifies per-worker scratch. With one worker everything runs
-/// inline on the calling thread (no thread is created). The first exception thrown by fn is
+/// inline on the calling thread (no thread is created). `interrupt` (may be null) is called
+/// before each item, an interruption point. The first exception thrown by fn or interrupt is
 /// rethrown after all workers stopped.
 template <typename Fn>
-void parallel_for(int64_t n_items, int max_threads, Fn&& fn) {
+void parallel_for(int64_t n_items, int max_threads, const std::function<void()>* interrupt,
+                  Fn&& fn) {
+  const auto item = [&](int64_t i, int worker) {
+    if (interrupt != nullptr) (*interrupt)();
+    fn(i, worker);
+  };
   const int workers = worker_count(n_items, max_threads);
   if (workers == 1) {
-    for (int64_t i = 0; i < n_items; ++i) fn(i, 0);
+    for (int64_t i = 0; i < n_items; ++i) item(i, 0);
     return;
   }
   std::atomic<int64_t> next{0};
@@ -35,7 +42,7 @@ void parallel_for(int64_t n_items, int max_threads, Fn&& fn) {
   std::mutex error_mutex;
   auto work = [&](int worker) {
     try {
-      for (int64_t i = next.fetch_add(1); i < n_items; i = next.fetch_add(1)) fn(i, worker);
+      for (int64_t i = next.fetch_add(1); i < n_items; i = next.fetch_add(1)) item(i, worker);
     } catch (...) {
       const std::lock_guard<std::mutex> lock(error_mutex);
       if (!error) error = std::current_exception();

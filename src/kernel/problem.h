@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "cpattn/kernel.h"
@@ -24,6 +25,7 @@ struct Problem {
   float dropout_p = 0.0f;
   RngState rng;
   int num_threads = 1;
+  const std::function<void()>* interruption_point = nullptr;  ///< KernelOptions', when set
 };
 
 /// Forward call: the Problem plus where the results go.

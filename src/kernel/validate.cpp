@@ -91,6 +91,7 @@ void fill_problem(const AttentionInputs& in, const AttentionParams& params, RngS
   p.dropout_p = resolved.dropout_p;
   p.rng = rng;
   p.num_threads = options.num_threads;
+  if (options.interruption_point) p.interruption_point = &options.interruption_point;
 }
 
 void check_row_stats(size_t got, const Problem& p, const char* name) {

@@ -2,6 +2,7 @@
 // other makes a rank fail at a chosen send (fault injection).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -10,7 +11,8 @@
 
 namespace cpattn::testing {
 
-/// Forwards everything to `inner`, counting isend/irecv calls and bytes.
+/// Forwards everything to `inner`, counting isend/irecv calls and bytes, collectives and
+/// interruption points (throw_if_group_failed calls).
 class CountingCommunicator : public Communicator {
  public:
   explicit CountingCommunicator(Communicator& inner) : inner_(inner) {
@@ -46,9 +48,14 @@ class CountingCommunicator : public Communicator {
     ++collectives;
     inner_.barrier();
   }
+  void throw_if_group_failed() const override {
+    ++interruption_points;
+    inner_.throw_if_group_failed();
+  }
   MemoryCounter& memory() override { return inner_.memory(); }
 
   int64_t sends = 0, recvs = 0, collectives = 0, bytes_sent = 0;
+  mutable std::atomic<int64_t> interruption_points{0};  // kernel workers call it concurrently
 
  protected:
   virtual void before_send() {}

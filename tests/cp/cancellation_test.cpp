@@ -1,0 +1,104 @@
+// Cooperative cancellation: an in-process rank busy computing (a long kernel call, a ring step)
+// stops within one work item once another rank of its group failed, so run_ranks returns with
+// the error instead of waiting for the computation; a rank stuck past the deadline is caught by
+// its peers' timeouts the same way.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <numeric>
+#include <vector>
+
+#include "cpattn/attention.h"
+#include "cpattn/error.h"
+#include "cpattn/stopwatch.h"
+#include "cpattn/thread_communicator.h"
+#include "support/counting_communicator.h"
+
+namespace cpattn {
+namespace {
+
+// A single-threaded kernel forward of ~10 s or more on any machine this project runs on (S =
+// 32768, 8 heads, D = 128, full mask: 4.4e12 flops), whose work items take milliseconds.
+struct LongKernel {
+  static constexpr int64_t kS = 32768;
+  Tensor q{{1, kS, 8, 128}}, out{{1, kS, 8, 128}};
+  std::vector<int64_t> pos = std::vector<int64_t>(kS);
+  std::vector<float> lse = std::vector<float>(8 * kS);
+  LongKernel() { std::iota(pos.begin(), pos.end(), int64_t{0}); }
+  void run(const Communicator& comm) {
+    KernelOptions options(1);
+    options.interruption_point = [&comm] { comm.throw_if_group_failed(); };
+    const ConstView v = q.view();
+    attention_kernel_forward({v, v, v, pos, pos, {}, {}}, {}, {}, out.view(), lse, options);
+  }
+};
+
+TEST(Cancellation, AFailingRankStopsAPeerInsideAKernelCall) {
+  LongKernel work;
+  std::atomic<int> stopped{0};
+  const Stopwatch watch;
+  EXPECT_THROW(run_ranks(2,
+                         [&](Communicator& comm) {
+                           if (comm.rank() == 0) {
+                             std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                             throw Error(ErrorCode::kInvalidArgument, "rank 0 gives up");
+                           }
+                           try {
+                             work.run(comm);
+                           } catch (const Error& e) {
+                             EXPECT_EQ(e.code(), ErrorCode::kPeerFailed);
+                             EXPECT_NE(std::string(e.what()).find("rank 0 gives up"),
+                                       std::string::npos);
+                             ++stopped;
+                             throw;
+                           }
+                         }),
+               Error);
+  EXPECT_EQ(stopped.load(), 1);
+  EXPECT_LT(watch.seconds(), 3.0) << "the busy rank stopped within a work item";
+}
+
+TEST(Cancellation, ARankStuckInComputePastTheDeadlineIsReleased) {
+  LongKernel work;
+  RunRanksOptions options;
+  options.timeout = std::chrono::milliseconds(1000);
+  std::vector<ErrorCode> codes(2, ErrorCode::kInternal);
+  const Stopwatch watch;
+  EXPECT_THROW(run_ranks(
+                   2,
+                   [&](Communicator& comm) {
+                     try {
+                       if (comm.rank() == 1) work.run(comm);  // busy far past the deadline
+                       comm.barrier();
+                     } catch (const Error& e) {
+                       codes[static_cast<size_t>(comm.rank())] = e.code();
+                       throw;
+                     }
+                   },
+                   options),
+               Error);
+  EXPECT_EQ(codes[0], ErrorCode::kTimeout) << "rank 0 waited for rank 1 until the deadline";
+  EXPECT_EQ(codes[1], ErrorCode::kPeerFailed) << "rank 1 was stopped inside its computation";
+  EXPECT_LT(watch.seconds(), 1.0 + 3.0);
+}
+
+// The ring checks at every step and inside every kernel call (between work items).
+TEST(Cancellation, TheRingHasInterruptionPointsAtEveryStepAndKernelItem) {
+  const int64_t S = 1024;
+  Tensor x({1, S, 2, 16});
+  std::vector<int64_t> counts(4);
+  run_ranks(4, [&](Communicator& comm) {
+    const auto seq = SequenceSharding::of(Layout::kZigzag, S, 4, comm.rank());
+    const Tensor xr = shard_tensor(x.view(), seq.layout, 4, comm.rank(), &comm.memory());
+    testing::CountingCommunicator counting(comm);
+    const ForwardResult f =
+        attention_forward(counting, xr.view(), xr.view(), xr.view(), seq, {}, {});
+    counts[static_cast<size_t>(comm.rank())] = counting.interruption_points.load();
+  });
+  // 4 steps, each block 256 tokens: 2 q tiles x 1 kv head x 1 head chunk = 2 items per call.
+  for (int64_t n : counts) EXPECT_GE(n, 4 + 4 * 2);
+}
+
+}  // namespace
+}  // namespace cpattn
