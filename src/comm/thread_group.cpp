@@ -198,8 +198,8 @@ void ThreadGroup::throw_if_failed(int rank) const {
   std::lock_guard lock(mu_);
   if (failed_rank_ < 0) return;
   throw Error(ErrorCode::kPeerFailed,
-              str_cat("rank ", rank, ": stopped because rank ", failed_rank_, " failed: ",
-                      *failed_[static_cast<size_t>(failed_rank_)]));
+              str_cat("rank ", rank, ": stopped because rank ", failed_rank_,
+                      " failed: ", *failed_[static_cast<size_t>(failed_rank_)]));
 }
 
 int ThreadGroup::failed_rank() const {
