@@ -1,6 +1,6 @@
 # Extra registrations of the comm tests: the shared conformance bodies, and the MPI launches
-# (the conformance suite under mpirun with 1..4 processes, and failure scenarios that must end
-# the job with a non-zero status). Included by tests/CMakeLists.txt.
+# (the conformance suite under mpirun with 1..4 processes, failure scenarios that must end
+# the job with a non-zero status, and the multi-host test). Included by tests/CMakeLists.txt.
 target_sources(test_comm PRIVATE ${CMAKE_CURRENT_LIST_DIR}/conformance.cpp)
 
 if(CPATTN_HAVE_MPI)
@@ -29,4 +29,13 @@ if(CPATTN_HAVE_MPI)
                    $<TARGET_FILE:test_comm_mpi_failure> early-exit)
   set_tests_properties(comm.mpi_failure_throw comm.mpi_failure_early_exit PROPERTIES
                        LABELS "comm;mpi" TIMEOUT 30 PROCESSORS 3)
+
+  # Two hosts on one machine: network namespaces joined by a veth pair, one rank in each, MPI
+  # over TCP on that link only (ring parity, verify, train --check); skipped (exit 77) where
+  # namespaces cannot be created. The script's own limits (3 x 90 s) end before TIMEOUT.
+  add_test(NAME comm.multihost
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/multihost.sh ${MPIEXEC_EXECUTABLE}
+                   $<TARGET_FILE:test_cp_mpi> $<TARGET_FILE:cpattn_cli>)
+  set_tests_properties(comm.multihost PROPERTIES LABELS "comm;mpi;multihost" TIMEOUT 300
+                       PROCESSORS 2 SKIP_RETURN_CODE 77)
 endif()
