@@ -3,6 +3,8 @@
 
 #include <cblas.h>
 
+#include <mutex>
+
 #include "cpattn/error.h"
 
 namespace cpattn::train {
@@ -14,5 +16,10 @@ void set_blas_threads(int threads) {
 }
 
 int blas_threads() { return openblas_get_num_threads(); }
+
+void use_single_threaded_blas_once() {
+  static std::once_flag once;  // process-wide configuration of BLAS, not state of any call
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
 
 }  // namespace cpattn::train

@@ -10,4 +10,11 @@ void set_blas_threads(int threads);
 /// OpenBLAS's current thread count.
 int blas_threads();
 
+/// Makes OpenBLAS single-threaded once per process, before the training job's first BLAS call
+/// (linear_forward/linear_backward call it): the job's parallelism is its ranks, and BLAS worker
+/// threads started inside rank threads would oversubscribe the cores (and, under
+/// ThreadSanitizer, report OpenBLAS's own unsynchronised thread pool). A later set_blas_threads
+/// still takes effect.
+void use_single_threaded_blas_once();
+
 }  // namespace cpattn::train

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "cpattn/error.h"
+#include "train/blas.h"
 #include "train/check.h"
 
 namespace cpattn::train {
@@ -33,6 +34,7 @@ void linear_forward(LinearDims d, std::span<const float> x, std::span<const floa
   if (!b.empty()) detail::check_matrix(kOp, "b", "[1, out]", b.size(), 1, d.out);
   detail::check_matrix(kOp, "y", "[N, out]", y.size(), d.n, d.out);
   if (d.n == 0) return;
+  use_single_threaded_blas_once();
   float beta = 0.0f;
   if (!b.empty()) {
     // Seed y with the bias and let sgemm add x W^T on top (beta = 1).
@@ -60,6 +62,7 @@ void linear_backward(LinearDims d, std::span<const float> dy, std::span<const fl
   detail::check_matrix(kOp, "dw", "[out, in]", dw.size(), d.out, d.in);
   if (!db.empty()) detail::check_matrix(kOp, "db", "[1, out]", db.size(), 1, d.out);
   if (d.n == 0) return;
+  use_single_threaded_blas_once();
   if (!dx.empty()) {
     // dx[N, in] = dy[N, out] * w[out, in]
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, to_blas(d.n), to_blas(d.in),

@@ -70,10 +70,12 @@ TEST(StateAdversarial, MovedFromResultIsRejected) {
       const int r = comm.rank();
       const SequenceSharding seq = s.p.sharding(2, r);
       const Tensor x = shard_tensor(s.p.x.view(), s.p.layout, 2, r, &comm.memory());
-      ForwardResult f =
-          attention_forward(comm, x.view(), x.view(), x.view(), seq, s.params, {1, 0});
-      ForwardResult thief = std::move(f);
+      // The try covers the forward too: once rank 0 fails, rank 1 may be stopped at an
+      // interruption point of its forward's last kernel call.
       try {
+        ForwardResult f =
+            attention_forward(comm, x.view(), x.view(), x.view(), seq, s.params, {1, 0});
+        ForwardResult thief = std::move(f);
         attention_backward(comm, x.view(), x.view(), x.view(), x.view(), r == 0 ? f : thief, seq,
                            s.params, {1, 0});
       } catch (const Error& err) {

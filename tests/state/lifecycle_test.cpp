@@ -153,10 +153,22 @@ int64_t rss_kib() {
   return -1;
 }
 
+// Under a sanitizer the allocator keeps freed memory in quarantine (ASan) or shadow state, so the
+// process's RSS says nothing about cpattn's buffers; the counted live bytes, checked after every
+// iteration, are the soak's real measure there, on fewer iterations (sanitized code is ~10x
+// slower).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kRssIsMeaningful = false;
+constexpr int kSoakIterations = 1'000;
+#else
+constexpr bool kRssIsMeaningful = true;
+constexpr int kSoakIterations = 10'000;
+#endif
+
 TEST(Lifecycle, SoakForwardRecomputeBackwardLeaksNothing) {
   const StackProblem p(1, 12, 2, 8, 5);
   const StackConfig config = causal_dropout_config(2);
-  constexpr int kIterations = 10'000, kWarmup = 200;
+  constexpr int kIterations = kSoakIterations, kWarmup = 200;
   int64_t rss_after_warmup = 0, rss_end = 0;
   run_ranks(2, [&](Communicator& comm) {
     const SequenceSharding seq = p.sharding(2, comm.rank());
@@ -179,8 +191,10 @@ TEST(Lifecycle, SoakForwardRecomputeBackwardLeaksNothing) {
     EXPECT_EQ(memory_stats(comm.memory()).live_forward_results, 0);
   });
   ASSERT_GT(rss_after_warmup, 0);
-  EXPECT_LT(rss_end - rss_after_warmup, 1024) << "RSS grew by " << rss_end - rss_after_warmup
-                                              << " KiB over " << kIterations << " iterations";
+  if (kRssIsMeaningful) {
+    EXPECT_LT(rss_end - rss_after_warmup, 1024) << "RSS grew by " << rss_end - rss_after_warmup
+                                                << " KiB over " << kIterations << " iterations";
+  }
 }
 
 }  // namespace
