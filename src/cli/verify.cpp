@@ -51,6 +51,7 @@ struct VerifyOptions {
   double timeout_s = 300;
 };
 
+#ifdef CPATTN_HAVE_MPI
 // The settings every rank of `verify --backend mpi` must share.
 std::vector<train::ConfigField> verify_fields(const VerifyOptions& o) {
   const RingShape& s = o.shape;
@@ -73,6 +74,7 @@ std::vector<train::ConfigField> verify_fields(const VerifyOptions& o) {
           {"--json", o.json ? "on" : "off", ""},
           {"--timeout", train::format_value(o.timeout_s), ""}};
 }
+#endif
 
 // Prints results as the table or JSON and returns the exit status (1 if any failed).
 int report(const std::string& title, const std::vector<VerifyResult>& results, bool json) {
