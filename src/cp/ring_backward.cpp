@@ -26,7 +26,6 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
                    ConstView dout, std::span<const float> lse, std::span<const float> delta,
                    View dq, View dk, View dv) {
   const RingDims d = ring_dims(comm, p);
-  const CallTimer call_timer(options.stats);
   RingChannel channel(comm, options.stats);
   MemoryCounter* mem = &comm.memory();
   zero_view(dq);  // the kernel accumulates dq over the blocks
@@ -167,17 +166,14 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
   check_view(out, "out", "[B, Sq_local, Hq, Dv]", {d.B, d.Sq, d.Hq, d.Dv});
   CPATTN_CHECK_EQ(static_cast<int64_t>(lse.size()), d.B * d.Hq * d.Sq, ErrorCode::kShapeMismatch,
                   "lse length (B * Hq * Sq_local)");
+  const detail::CallTimer call_timer(options.stats);
   MemoryCounter* mem = &comm.memory();
   const detail::BlockTable q_blocks = detail::BlockTable::of(q_sharding);
   const detail::BlockTable kv_blocks = detail::BlockTable::of(kv_sharding);
   AttentionGradients g{Tensor({d.B, d.Sq, d.Hq, d.Dqk}, mem),
                        Tensor({d.B, d.Sk, d.Hkv, d.Dqk}, mem),
                        Tensor({d.B, d.Sk, d.Hkv, d.Dv}, mem)};
-  Tensor delta;
-  {
-    const detail::CallTimer timer(options.stats);  // D_i is "other" work of this call
-    delta = detail::row_dot(dout, out, mem);
-  }
+  const Tensor delta = detail::row_dot(dout, out, mem);
   const detail::RingProblem p{q, k, v, &q_blocks, &kv_blocks, params, rng};
   detail::ring_backward(comm, p, options, dout, lse, delta.span(), g.dq.view(), g.dk.view(),
                         g.dv.view());

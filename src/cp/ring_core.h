@@ -29,6 +29,7 @@ struct RingProblem {
 RingDims ring_dims(const Communicator& comm, const RingProblem& p);
 
 /// Ring forward (ring.h) into out [B, Sq_r, Hq, Dv] (any strides) and lse fp32 [B, Hq, Sq_r].
+/// Adds kernel and communication time to options.stats (the caller's CallTimer adds the rest).
 void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& options, View out,
                   std::span<float> lse);
 

@@ -28,7 +28,6 @@ RingDims ring_dims(const Communicator& comm, const RingProblem& p) {
 void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& options, View out,
                   std::span<float> lse) {
   const RingDims d = ring_dims(comm, p);
-  const CallTimer call_timer(options.stats);
   RingChannel channel(comm, options.stats);
   MemoryCounter* mem = &comm.memory();
   zero_view(out);
@@ -98,6 +97,7 @@ RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstV
                                          const RingOptions& options) {
   const detail::RingDims d =
       detail::validate_ring_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
+  const detail::CallTimer call_timer(options.stats);
   const detail::BlockTable q_blocks = detail::BlockTable::of(q_sharding);
   const detail::BlockTable kv_blocks = detail::BlockTable::of(kv_sharding);
   MemoryCounter* mem = &comm.memory();
