@@ -34,7 +34,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const MpiOptions& options)
   MPI_Comm_set_errhandler(s.coll, MPI_ERRORS_RETURN);
   int* tag_ub = nullptr;
   int found = 0;
-  MPI_Comm_get_attr(s.p2p, MPI_TAG_UB, &tag_ub, &found);
+  // MPI_TAG_UB is an attribute of MPI_COMM_WORLD that holds for every communicator (a split one
+  // carries no copy of it).
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
   if (found != 0 && tag_ub != nullptr) s.tag_ub = *tag_ub;
 }
 

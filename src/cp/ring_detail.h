@@ -38,11 +38,13 @@ enum class RingStream {
   kBackwardKv = 2,    ///< ring: k/v blocks of the backward
   kBackwardGrad = 3,  ///< ring: dk/dv accumulators from rank to rank
   kBackwardHome = 4,  ///< ring: a finished dk/dv accumulator to its home rank
-  kGatherKv = 5,      ///< allgather: k/v of every rank (forward, and again in backward)
-  kScatterGrad = 6,   ///< allgather: dk/dv slices to their home ranks (reduce-scatter)
-  kHeadsIn = 7,       ///< ulysses/hybrid: sequence-sharded inputs to head-sharded ranks
-  kHeadsOut = 8,      ///< ulysses/hybrid: head-sharded results back to their token ranks
+  /// allgather, ulysses, hybrid: sequence side -> head side (allgather: k/v of every rank);
+  /// phase 0 forward, 1 backward
+  kHeadsIn = 5,
+  /// head side -> sequence side (allgather: the reduce-scatter of dk/dv)
+  kHeadsOut = 6,
 };
+/// The largest tag is 6 * 4096 + 4095 = 28671, below MPI's guaranteed MPI_TAG_UB of 32767.
 inline int ring_tag(RingStream stream, int step) {
   return static_cast<int>(stream) * 4096 + step % 4096;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 
 #include "cpattn/communicator.h"
 #include "cpattn/layout.h"
@@ -23,6 +24,8 @@ struct RingRun {
   bool backward = true;                       ///< also run ring backward (dq, dk, dv)
   Strategy strategy{};                        ///< how the group splits the call (strategy.h)
   bool document_aware = true;                 ///< RingOptions::document_aware
+  /// When not empty (one entry per rank), rank r adds its RingStats of the call to stats[r].
+  std::span<RingStats> stats{};
 };
 
 /// Zero whole-sequence Outputs of the problem's shapes (gradients only when backward).
