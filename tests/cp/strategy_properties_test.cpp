@@ -90,6 +90,26 @@ TEST(StrategyDeterminism, TwoRunsAreBitwiseEqual) {
   }
 }
 
+// Ulysses runs the single-rank kernel on whole sequences in global token order, with the global
+// heads' dropout: with kv heads sharded (Hkv % P == 0) every tensor is bitwise the kernel's; with
+// replicated kv heads only dk/dv differ (their per-rank partial sums are added in rank order).
+TEST(StrategyUlysses, BitwiseTheSingleRankKernelWhenKvHeadsShard) {
+  for (const auto& [P, hkv] : std::vector<std::pair<int, int64_t>>{{4, 8}, {2, 2}, {4, 2}}) {
+    const reference::Problem p = problem(MaskKind::kDocsCausal, 157, 8, hkv, 0.1f, 75);
+    const reference::Outputs kernel = reference::run_kernel(p, {MemoryLayout::kBSHD, 1, true});
+    for (const Layout layout : {Layout::kZigzag, Layout::kStriped}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "P " << P << " Hkv " << hkv << " " << layout_name(layout));
+      reference::Outputs got = run_ring(p, run_of(Strategy::ulysses(), P, layout));
+      if (hkv % P != 0) {
+        got.dk = kernel.dk;  // summed over the ranks that share a kv head
+        got.dv = kernel.dv;
+      }
+      EXPECT_TRUE(testing::outputs_bitwise_equal(got, kernel));
+    }
+  }
+}
+
 // docs/strategies.md, "Messages": sends per rank of a forward and of a backward, and the bytes
 // of the forward for S divisible by P (full mask: nothing is pruned).
 TEST(StrategyTraffic, MessagesAndBytesPerRankMatchDocs) {
