@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cpattn/communicator.h"
 #include "cpattn/layout.h"
 #include "cpattn/params.h"
 #include "cpattn/strategy.h"
@@ -65,6 +66,21 @@ struct StrategyEstimate {
   /// the all-to-all strategies do not (sum); copies add.
   double seconds = 0;
 };
+
+/// Link and kernel models measured on the machine a group runs on (measure_models).
+struct MachineModel {
+  LinkModel link;
+  KernelModel kernel;
+};
+
+/// Measures the models on `comm`'s group (collective). Every rank at once times one rank's
+/// kernel forward + backward (1 thread, best of 2) on the problem's heads, dims and mask at
+/// min(S, 2048) tokens: flops_per_s (by the planner's FLOP count) is the slowest rank's, so it
+/// already includes the ranks' sharing of cores (concurrent_ranks = 0). Then every rank sends
+/// 16 MiB round the ring 4 times (bandwidth: bytes over the slowest rank's time, less latency)
+/// and empty messages 64 times (latency); copy_bytes_per_s is the slowest rank's 64 MiB memcpy.
+/// Every rank returns the same models. Throws the communicator's errors.
+MachineModel measure_models(Communicator& comm, const PlanProblem& problem);
 
 /// The strategies a group of P ranks can use, in this order: ring, allgather, ulysses, and every
 /// grid hybrid:UxR with U, R > 1 and U * R = P (hybrid:1xP is the ring, hybrid:Px1 ulysses).

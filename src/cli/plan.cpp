@@ -64,68 +64,6 @@ std::vector<int64_t> parse_docs(const std::string& text, int64_t S) {
   return lengths;
 }
 
-// Forward + backward of one rank's kernel on this shape at min(S, 2048) tokens (1 thread):
-// FLOP/s by the planner's count for that problem.
-double measure_kernel(const PlanProblem& p) {
-  PlanProblem small = p;
-  small.S = std::min<int64_t>(p.S, 2048);
-  small.cp_size = 1;
-  small.doc_lengths.clear();
-  const int64_t S = small.S;
-  std::mt19937 gen(1);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  Tensor q({p.B, S, p.Hq, p.Dqk}), k({p.B, S, p.Hkv, p.Dqk}), v({p.B, S, p.Hkv, p.Dv}),
-      dout({p.B, S, p.Hq, p.Dv});
-  for (Tensor* t : {&q, &k, &v, &dout})
-    for (float& x : t->span()) x = normal(gen);
-  std::vector<int64_t> pos(static_cast<size_t>(S));
-  std::iota(pos.begin(), pos.end(), int64_t{0});
-  const AttentionInputs in{q.view(), k.view(), v.view(), pos, pos, {}, {}};
-  double best = 1e30;
-  for (int rep = 0; rep < 2; ++rep) {
-    const Stopwatch watch;
-    const KernelForwardResult f = attention_kernel_forward(in, p.params, {1, 0});
-    const AttentionGradients g =
-        attention_kernel_backward(in, p.params, {1, 0}, dout.view(), f.out.view(), f.lse.span());
-    best = std::min(best, watch.seconds());
-  }
-  const std::vector<StrategyEstimate> e = plan_strategies(small, {}, {});
-  return e[0].flops / best;
-}
-
-// Bytes per second each of P in-process ranks sends while all exchange 16 MiB blocks round a
-// ring (the ring's and the all-to-alls' pattern), and the memcpy rate of one thread.
-std::pair<double, double> measure_links(int P, std::chrono::milliseconds timeout) {
-  constexpr size_t kBytes = size_t{16} << 20;
-  double worst = 0;
-  std::mutex mu;
-  RunRanksOptions options;
-  options.timeout = timeout;
-  run_ranks(
-      std::max(P, 2),
-      [&](Communicator& comm) {
-        const int n = comm.size(), r = comm.rank();
-        std::vector<std::byte> out(kBytes, std::byte{1}), in(kBytes);
-        comm.barrier();
-        const Stopwatch watch;
-        for (int s = 0; s < 4; ++s) {
-          Request recv = comm.irecv(std::span<std::byte>(in), (r + n - 1) % n, s);
-          Request send = comm.isend(std::span<const std::byte>(out), (r + 1) % n, s);
-          recv.wait();
-          send.wait();
-        }
-        const double t = watch.seconds();
-        const std::lock_guard<std::mutex> lock(mu);
-        worst = std::max(worst, t);
-      },
-      options);
-  std::vector<std::byte> a(kBytes * 4, std::byte{1}), b(kBytes * 4);
-  const Stopwatch watch;
-  std::memcpy(b.data(), a.data(), a.size());
-  const double copy = static_cast<double>(a.size()) / std::max(watch.seconds(), 1e-9);
-  return {4.0 * static_cast<double>(kBytes) / worst, copy};
-}
-
 std::string fmt_bytes(double b) {
   char s[32];
   std::snprintf(s, sizeof(s), "%.1f MiB", b / 1048576.0);
@@ -141,12 +79,19 @@ int run_plan(PlanOptions o) {
   LinkModel link{o.bandwidth_gbs * 1e9, o.latency_us * 1e-6};
   KernelModel kernel{o.gflops * 1e9, o.cores, o.copy_gbs * 1e9};
   if (o.measure) {
-    kernel.flops_per_s = measure_kernel(p);
-    const unsigned hw = std::thread::hardware_concurrency();
-    kernel.concurrent_ranks = o.cores > 0 ? o.cores : static_cast<int>(hw);
-    const auto [bandwidth, copy] = measure_links(p.cp_size, timeout);
-    link.bandwidth_bytes_per_s = bandwidth;
-    kernel.copy_bytes_per_s = copy;
+    // On P in-process ranks of this machine, which share its cores.
+    MachineModel m;
+    RunRanksOptions options;
+    options.timeout = timeout;
+    run_ranks(
+        p.cp_size,
+        [&](Communicator& comm) {
+          const MachineModel mine = measure_models(comm, p);
+          if (comm.rank() == 0) m = mine;
+        },
+        options);
+    link = m.link;
+    kernel = m.kernel;
   }
   const std::vector<StrategyEstimate> estimates = plan_strategies(p, link, kernel);
   const StrategyEstimate& pick = recommend(estimates);
@@ -268,8 +213,8 @@ Command plan_command() {
             ->check(CLI::PositiveNumber)
             ->capture_default_str();
         sub->add_option("--cores", o->cores,
-                        "ranks that run at full speed at once (0: all; --measure: this "
-                        "machine's cores unless given)")
+                        "ranks that run at full speed at once (0: all; --measure measures the "
+                        "rate of P ranks running at once instead)")
             ->check(CLI::NonNegativeNumber);
         sub->add_flag("--measure", o->measure,
                       "measure the kernel, link and copy rates on this machine first (a few "

@@ -24,36 +24,31 @@ SequenceSharding sharding(const PlanProblem& p, const std::vector<int64_t>& docs
   return s;
 }
 
-// Visible (query, key) pairs of the queries at `positions` (positions are token indices:
-// 0..S-1), from MaskRule::bounds and the query's document.
-struct PairCounter {
-  PairCounter(const PlanProblem& p, const std::vector<int64_t>& docs)
-      : rule(p.params, !docs.empty()), S(p.S) {
-    if (docs.empty()) return;
-    begin.resize(docs.size());
-    end.resize(docs.size());
-    for (size_t i = 0; i < docs.size(); ++i)
-      begin[i] = i > 0 && docs[i] == docs[i - 1] ? begin[i - 1] : static_cast<int64_t>(i);
-    for (size_t i = docs.size(); i-- > 0;)
-      end[i] = i + 1 < docs.size() && docs[i] == docs[i + 1] ? end[i + 1] : static_cast<int64_t>(i);
-  }
-  double pairs(const std::vector<int64_t>& positions) const {
-    double n = 0;
-    for (const int64_t qp : positions) {
-      const KeyBounds b = rule.bounds(qp);
-      int64_t lo = std::max<int64_t>(b.lo, 0), hi = std::min<int64_t>(b.hi, S - 1);
-      if (!begin.empty()) {
-        lo = std::max(lo, begin[static_cast<size_t>(qp)]);
-        hi = std::min(hi, end[static_cast<size_t>(qp)]);
-      }
-      n += static_cast<double>(std::max<int64_t>(0, hi - lo + 1));
-    }
-    return n;
-  }
-  MaskRule rule;
-  int64_t S;
-  std::vector<int64_t> begin, end;  // first and last token of each token's document
+// The (query, key) pairs a kernel call computes: those of its 128 x 128 tiles (in the call's
+// token order) that the mask does not hide entirely (MaskRule::classify of the tiles' ranges,
+// the kernel's own tile skipping), so partially visible tiles count whole.
+constexpr int64_t kTile = 128;
+struct Tiles {
+  std::vector<BlockRange> ranges;
+  std::vector<int64_t> sizes;
 };
+Tiles tiles_of(std::span<const int64_t> pos, std::span<const int64_t> doc) {
+  Tiles t;
+  for (size_t at = 0; at < pos.size(); at += kTile) {
+    const size_t n = std::min<size_t>(kTile, pos.size() - at);
+    t.ranges.push_back(block_range(pos.subspan(at, n), doc.empty() ? doc : doc.subspan(at, n)));
+    t.sizes.push_back(static_cast<int64_t>(n));
+  }
+  return t;
+}
+double computed_pairs(const MaskRule& rule, const Tiles& q, const Tiles& k) {
+  double n = 0;
+  for (size_t i = 0; i < q.ranges.size(); ++i)
+    for (size_t j = 0; j < k.ranges.size(); ++j)
+      if (rule.classify(q.ranges[i], k.ranges[j]) != BlockVisibility::kHidden)
+        n += static_cast<double>(q.sizes[i] * k.sizes[j]);
+  return n;
+}
 
 // Bytes a ring rank sends (forward + backward) on block tables `q`/`kv` of `heads` kv heads,
 // with the document-aware relay; and messages.
@@ -127,7 +122,7 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
   for (size_t d = 0; d < p.doc_lengths.size(); ++d) {
     docs.insert(docs.end(), static_cast<size_t>(p.doc_lengths[d]), static_cast<int64_t>(d));
   }
-  const PairCounter counter(p, docs);
+  const MaskRule rule(p.params, !docs.empty());
   const double slowdown = kernel.concurrent_ranks == 0 || kernel.concurrent_ranks >= P
                               ? 1.0
                               : static_cast<double>(kernel.concurrent_ranks) / P;
@@ -135,15 +130,31 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
   const double B = static_cast<double>(p.B), Hq = static_cast<double>(p.Hq),
                Hkv = static_cast<double>(p.Hkv), Dqk = static_cast<double>(p.Dqk),
                Dv = static_cast<double>(p.Dv);
-  // Per rank: tokens, positions, visible pairs of its queries.
+  // Per rank: tokens and the tiles of its shard (local order); the whole sequence's tiles.
   std::vector<SequenceSharding> shards;
-  std::vector<double> tokens, pairs;
+  std::vector<double> tokens;
+  std::vector<Tiles> shard_tiles;
   for (int r = 0; r < P; ++r) {
     shards.push_back(sharding(p, docs, r));
     tokens.push_back(static_cast<double>(shards.back().local_length()));
-    pairs.push_back(counter.pairs(shards.back().local_positions()));
+    shard_tiles.push_back(tiles_of(shards.back().local_positions(), shards.back().local_docs()));
   }
-  const double total_pairs = std::accumulate(pairs.begin(), pairs.end(), 0.0);
+  std::vector<int> all(static_cast<size_t>(P));
+  std::iota(all.begin(), all.end(), 0);
+  const detail::TokenUnion whole = detail::token_union(shards[0], all);
+  const Tiles whole_tiles = tiles_of(whole.pos, whole.doc);
+  // Computed pairs per rank: the ring (its queries against every block, one call each) and
+  // allgather (its queries against the whole sequence, one call).
+  std::vector<double> pairs, gathered;
+  for (int r = 0; r < P; ++r) {
+    double n = 0;
+    for (int b = 0; b < P; ++b) {
+      n += computed_pairs(rule, shard_tiles[static_cast<size_t>(r)],
+                          shard_tiles[static_cast<size_t>(b)]);
+    }
+    pairs.push_back(n);
+    gathered.push_back(computed_pairs(rule, shard_tiles[static_cast<size_t>(r)], whole_tiles));
+  }
   const int hot = busiest(pairs);
   const double S = static_cast<double>(p.S), Sr = tokens[static_cast<size_t>(hot)];
   const double kv_token = B * Hkv * (Dqk + Dv) * kFloat;  // bytes of one token's k|v
@@ -190,7 +201,7 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
         break;
       }
       case Strategy::Kind::kAllGather: {
-        e.flops = pairs[static_cast<size_t>(hot)] * Hq * flops_per_pair_head;
+        e.flops = *std::max_element(gathered.begin(), gathered.end()) * Hq * flops_per_pair_head;
         e.bytes_sent = (2 * (P - 1) * Sr + (S - Sr)) * kv_token;
         e.messages = 3 * (P - 1);
         // Backward: gathered k|v, the staging it arrives in, dk|dv of every key; the state.
@@ -205,25 +216,26 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
         const double hq = Hq / U;
         const double kvl = p.Hkv % U == 0 ? Hkv / U : 1.0;
         const double kv_head_token = B * kvl * (Dqk + Dv) * kFloat;
-        // The rank's row (the whole group for ulysses): its tokens and visible pairs.
+        // The rank's row (the whole group for ulysses): its tokens; the busiest row's computed
+        // pairs (ulysses: one call over the whole sequence; hybrid: its row against every row).
         const int row = hybrid ? hot / U : 0;
         double row_tokens = 0, row_pairs = 0;
-        std::vector<int> members;
-        for (int m = row * U; m < row * U + U; ++m) {
-          members.push_back(m);
-          row_tokens += tokens[static_cast<size_t>(m)];
-          row_pairs += pairs[static_cast<size_t>(m)];
-        }
+        for (int m = row * U; m < row * U + U; ++m) row_tokens += tokens[static_cast<size_t>(m)];
         if (hybrid) {
-          // The busiest row, for the ring across rows.
-          double best = -1;
+          std::vector<Tiles> row_tiles;
           for (int j = 0; j < strategy.ring_size; ++j) {
+            std::vector<int> m(static_cast<size_t>(U));
+            std::iota(m.begin(), m.end(), j * U);
+            const detail::TokenUnion u = detail::token_union(shards[0], m);
+            row_tiles.push_back(tiles_of(u.pos, u.doc));
+          }
+          for (const Tiles& q : row_tiles) {
             double n = 0;
-            for (int m = j * U; m < j * U + U; ++m) n += pairs[static_cast<size_t>(m)];
-            if (n > best) best = n, row_pairs = n;
+            for (const Tiles& k : row_tiles) n += computed_pairs(rule, q, k);
+            row_pairs = std::max(row_pairs, n);
           }
         } else {
-          row_pairs = total_pairs;
+          row_pairs = computed_pairs(rule, whole_tiles, whole_tiles);
         }
         e.flops = row_pairs * hq * flops_per_pair_head;
         // Per peer: inputs in (q heads, kv heads of the own tokens), results out (out + lse of
