@@ -17,6 +17,7 @@
 #include "cpattn/memory.h"
 #include "cpattn/ring.h"
 #include "cpattn/rng.h"
+#include "cpattn/strategy.h"
 #include "cpattn/tensor.h"
 
 namespace cpattn {
@@ -36,6 +37,9 @@ struct Fingerprint {
   Layout q_layout = Layout::kContiguous, kv_layout = Layout::kContiguous;
   int64_t q_seq_len = 0, kv_seq_len = 0;  ///< whole-sequence lengths Sq, Sk
   int cp_rank = 0, cp_size = 1;
+  /// How the group split the call (AttentionOptions::strategy): a state from another strategy
+  /// is refused (its out/lse carry that strategy's rounding).
+  Strategy strategy{};
   RngState rng;
   /// The forward's number among this group's checked calls (Communicator::take_call_number): the
   /// same on every rank, so a backward that uses another forward's state than the other ranks'
@@ -52,7 +56,8 @@ struct Fingerprint {
 /// Throws like attention_forward on inconsistent arguments.
 Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,
                              const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                             const AttentionParams& params, RngState rng);
+                             const AttentionParams& params, RngState rng,
+                             const Strategy& strategy = {});
 
 /// A non-owning view of one forward's state: exactly what attention_backward reads. It lets a
 /// framework keep out and lse in tensors of its own (saved by autograd, dropped and recomputed by
@@ -99,25 +104,29 @@ struct StateMemoryStats {
 /// The stats of `counter`: the process (default), or one rank's comm.memory().
 StateMemoryStats memory_stats(const MemoryCounter& counter = process_memory());
 
-/// Context-parallel attention forward on rank comm.rank() of a CP group (ring attention,
-/// docs/design.md sections 1 and 5; math in kernel.h). q [B, Sq_r, Hq, Dqk], k [B, Sk_r, Hkv, Dqk],
-/// v [B, Sk_r, Hkv, Dv] with Sq_r = q_seq.local_length(), Sk_r = kv_seq.local_length(); any
-/// strides. q_seq and kv_seq say how the query and the key/value sequences are split (the same
-/// object for self-attention; different ones for cross-attention or Sq != Sk); their
-/// cp_rank/cp_size must equal comm.rank()/size(). `rng` is recorded in the result (take it from
-/// a Generator). Before any data moves, every rank learns every other rank's description of the
-/// call (call number, shapes, layouts, lengths, positions/documents, params, RngState; one
-/// all_to_all of ~150-byte records) and all throw Error(kRankDisagreement) naming the field and
-/// the ranks when they differ. Throws Error(kShapeMismatch | kInvalidArgument) for bad
-/// arguments, and the communicator's errors (kTimeout, kPeerFailed) when another rank fails.
+/// Context-parallel attention forward on rank comm.rank() of a CP group (docs/design.md
+/// sections 1 and 5; math in kernel.h), split as options.strategy says (strategy.h: ring by
+/// default, allgather, ulysses, hybrid:UxR; docs/strategies.md). Every strategy returns the same
+/// ForwardResult: out and lse of this rank's queries in q_seq's sharding. q [B, Sq_r, Hq, Dqk], k
+/// [B, Sk_r, Hkv, Dqk], v [B, Sk_r, Hkv, Dv] with Sq_r = q_seq.local_length(), Sk_r =
+/// kv_seq.local_length(); any strides. q_seq and kv_seq say how the query and the key/value
+/// sequences are split (the same object for self-attention; different ones for cross-attention or
+/// Sq != Sk); their cp_rank/cp_size must equal comm.rank()/size(). `rng` is recorded in the result
+/// (take it from a Generator). Before any data moves, every rank learns every other rank's
+/// description of the call (call number, shapes, layouts, lengths, positions/documents, params,
+/// RngState; one all_to_all of 160-byte records, the strategy included) and all throw
+/// Error(kRankDisagreement) naming the field and the ranks when they differ. A strategy that
+/// cannot run this call (check_strategy) throws Error(kInvalidArgument) on every rank. Throws
+/// Error(kShapeMismatch | kInvalidArgument) for bad arguments, and the communicator's errors
+/// (kTimeout, kPeerFailed) when another rank fails.
 ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, RngState rng,
-                                const RingOptions& options = {});
+                                const AttentionOptions& options = {});
 /// Self-attention: q and k/v split alike by `seq`.
 inline ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                        const SequenceSharding& seq, const AttentionParams& params,
-                                       RngState rng, const RingOptions& options = {}) {
+                                       RngState rng, const AttentionOptions& options = {}) {
   return attention_forward(comm, q, k, v, seq, seq, params, rng, options);
 }
 
@@ -126,14 +135,15 @@ inline ForwardResult attention_forward(Communicator& comm, ConstView q, ConstVie
 /// the caller drew, e.g. from its Generator). Uses state.out, state.lse and state.rng (never
 /// anything global). Throws Error(kStateMismatch) listing every field of state.fingerprint that
 /// differs from this call's arguments (shape, strides, positions, inputs, params,
-/// cp_rank/cp_size, and rng: the ForwardResult of another forward on the same inputs is refused)
+/// cp_rank/cp_size, strategy, and rng: the ForwardResult of another forward on the same inputs is
+/// refused)
 /// before any computation; the other ranks, which learn of it in the call agreement, throw
 /// Error(kRankDisagreement) at once. Otherwise throws like attention_forward.
 AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
                                       ConstView v, const ForwardResult& state,
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params, RngState rng,
-                                      const RingOptions& options = {});
+                                      const AttentionOptions& options = {});
 /// Backward from a ForwardStateView (out and lse held elsewhere); checks and throws like the
 /// ForwardResult overload, plus Error(kStateMismatch) when state.rng (what produced out/lse)
 /// differs from state.fingerprint.rng, or state.out / state.lse do not have the shapes of this
@@ -142,13 +152,13 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                                       ConstView v, const ForwardStateView& state,
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params, RngState rng,
-                                      const RingOptions& options = {});
+                                      const AttentionOptions& options = {});
 /// Self-attention: q and k/v split alike by `seq`.
 inline AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q,
                                              ConstView k, ConstView v, const ForwardResult& state,
                                              const SequenceSharding& seq,
                                              const AttentionParams& params, RngState rng,
-                                             const RingOptions& options = {}) {
+                                             const AttentionOptions& options = {}) {
   return attention_backward(comm, dout, q, k, v, state, seq, seq, params, rng, options);
 }
 

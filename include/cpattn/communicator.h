@@ -93,6 +93,19 @@ class Communicator {
   /// Returns once every rank has entered it (or throws on timeout / peer failure).
   virtual void barrier() = 0;
 
+  /// Splits this group into sub-groups (MPI_Comm_split semantics). Collective: every rank of
+  /// this communicator calls it. Ranks passing the same `color` (>= 0) form one new group, in
+  /// which they are numbered by (key, rank in this group). The result is an independent
+  /// communicator of that sub-group: its messages never match this communicator's or another
+  /// sub-group's, it starts with this communicator's timeout and call number 0, charges the same
+  /// MemoryCounter, and a failed rank anywhere in the underlying group releases its waits like
+  /// this communicator's (in-process ranks). It must not outlive the group it was split from.
+  /// The (color, key) pairs are first exchanged with this communicator's all_to_all (under its
+  /// deadline), so a rank that does not take part times out instead of blocking. Throws
+  /// Error(kInvalidArgument) on every rank when any rank passed color < 0, and when the backend
+  /// cannot split (the default implementation: a backend without sub-groups).
+  virtual std::unique_ptr<Communicator> split(int color, int key);
+
   /// Deadline applied to every wait of this communicator (default 300 s).
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
   std::chrono::milliseconds timeout() const { return timeout_; }

@@ -23,6 +23,13 @@ struct AttentionInputs {
   ConstView q, k, v;
   std::span<const int64_t> q_pos, k_pos;
   std::span<const int64_t> q_doc, k_doc;
+  /// Global head coordinates of dropout (docs/design.md section 4), for a call that holds a slice
+  /// of a larger call's query heads (Ulysses and hybrid CP shard heads over ranks): query head h
+  /// of this call draws the mask of head `head_offset + h` of a call with `total_heads` query
+  /// heads, i.e. counter word b * total_heads + head_offset + h. Defaults (0, 0): the call's own
+  /// heads, b * Hq + h. total_heads = 0 means Hq; otherwise head_offset + Hq <= total_heads.
+  int64_t head_offset = 0;
+  int64_t total_heads = 0;
 };
 
 /// Execution knobs that never change the math.

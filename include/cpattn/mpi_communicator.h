@@ -75,6 +75,10 @@ class MpiCommunicator final : public Communicator {
   void allreduce_sum(std::span<double> data) override;
   void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
   void barrier() override;
+  /// MPI_Comm_split of this communicator (after the (color, key) exchange of communicator.h),
+  /// wrapped in a new MpiCommunicator with this one's timeout and chunk size. MPI_Comm_split has
+  /// no deadline of its own; the exchange before it makes sure every rank has arrived.
+  std::unique_ptr<Communicator> split(int color, int key) override;
   /// The process counter: one rank per process.
   MemoryCounter& memory() override;
 

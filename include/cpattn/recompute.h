@@ -29,7 +29,9 @@ inline constexpr bool kStrictRecomputeDefault = true;
 
 struct RecomputeOptions {
   bool strict = kStrictRecomputeDefault;
-  RingOptions ring;
+  /// The options of the recomputed forward and of the backward: the first forward's strategy
+  /// (the fingerprint compares it). Named `ring` for compatibility; a RingOptions converts.
+  AttentionOptions ring;
 };
 
 /// Recomputes the forward recorded in `checkpoint`. `replayed` is the RngState the training loop

@@ -55,23 +55,35 @@ float merge_lse(float lse_a, float lse_b);
 void merge_attention_partials(View out_acc, std::span<float> lse_acc, ConstView out_part,
                               std::span<const float> lse_part);
 
-/// Where one ring call's time went on this rank (filled when RingOptions.stats is set).
+/// Where one call's time went on this rank (filled when RingOptions.stats is set), for the ring
+/// and every other CP strategy (strategy.h).
 struct RingStats {
   double kernel_seconds = 0;  ///< inside attention kernel calls
   double comm_seconds = 0;    ///< inside isend/irecv/wait (blocked or copying: not hidden)
   double other_seconds = 0;   ///< packing, merging, delta, gradient sums
   int64_t messages_sent = 0;
   int64_t bytes_sent = 0;
+  /// What the plain ring (every k/v block visits every rank, every dk/dv accumulator goes all the
+  /// way round) sends for the ring steps of this call; bytes_sent / bytes_sent_plain_ring is the
+  /// document-aware ring's share (RingOptions::document_aware). 0 for strategies without a ring.
+  int64_t bytes_sent_plain_ring = 0;
   int64_t blocks_computed = 0;  ///< kernel calls
   int64_t blocks_skipped = 0;   ///< blocks the masks hide entirely (or empty ones)
 };
 
-/// Execution knobs of a ring call (never change the math).
+/// Execution knobs of a ring call (never change the math: results are bitwise the same for any
+/// value of document_aware).
 struct RingOptions {
   /// Kernel threads per rank (>= 1). In-process ranks (ThreadCommunicator) pass 1.
   int num_threads = 1;
   /// When non-null, the call adds its timings and counts here (caller-owned, per rank).
   RingStats* stats = nullptr;
+  /// Document-aware relay (docs/ring.md, "Document-aware ring"): from the position and document
+  /// ranges of every rank (MaskRule::classify, the ring's block skip), a k/v block travels round
+  /// the ring only as far as the last rank that needs it, and its dk/dv accumulator returns from
+  /// there straight to its home rank. Saves traffic with packed documents, windows and causal
+  /// masks on contiguous layouts. false: the plain ring.
+  bool document_aware = true;
 };
 
 namespace unchecked {

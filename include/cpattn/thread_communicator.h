@@ -3,9 +3,11 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "cpattn/communicator.h"
 #include "cpattn/memory.h"
@@ -36,6 +38,10 @@ class ThreadCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override;
+  /// A sub-group over the same ThreadGroup (communicator.h): its messages live in a context of
+  /// their own, its ranks keep this rank's MemoryCounter, and errors name ranks as the
+  /// sub-group numbers them. The ThreadGroup (run_ranks) must outlive it.
+  std::unique_ptr<Communicator> split(int color, int key) override;
 
   using Communicator::all_to_all;
   using Communicator::irecv;
@@ -52,12 +58,19 @@ class ThreadCommunicator final : public Communicator {
   MemoryCounter& memory() override { return *memory_; }
 
  private:
+  // A member of a sub-group: `members` are the group ranks of the sub-group, in its order.
+  ThreadCommunicator(detail::ThreadGroup& group, uint64_t context, std::vector<int> members,
+                     int rank, std::shared_ptr<MemoryCounter> memory);
   Request post(bool is_send, const std::byte* message, std::byte* buffer, size_t bytes, int peer,
                int tag);
+  int group_rank(int rank) const;    // this communicator's rank -> ThreadGroup rank
   p2p::CollectiveChannel channel();  // collectives' messages on the internal tag
 
   detail::ThreadGroup& group_;
+  uint64_t context_ = 0;      // 0: the root group of run_ranks
+  std::vector<int> members_;  // group rank of each rank; empty: the identity (root group)
   int rank_;
+  uint64_t splits_ = 0;                    // split() calls so far (equal on every rank)
   std::shared_ptr<MemoryCounter> memory_;  // shared with everything charged to this rank
 };
 
@@ -82,6 +95,9 @@ class SingleRankCommunicator final : public Communicator {
   void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
   void barrier() override;
   void throw_if_group_failed() const override { rank_->throw_if_group_failed(); }
+  /// A group of one again (every color makes a group of this rank alone); must not outlive this
+  /// object.
+  std::unique_ptr<Communicator> split(int color, int key) override;
   MemoryCounter& memory() override;
 
  private:

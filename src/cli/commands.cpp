@@ -4,7 +4,7 @@
 namespace cpattn::cli {
 
 std::vector<Command> all_commands() {
-  return {train_command(), generate_command(), verify_command()};
+  return {train_command(), generate_command(), verify_command(), plan_command()};
 }
 
 }  // namespace cpattn::cli

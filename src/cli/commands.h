@@ -25,6 +25,9 @@ Command generate_command();
 /// `cpattn verify`: kernel (and, with --cp, ring) against the double reference.
 Command verify_command();
 
+/// `cpattn plan`: predicts every CP strategy's cost for a shape and recommends one.
+Command plan_command();
+
 /// Every subcommand, in help order.
 std::vector<Command> all_commands();
 

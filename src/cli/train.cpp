@@ -51,6 +51,10 @@ Command train_command() {
         cmd->add_option("--layout", o->layout, "Token layout: zigzag | striped | contiguous")
             ->check(CLI::IsMember({"zigzag", "striped", "contiguous"}))
             ->capture_default_str();
+        cmd->add_option("--strategy", o->strategy,
+                        "How the CP group splits attention: ring | allgather | ulysses | "
+                        "hybrid:UxR (U * R = --cp; docs/strategies.md)")
+            ->capture_default_str();
         cmd->add_option("--layers", c.model.layers, "Transformer layers")->capture_default_str();
         cmd->add_option("--d-model", c.model.d_model, "Model width")->capture_default_str();
         cmd->add_option("--heads", c.model.heads, "Query heads (must divide --d-model)")

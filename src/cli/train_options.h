@@ -13,6 +13,7 @@ struct TrainOptions {
   std::string text = "/usr/share/common-licenses/GPL-3";
   std::string backend = "threads";
   std::string layout = "zigzag";
+  std::string strategy = "ring";  ///< --strategy, parsed by parse_strategy
   std::string on_nonfinite = "stop";
   std::string metrics;
   std::string plot;

@@ -123,12 +123,14 @@ void print_header(const TrainOptions& o, const std::vector<uint8_t>& text, doubl
   std::fprintf(out,
                "cpattn train: %s (%zu bytes, unigram entropy %.4f nats)\n"
                "  model: %lld layers, d_model %lld, %lld heads / %lld kv heads, vocab %lld\n"
-               "  cp %d (%s, %s), recompute %s, dropout %g, %lld steps of %lld x %lld tokens\n",
+               "  cp %d (%s, %s, %s), recompute %s, dropout %g, %lld steps of %lld x %lld "
+               "tokens\n",
                o.text.c_str(), text.size(), entropy, static_cast<long long>(cfg.model.layers),
                static_cast<long long>(cfg.model.d_model), static_cast<long long>(cfg.model.heads),
                static_cast<long long>(cfg.model.kv_heads), static_cast<long long>(cfg.model.vocab),
-               cfg.cp, layout_name(cfg.layout), o.backend.c_str(), cfg.recompute ? "on" : "off",
-               cfg.dropout, static_cast<long long>(cfg.steps), static_cast<long long>(cfg.batch),
+               cfg.cp, layout_name(cfg.layout), strategy_name(cfg.strategy).c_str(),
+               o.backend.c_str(), cfg.recompute ? "on" : "off", cfg.dropout,
+               static_cast<long long>(cfg.steps), static_cast<long long>(cfg.batch),
                static_cast<long long>(cfg.seq_len));
   if (cfg.eval_every > 0) {
     const train::TextSplit split = train::split_text(cfg, static_cast<int64_t>(text.size()));
@@ -268,6 +270,7 @@ int run(const TrainOptions& o, const std::vector<uint8_t>& text, const Backend& 
                        {"cp", cfg.cp},
                        {"backend", o.backend},
                        {"layout", layout_name(cfg.layout)},
+                       {"strategy", strategy_name(cfg.strategy)},
                        {"layers", cfg.model.layers},
                        {"d_model", cfg.model.d_model},
                        {"heads", cfg.model.heads},
@@ -320,6 +323,7 @@ int run(const TrainOptions& o, const std::vector<uint8_t>& text, const Backend& 
 // This process's start-up: the text, the settings and the paths. Returns the settings as fields.
 std::vector<train::ConfigField> start(TrainOptions& o, std::vector<uint8_t>& text) {
   o.config.layout = parse_layout(o.layout);
+  o.config.strategy = parse_strategy(o.strategy);
   o.config.on_nonfinite =
       o.on_nonfinite == "skip" ? train::NonFinitePolicy::kSkip : train::NonFinitePolicy::kStop;
   deadline(o.timeout_s);

@@ -46,6 +46,7 @@ struct VerifyOptions {
   int cp = 0;          // 0: not given
   std::string layout;  // empty: all three
   std::string backend = "threads";
+  std::string strategy;  // empty: every strategy the group allows (sweep_strategies)
   RingShape shape;
   bool shape_given = false;
   double timeout_s = 300;
@@ -58,6 +59,7 @@ std::vector<train::ConfigField> verify_fields(const VerifyOptions& o) {
   const auto num = [](auto v) { return std::to_string(v); };
   return {{"--cp", num(o.cp), ""},
           {"--layout", o.layout.empty() ? "all" : o.layout, ""},
+          {"--strategy", o.strategy.empty() ? "all" : o.strategy, ""},
           {"--causal", s.causal ? "on" : "off", ""},
           {"--window-left", num(s.window_left), ""},
           {"--window-right", num(s.window_right), ""},
@@ -96,13 +98,29 @@ int run_kernel_sweep(const VerifyOptions& o) {
       results, o.json);
 }
 
-// The ring cases the options ask for: one shape, or the default sweep, over one or all layouts.
+// The cases the options ask for: one shape or the default sweep, over one or all layouts, for
+// one strategy or every one the group allows. Without --strategy and --layout the ring gets every
+// layout and the other strategies one each (rotating), so the sweep stays a few seconds.
 std::vector<RingCase> ring_cases(const VerifyOptions& o, int cp_size) {
-  std::vector<Layout> layouts = {Layout::kContiguous, Layout::kZigzag, Layout::kStriped};
-  if (!o.layout.empty()) layouts = {parse_layout(o.layout)};
-  if (!o.shape_given) return default_ring_cases(cp_size, layouts);
+  const std::vector<Layout> all = {Layout::kContiguous, Layout::kZigzag, Layout::kStriped};
+  const std::vector<Strategy> strategies =
+      o.strategy.empty() ? sweep_strategies(cp_size, o.shape.dims.Hq, o.shape.dims.Hkv)
+                         : std::vector<Strategy>{parse_strategy(o.strategy)};
   std::vector<RingCase> cases;
-  for (const Layout layout : layouts) cases.push_back({o.shape, layout, cp_size});
+  for (size_t i = 0; i < strategies.size(); ++i) {
+    const Strategy& s = strategies[i];
+    std::vector<Layout> layouts = all;
+    if (!o.layout.empty()) {
+      layouts = {parse_layout(o.layout)};
+    } else if (o.strategy.empty() && s != Strategy::ring()) {
+      layouts = {all[i % all.size()]};
+    }
+    if (!o.shape_given) {
+      for (RingCase& c : default_ring_cases(cp_size, layouts, s)) cases.push_back(std::move(c));
+      continue;
+    }
+    for (const Layout layout : layouts) cases.push_back({o.shape, layout, cp_size, s});
+  }
   return cases;
 }
 
@@ -117,7 +135,7 @@ int run_ring_cases(const VerifyOptions& o, int cp_size, Communicator* world) {
   int status = 0;
   if (world == nullptr || world->rank() == 0) {
     const std::string title =
-        "cpattn verify: ring over " + std::to_string(cp_size) + " rank(s) (" +
+        "cpattn verify: CP strategies over " + std::to_string(cp_size) + " rank(s) (" +
         (world == nullptr ? std::string("in-process threads") : std::string("MPI processes")) +
         ") vs float64 reference and vs the single-rank kernel (" + std::to_string(o.threads) +
         " thread(s))";
@@ -218,12 +236,16 @@ Command verify_command() {
             add_timeout_option(sub, o->timeout_s);
             CLI::Option* cp = sub->add_option(
                 "--cp", o->cp,
-                "Ring mode over P ranks (no shape option: sweep causal/not x dropout 0/0.1)");
+                "CP mode over P ranks (no shape option: sweep causal/not x dropout 0/0.1, every "
+                "strategy)");
             cp->check(CLI::Range(1, 1024));
             sub->add_option("--backend", o->backend,
                             "Ring ranks: threads (in-process) | mpi (one per mpirun process)")
                 ->check(CLI::IsMember({"threads", "mpi"}))
                 ->capture_default_str();
+            sub->add_option("--strategy", o->strategy,
+                            "CP mode: ring | allgather | ulysses | hybrid:UxR (default: every "
+                            "strategy the group and heads allow)");
             sub->add_option("--layout", o->layout,
                             "Ring split: contiguous | zigzag | striped "
                             "(default: all three)")
@@ -266,10 +288,12 @@ Command verify_command() {
               for (CLI::Option* opt : shape_options) o->shape_given |= opt->count() > 0;
               // Ring options without ring mode would be silently ignored: refuse them instead.
               const bool ring = cp->count() > 0 || o->backend == "mpi";
-              CPATTN_CHECK(ring || (!o->shape_given && sub->count("--layout") == 0),
+              CPATTN_CHECK(ring || (!o->shape_given && sub->count("--layout") == 0 &&
+                                    sub->count("--strategy") == 0),
                            ErrorCode::kInvalidArgument,
-                           "verify: ring options (--layout and the shape options) need --cp P or "
-                           "--backend mpi");
+                           "verify: ring options (--layout, --strategy and the shape options) need "
+                           "--cp P or --backend mpi");
+              if (!o->strategy.empty()) parse_strategy(o->strategy);  // fails before any run
               return run_verify(*o);
             };
           }};

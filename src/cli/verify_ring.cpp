@@ -37,7 +37,13 @@ std::string ring_case_name(const RingCase& c) {
     name += "_W" + side(s.window_left) + "x" + side(s.window_right);
   }
   if (d.B != 1) name += "_B" + std::to_string(d.B);
-  return name + "_" + layout_name(c.layout) + "_cp" + std::to_string(c.cp_size);
+  name += std::string("_") + layout_name(c.layout) + "_cp" + std::to_string(c.cp_size);
+  if (c.strategy != Strategy::ring()) {
+    std::string strategy = strategy_name(c.strategy);
+    for (char& ch : strategy) ch = ch == ':' ? '_' : ch;
+    name += "_" + strategy;
+  }
+  return name;
 }
 
 reference::Problem make_ring_problem(const RingShape& shape) {
@@ -54,7 +60,8 @@ reference::Problem make_ring_problem(const RingShape& shape) {
   return p;
 }
 
-std::vector<RingCase> default_ring_cases(int cp_size, const std::vector<Layout>& layouts) {
+std::vector<RingCase> default_ring_cases(int cp_size, const std::vector<Layout>& layouts,
+                                         const Strategy& strategy) {
   std::vector<RingCase> cases;
   uint64_t seed = 201;
   for (const bool causal : {false, true}) {
@@ -63,10 +70,27 @@ std::vector<RingCase> default_ring_cases(int cp_size, const std::vector<Layout>&
       shape.causal = causal;
       shape.dropout_p = dropout;
       shape.seed = seed++;
-      for (const Layout layout : layouts) cases.push_back({shape, layout, cp_size});
+      for (const Layout layout : layouts) cases.push_back({shape, layout, cp_size, strategy});
     }
   }
   return cases;
+}
+
+std::vector<Strategy> sweep_strategies(int cp_size, int64_t Hq, int64_t Hkv) {
+  std::vector<Strategy> candidates = {Strategy::ring(), Strategy::allgather(), Strategy::ulysses()};
+  for (int u = 2; u < cp_size; ++u) {
+    if (cp_size % u == 0) candidates.push_back(Strategy::hybrid(u, cp_size / u));
+  }
+  std::vector<Strategy> out;
+  for (const Strategy& s : candidates) {
+    try {
+      check_strategy(s, cp_size, Hq, Hkv);
+      out.push_back(s);
+    } catch (const Error&) {
+      // not for these heads on this group (e.g. ulysses with Hq % P != 0)
+    }
+  }
+  return out;
 }
 
 std::vector<VerifyResult> verify_ring_case(const RingCase& c, Communicator* world,
@@ -82,6 +106,7 @@ std::vector<VerifyResult> verify_ring_case(const RingCase& c, Communicator* worl
   run.cp_size = c.cp_size;
   run.layout = c.layout;
   run.num_threads = world != nullptr ? kernel_threads : 1;  // in-process ranks are the threads
+  run.strategy = c.strategy;
   const reference::RankWrapper with_deadline =
       [timeout](Communicator& comm, const std::function<void(Communicator&)>& body) {
         comm.set_timeout(timeout);

@@ -10,6 +10,7 @@
 #include "cli/verify.h"
 #include "cpattn/communicator.h"
 #include "cpattn/layout.h"
+#include "cpattn/strategy.h"
 #include "verify/reference.h"
 
 namespace cpattn::cli {
@@ -25,24 +26,31 @@ struct RingShape {
   uint64_t seed = 1;  ///< inputs and the dropout RngState derive from it
 };
 
-/// One line of the ring sweep: a shape split over cp_size ranks by layout.
+/// One line of the ring sweep: a shape split over cp_size ranks by layout, with a strategy.
 struct RingCase {
   RingShape shape;
   Layout layout = Layout::kZigzag;
   int cp_size = 1;
+  Strategy strategy{};
 };
 
 /// Readable unique name, e.g. "Causal_GQA8x2_S197_D64x64_p0p1_W37x5_zigzag_cp4" (window part
-/// only when a window is set). Only letters, digits and '_'.
+/// only when a window is set; "_ulysses", "_hybrid_2x2" after it for strategies other than the
+/// ring). Only letters, digits and '_'.
 std::string ring_case_name(const RingCase& c);
 
 /// The random problem of a shape: reference::make_problem (inputs ~ N(0, 1) rounded to float,
 /// documents when shape.docs) with the shape's causal flag, window and dropout.
 reference::Problem make_ring_problem(const RingShape& shape);
 
-/// The default `verify --cp P` sweep: the default RingShape, causal and not, dropout 0 and 0.1,
-/// over `layouts` (3 layouts: 12 cases, a few seconds).
-std::vector<RingCase> default_ring_cases(int cp_size, const std::vector<Layout>& layouts);
+/// The default `verify --cp P` sweep of one strategy: the default RingShape, causal and not,
+/// dropout 0 and 0.1, over `layouts` (3 layouts: 12 cases, a few seconds).
+std::vector<RingCase> default_ring_cases(int cp_size, const std::vector<Layout>& layouts,
+                                         const Strategy& strategy = {});
+
+/// The strategies `verify --cp P` sweeps without --strategy: ring, allgather, ulysses (when Hq
+/// and Hkv allow it, check_strategy) and every proper grid hybrid:UxR (U, R > 1, U * R = P).
+std::vector<Strategy> sweep_strategies(int cp_size, int64_t Hq, int64_t Hkv);
 
 /// Runs one case and judges it; returns two rows:
 ///   "<name>":           ring vs the float64 reference under the kernel's rule (reference_case.h);

@@ -3,10 +3,12 @@
 #include "cpattn/mpi_communicator.h"
 
 #include <climits>
+#include <memory>
 #include <string>
 
 #include "comm/mpi_request.h"
 #include "comm/mpi_state.h"
+#include "comm/split.h"
 #include "cpattn/error.h"
 #include "cpattn/p2p_collectives.h"
 
@@ -32,7 +34,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const MpiOptions& options)
   MPI_Comm_set_errhandler(s.coll, MPI_ERRORS_RETURN);
   int* tag_ub = nullptr;
   int found = 0;
-  MPI_Comm_get_attr(s.p2p, MPI_TAG_UB, &tag_ub, &found);
+  // MPI_TAG_UB is an attribute of MPI_COMM_WORLD that holds for every communicator (a split one
+  // carries no copy of it).
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
   if (found != 0 && tag_ub != nullptr) s.tag_ub = *tag_ub;
 }
 
@@ -100,5 +104,30 @@ void MpiCommunicator::all_to_all(std::span<const std::byte> send, std::span<std:
 }
 
 void MpiCommunicator::barrier() { p2p::barrier(channel()); }
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  const detail::SplitGroup sub = detail::plan_split(*this, color, key);
+  MPI_Comm part = MPI_COMM_NULL;
+  {
+    detail::MpiLock lock = state_->lock();
+    detail::check_mpi(MPI_Comm_split(state_->coll, color, key, &part), state_->rank,
+                      "MPI_Comm_split");
+  }
+  MpiOptions options;
+  options.chunk_bytes = state_->chunk_bytes;
+  std::unique_ptr<MpiCommunicator> comm;
+  try {
+    comm = std::make_unique<MpiCommunicator>(part, options);
+  } catch (...) {
+    MPI_Comm_free(&part);
+    throw;
+  }
+  MPI_Comm_free(&part);  // the new communicator holds its own duplicates
+  CPATTN_CHECK(comm->rank() == sub.rank && comm->size() == static_cast<int>(sub.members.size()),
+               ErrorCode::kInternal, "MPI_Comm_split made rank ", comm->rank(), " of ",
+               comm->size(), ", expected rank ", sub.rank, " of ", sub.members.size());
+  comm->set_timeout(timeout_);
+  return comm;
+}
 
 }  // namespace cpattn

@@ -3,8 +3,10 @@
 
 #include <exception>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "comm/split.h"
 #include "comm/thread_group.h"
 #include "cpattn/error.h"
 #include "cpattn/p2p_collectives.h"
@@ -50,11 +52,41 @@ std::string what_of(const std::exception_ptr& error) {
 ThreadCommunicator::ThreadCommunicator(detail::ThreadGroup& group, int rank)
     : group_(group), rank_(rank), memory_(MemoryCounter::create(&process_memory())) {}
 
+ThreadCommunicator::ThreadCommunicator(detail::ThreadGroup& group, uint64_t context,
+                                       std::vector<int> members, int rank,
+                                       std::shared_ptr<MemoryCounter> memory)
+    : group_(group),
+      context_(context),
+      members_(std::move(members)),
+      rank_(rank),
+      memory_(std::move(memory)) {}
+
 // Tensors and ForwardResults charged to this rank may outlive it (kept after run_ranks returns):
 // they share ownership of memory_, so it is freed with the last of them.
-ThreadCommunicator::~ThreadCommunicator() = default;
+ThreadCommunicator::~ThreadCommunicator() {
+  if (context_ != 0) group_.release_context(context_);
+}
 
-int ThreadCommunicator::size() const { return group_.size(); }
+int ThreadCommunicator::size() const {
+  return members_.empty() ? group_.size() : static_cast<int>(members_.size());
+}
+
+int ThreadCommunicator::group_rank(int rank) const {
+  return members_.empty() ? rank : members_[static_cast<size_t>(rank)];
+}
+
+std::unique_ptr<Communicator> ThreadCommunicator::split(int color, int key) {
+  const detail::SplitGroup sub = detail::plan_split(*this, color, key);
+  // Every member asks for (this context, this split's number, color): one new context.
+  const uint64_t context = group_.acquire_context(context_, splits_++, color);
+  std::vector<int> members;
+  members.reserve(sub.members.size());
+  for (int r : sub.members) members.push_back(group_rank(r));
+  auto comm = std::unique_ptr<ThreadCommunicator>(
+      new ThreadCommunicator(group_, context, std::move(members), sub.rank, memory_));
+  comm->set_timeout(timeout_);
+  return comm;
+}
 
 Request ThreadCommunicator::post(bool is_send, const std::byte* message, std::byte* buffer,
                                  size_t bytes, int peer, int tag) {
@@ -63,8 +95,11 @@ Request ThreadCommunicator::post(bool is_send, const std::byte* message, std::by
                "), got ", peer);
   detail::ThreadOp op;
   op.is_send = is_send;
-  op.owner = rank_;
-  op.peer = peer;
+  op.context = context_;
+  op.owner = group_rank(rank_);
+  op.peer = group_rank(peer);
+  op.owner_label = rank_;
+  op.peer_label = peer;
   op.tag = tag;
   op.message = message;
   op.buffer = buffer;
@@ -114,6 +149,11 @@ void ThreadCommunicator::all_to_all(std::span<const std::byte> send, std::span<s
 void ThreadCommunicator::barrier() { p2p::barrier(channel()); }
 
 void ThreadCommunicator::throw_if_group_failed() const { group_.throw_if_failed(rank_); }
+
+std::unique_ptr<Communicator> SingleRankCommunicator::split(int color, int key) {
+  rank_->set_timeout(timeout_);
+  return rank_->split(color, key);
+}
 
 SingleRankCommunicator::SingleRankCommunicator()
     : group_(std::make_unique<detail::ThreadGroup>(1)),

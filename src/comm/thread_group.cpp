@@ -20,11 +20,11 @@ double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.cou
 
 std::string describe(const ThreadOp& op) {
   if (op.is_send) {
-    return str_cat("isend to rank ", op.peer, " (tag ", tag_name(op.tag), ", ", op.bytes,
+    return str_cat("isend to rank ", op.peer_label, " (tag ", tag_name(op.tag), ", ", op.bytes,
                    " bytes)");
   }
-  return str_cat("irecv from rank ", op.peer, " (tag ", tag_name(op.tag), ", buffer of ", op.bytes,
-                 " bytes)");
+  return str_cat("irecv from rank ", op.peer_label, " (tag ", tag_name(op.tag), ", buffer of ",
+                 op.bytes, " bytes)");
 }
 
 ThreadGroup::ThreadGroup(int size)
@@ -34,18 +34,19 @@ ThreadGroup::ThreadGroup(int size)
       exited_(static_cast<size_t>(size), false) {}
 
 ThreadGroup::Key ThreadGroup::key_of(const ThreadOp& op) {
-  return op.is_send ? Key{op.owner, op.peer, op.tag} : Key{op.peer, op.owner, op.tag};
+  return op.is_send ? Key{op.context, op.owner, op.peer, op.tag}
+                    : Key{op.context, op.peer, op.owner, op.tag};
 }
 
 void ThreadGroup::check_alive(const ThreadOp& op) const {
   if (const auto& peer_failure = failed_[static_cast<size_t>(op.peer)]) {
     throw Error(ErrorCode::kPeerFailed,
-                str_cat("rank ", op.owner, ": ", describe(op), " aborted because rank ", op.peer,
-                        " failed: ", *peer_failure));
+                str_cat("rank ", op.owner_label, ": ", describe(op), " aborted because rank ",
+                        op.peer_label, " failed: ", *peer_failure));
   }
   if (exited_[static_cast<size_t>(op.peer)]) {
-    throw Error(ErrorCode::kPeerFailed, str_cat("rank ", op.peer, " exited while rank ", op.owner,
-                                                " waits for its ", describe(op)));
+    throw Error(ErrorCode::kPeerFailed, str_cat("rank ", op.peer_label, " exited while rank ",
+                                                op.owner_label, " waits for its ", describe(op)));
   }
 }
 
@@ -58,7 +59,7 @@ bool ThreadGroup::finished(const ThreadOp& op, size_t& bytes) const {
       throw Error(ErrorCode::kCommunication, op.error);
     case ThreadOp::State::kCancelled:
       throw Error(ErrorCode::kInternal,
-                  str_cat("rank ", op.owner, ": wait on a cancelled ", describe(op)));
+                  str_cat("rank ", op.owner_label, ": wait on a cancelled ", describe(op)));
     default:
       return false;
   }
@@ -105,8 +106,8 @@ void ThreadGroup::transfer(std::unique_lock<std::mutex>& lock, ThreadOp& op) {
   } else {
     // Like MPI, the send completes; the receiver gets the error.
     recv.state = ThreadOp::State::kFailed;
-    recv.error = str_cat("rank ", recv.owner, ": message from rank ", send.owner, " (tag ",
-                         tag_name(send.tag), ") is ", send.bytes,
+    recv.error = str_cat("rank ", recv.owner_label, ": message from rank ", recv.peer_label,
+                         " (tag ", tag_name(send.tag), ") is ", send.bytes,
                          " bytes, larger than the receive buffer of ", recv.bytes, " bytes");
   }
   wake_[static_cast<size_t>(send.owner)].notify_all();
@@ -140,7 +141,7 @@ size_t ThreadGroup::wait(ThreadOp& op, std::chrono::steady_clock::time_point dea
     check_alive(op);
     if (std::chrono::steady_clock::now() >= deadline) {
       throw Error(ErrorCode::kTimeout,
-                  str_cat("rank ", op.owner, ": timed out after ", seconds(op.timeout),
+                  str_cat("rank ", op.owner_label, ": timed out after ", seconds(op.timeout),
                           " s waiting for ", describe(op)));
     }
     wake.wait_until(lock, deadline);
@@ -200,6 +201,25 @@ void ThreadGroup::throw_if_failed(int rank) const {
   throw Error(ErrorCode::kPeerFailed,
               str_cat("rank ", rank, ": stopped because rank ", failed_rank_,
                       " failed: ", *failed_[static_cast<size_t>(failed_rank_)]));
+}
+
+uint64_t ThreadGroup::acquire_context(uint64_t parent, uint64_t sequence, int color) {
+  std::lock_guard lock(mu_);
+  const auto key = std::make_tuple(parent, sequence, color);
+  auto it = contexts_.find(key);
+  if (it == contexts_.end()) it = contexts_.emplace(key, next_context_++).first;
+  auto& members = context_members_[it->second];
+  members.first = key;
+  ++members.second;
+  return it->second;
+}
+
+void ThreadGroup::release_context(uint64_t context) noexcept {
+  std::lock_guard lock(mu_);
+  const auto it = context_members_.find(context);
+  if (it == context_members_.end() || --it->second.second > 0) return;
+  contexts_.erase(it->second.first);
+  context_members_.erase(it);
 }
 
 int ThreadGroup::failed_rank() const {

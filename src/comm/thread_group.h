@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -26,8 +27,11 @@ struct ThreadOp {
     kCancelled,  // removed from its mailbox unmatched
   };
   bool is_send = false;
-  int owner = 0;  // the rank that posted it (waits on its condition variable)
-  int peer = 0;
+  uint64_t context = 0;  // the communicator (root group 0, or a sub-group of split())
+  int owner = 0;         // the group rank that posted it (waits on its condition variable)
+  int peer = 0;          // group rank
+  int owner_label = 0;   // owner and peer as numbered by the posting communicator (messages)
+  int peer_label = 0;
   int tag = 0;
   const std::byte* message = nullptr;    // send only
   std::byte* buffer = nullptr;           // recv only
@@ -64,12 +68,19 @@ class ThreadGroup {
   void exited(int rank);
   /// The first rank that failed, or -1.
   int failed_rank() const;
+
+  /// The context of the sub-group of `color` made by the `sequence`-th split of the communicator
+  /// with context `parent`: every member asking for the same triple gets the same new context
+  /// (unique in this group); counted per member until release_context.
+  uint64_t acquire_context(uint64_t parent, uint64_t sequence, int color);
+  /// A member of the context's sub-group is gone; the last one forgets the context.
+  void release_context(uint64_t context) noexcept;
   /// Throws Error(kPeerFailed) "rank <rank>: stopped because rank F failed: ..." once any rank
   /// failed (F: the first).
   void throw_if_failed(int rank) const;
 
  private:
-  using Key = std::tuple<int, int, int>;  // (src, dst, tag)
+  using Key = std::tuple<uint64_t, int, int, int>;  // (context, src, dst, tag)
   struct Mailbox {
     std::deque<ThreadOp*> sends;
     std::deque<ThreadOp*> recvs;
@@ -90,6 +101,10 @@ class ThreadGroup {
   int failed_rank_ = -1;                            // the first rank that failed
   std::vector<std::optional<std::string>> failed_;  // per rank: why it failed
   std::vector<bool> exited_;
+  // Sub-group contexts: (parent, sequence, color) -> context, and members alive per context.
+  std::map<std::tuple<uint64_t, uint64_t, int>, uint64_t> contexts_;
+  std::map<uint64_t, std::pair<std::tuple<uint64_t, uint64_t, int>, int>> context_members_;
+  uint64_t next_context_ = 1;  // 0 is the root group
 };
 
 /// "isend to rank 3 (tag 7, 1024 bytes)" / "irecv from rank 3 (tag 7, buffer of 1024 bytes)".

@@ -1,38 +1,17 @@
 // Ring backward: dq accumulates locally; each block's dk/dv accumulator follows its k/v around the
-// ring, every rank adding its share in a fixed order, and lands on the block's home rank.
+// ring, every rank on the block's path adding its share in a fixed order, and goes home from the
+// last rank that needs the block.
 #include <algorithm>
 #include <array>
 #include <utility>
 
-#include "cp/ring_detail.h"
+#include "cp/ring_core.h"
 #include "cpattn/error.h"
 #include "cpattn/ring.h"
 
-namespace cpattn::unchecked {
+namespace cpattn {
 
 namespace {
-
-// D_i = <dout_i, out_i> in fp32, [B, Hq, Sq] (FlashAttention-2 backward, Alg. 2 line 4), computed
-// once instead of once per block.
-Tensor row_dot(ConstView dout, ConstView out, MemoryCounter* mem) {
-  const int64_t B = out.shape[0], S = out.shape[1], H = out.shape[2], D = out.shape[3];
-  Tensor delta({B, H, S}, mem);
-  float* p = delta.data();
-  const int64_t sd = dout.stride[3], so = out.stride[3];
-  // Rows in (b, i, h) order: the memory order of a dense BSHD tensor.
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t i = 0; i < S; ++i) {
-      for (int64_t h = 0; h < H; ++h) {
-        const float* x = &dout(b, i, h, 0);
-        const float* y = &out(b, i, h, 0);
-        float acc = 0.0f;
-        for (int64_t c = 0; c < D; ++c) acc += x[c * sd] * y[c * so];
-        p[(b * H + h) * S + i] = acc;
-      }
-    }
-  }
-  return delta;
-}
 
 std::span<float> first(Tensor& t, int64_t n) { return t.span().first(static_cast<size_t>(n)); }
 std::span<const float> first(const Tensor& t, int64_t n) {
@@ -40,6 +19,139 @@ std::span<const float> first(const Tensor& t, int64_t n) {
 }
 
 }  // namespace
+
+namespace detail {
+
+void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& options,
+                   ConstView dout, std::span<const float> lse, std::span<const float> delta,
+                   View dq, View dk, View dv) {
+  const RingDims d = ring_dims(comm, p);
+  RingChannel channel(comm, options.stats);
+  MemoryCounter* mem = &comm.memory();
+  zero_view(dq);  // the kernel accumulates dq over the blocks
+  if (d.world == 1) {
+    zero_view(dk);
+    zero_view(dv);
+  }
+
+  // Buffers besides the k/v relay (each sized for the largest block, packed dk|dv as PackedKv):
+  //   grad[2]  dk/dv accumulators: grad[s % 2] is received, completed and sent on at step s while
+  //            grad[(s + 1) % 2] may still be in flight from step s - 1
+  //   share    this rank's dk/dv share of the current block (zeroed per step), added to the
+  //            received accumulator afterwards, so the kernel never waits for the accumulator
+  //   home     this rank's own finished accumulator, received from the last rank on its path
+  //            (its receive is posted before step 0, so that send never waits for this rank)
+  const RelayPlan plan(p.params, *p.q_blocks, *p.kv_blocks, options.document_aware);
+  KvRelay relay(channel, d, *p.kv_blocks, plan, RingStream::kBackwardKv, p.k, p.v);
+  const PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv};
+  const int64_t ring_floats = d.world > 1 ? pk.floats(d.max_block) : 0;
+  std::array<Tensor, 2> grad{Tensor({ring_floats}, mem), Tensor({ring_floats}, mem)};
+  Tensor share({ring_floats}, mem);
+  const int own_reach = plan.reach(d.rank);
+  Tensor home({d.world > 1 && own_reach > 0 ? pk.floats(d.Sk) : 0}, mem);
+  if (options.stats != nullptr) {
+    // The plain ring relays P - 1 k/v blocks (as in the forward) and sends P accumulators.
+    for (int s = 0; s < d.world && d.world > 1; ++s) {
+      const int64_t bytes = static_cast<int64_t>(sizeof(float)) *
+                            pk.floats(p.kv_blocks->length(ring_step(d.rank, d.world, s).kv_block));
+      options.stats->bytes_sent_plain_ring += s + 1 < d.world ? 2 * bytes : bytes;
+    }
+  }
+
+  const std::vector<int64_t>& q_pos = p.q_blocks->pos[static_cast<size_t>(d.rank)];
+  const std::vector<int64_t>& q_doc = p.q_blocks->doc[static_cast<size_t>(d.rank)];
+  std::array<Request, 2> grad_sends;
+  Request grad_recv, home_recv;
+  BackwardOptions kernel_options;
+  kernel_options.num_threads = options.num_threads;
+  kernel_options.interruption_point = [&comm] { comm.throw_if_group_failed(); };
+  kernel_options.accumulate = true;  // dq sums over blocks; share and grad[0] start at zero
+  kernel_options.delta = delta;
+  const auto grad_tag = [](int step) { return ring_tag(RingStream::kBackwardGrad, step); };
+  const auto home_tag = [](int step) { return ring_tag(RingStream::kBackwardHome, step); };
+  if (d.world > 1 && own_reach > 0) {
+    home_recv = channel.recv(home.span(), (d.rank + own_reach) % d.world, home_tag(own_reach));
+  }
+
+  for (int s = 0; s < d.world; ++s) {
+    const RingStep step = ring_step(d.rank, d.world, s);
+    const int cur = s % 2;
+    comm.throw_if_group_failed();
+    relay.advance(step, s);
+    if (!plan.on_path(d.rank, s)) {
+      if (options.stats != nullptr) ++options.stats->blocks_skipped;
+      continue;
+    }
+    const int64_t len = relay.length();
+    const int64_t floats = pk.floats(len);
+    if (s > 0) {
+      // grad[cur] was sent on at step s - 2; the sender of this accumulator finished step s - 1.
+      channel.wait_if_pending(grad_sends[cur]);
+      grad_recv = channel.recv(first(grad[cur], floats), step.grad_recv_from, grad_tag(s - 1));
+    }
+    // Step 0 starts the accumulator of the own block with this rank's share directly; with one
+    // rank the share is the finished dk/dv.
+    Tensor& target = s == 0 ? grad[0] : share;
+    const View target_k = d.world == 1 ? dk : pk.k(target.data(), len);
+    const View target_v = d.world == 1 ? dv : pk.v(target.data(), len);
+    const bool needed = plan.needs(d.rank, step.kv_block);
+    if (needed) {
+      if (s > 0) std::fill_n(target.data(), floats, 0.0f);
+      const std::vector<int64_t>& k_pos = p.kv_blocks->pos[static_cast<size_t>(step.kv_block)];
+      const std::vector<int64_t>& k_doc = p.kv_blocks->doc[static_cast<size_t>(step.kv_block)];
+      AttentionInputs in{p.q, relay.k(), relay.v(), q_pos, k_pos, q_doc, k_doc};
+      in.head_offset = p.head_offset;
+      in.total_heads = p.total_heads;
+      // With delta given the kernel never reads out (kernel.h): dout stands in for it.
+      const ScopedSeconds t(options.stats ? &options.stats->kernel_seconds : nullptr);
+      attention_kernel_backward(in, p.params, p.rng, dout, dout, lse, dq, target_k, target_v,
+                                kernel_options);
+    } else if (s == 0 && d.world > 1) {
+      std::fill_n(target.data(), floats, 0.0f);  // the own block's accumulator starts at zero
+    }
+    if (options.stats != nullptr) {
+      ++(needed ? options.stats->blocks_computed : options.stats->blocks_skipped);
+    }
+    if (s > 0) {
+      channel.wait_recv(grad_recv, floats, "ring backward: floats of the dk/dv accumulator");
+      if (needed) {
+        // Fixed order: (shares of ranks kv_block .. r-1) + share of r, elementwise.
+        float* acc = grad[cur].data();
+        const float* mine = share.data();
+        for (int64_t i = 0; i < floats; ++i) acc[i] += mine[i];
+      }
+    }
+    if (d.world == 1) continue;
+    const int reach = plan.reach(step.kv_block);
+    if (s == 0 && reach == 0) {
+      // No other rank needs the own block: this share is its finished dk/dv (grad[0] is reused
+      // at step 2).
+      copy_view(pk.k(std::as_const(grad[0]).data(), d.Sk), dk);
+      copy_view(pk.v(std::as_const(grad[0]).data(), d.Sk), dv);
+    }
+    if (s < reach) {
+      grad_sends[cur] =
+          channel.send(first(std::as_const(grad[cur]), floats), step.grad_send_to, grad_tag(s));
+    } else if (s > 0) {
+      // The last rank on the block's path: the accumulator is finished; straight home.
+      grad_sends[cur] =
+          channel.send(first(std::as_const(grad[cur]), floats), step.kv_block, home_tag(s));
+    }
+  }
+
+  if (d.world > 1 && own_reach > 0) {
+    // The own block's finished dk/dv, from the last rank on its path.
+    channel.wait_recv(home_recv, pk.floats(d.Sk), "ring backward: floats of the finished dk/dv");
+    copy_view(pk.k(std::as_const(home).data(), d.Sk), dk);
+    copy_view(pk.v(std::as_const(home).data(), d.Sk), dv);
+  }
+  relay.finish();
+  for (Request& r : grad_sends) channel.wait_if_pending(r);
+}
+
+}  // namespace detail
+
+namespace unchecked {
 
 AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q,
                                            ConstView k, ConstView v, ConstView out,
@@ -55,100 +167,19 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
   CPATTN_CHECK_EQ(static_cast<int64_t>(lse.size()), d.B * d.Hq * d.Sq, ErrorCode::kShapeMismatch,
                   "lse length (B * Hq * Sq_local)");
   const detail::CallTimer call_timer(options.stats);
-  detail::RingChannel channel(comm, options.stats);
   MemoryCounter* mem = &comm.memory();
+  const detail::BlockTable q_blocks = detail::BlockTable::of(q_sharding);
+  const detail::BlockTable kv_blocks = detail::BlockTable::of(kv_sharding);
   AttentionGradients g{Tensor({d.B, d.Sq, d.Hq, d.Dqk}, mem),
                        Tensor({d.B, d.Sk, d.Hkv, d.Dqk}, mem),
                        Tensor({d.B, d.Sk, d.Hkv, d.Dv}, mem)};
-  const Tensor delta = row_dot(dout, out, mem);
-
-  // Buffers besides the k/v relay (each sized for the largest block, packed dk|dv as PackedKv):
-  //   grad[2]  dk/dv accumulators: grad[s % 2] is received, completed and sent on at step s while
-  //            grad[(s + 1) % 2] may still be in flight from step s - 1
-  //   share    this rank's dk/dv share of the current block (zeroed per step), added to the
-  //            received accumulator afterwards, so the kernel never waits for the accumulator
-  detail::KvRelay relay(channel, d, kv_sharding, detail::RingStream::kBackwardKv, k, v);
-  const detail::PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv};
-  const int64_t ring_floats = d.world > 1 ? pk.floats(d.max_block) : 0;
-  std::array<Tensor, 2> grad{Tensor({ring_floats}, mem), Tensor({ring_floats}, mem)};
-  Tensor share({ring_floats}, mem);
-
-  const std::vector<int64_t> q_pos = q_sharding.local_positions();
-  const std::vector<int64_t> q_doc = q_sharding.local_docs();
-  const detail::BlockSkip skip(params, q_pos, q_doc);
-  std::array<Request, 2> grad_sends;
-  Request grad_recv;
-  BackwardOptions kernel_options;
-  kernel_options.num_threads = options.num_threads;
-  kernel_options.interruption_point = [&comm] { comm.throw_if_group_failed(); };
-  kernel_options.accumulate = true;  // dq sums over blocks; share and grad[0] start at zero
-  kernel_options.delta = delta.span();
-  const auto grad_tag = [](int step) {
-    return detail::ring_tag(detail::RingStream::kBackwardGrad, step);
-  };
-  int home = 0;  // the buffer that ends up holding this rank's own finished dk/dv
-
-  for (int s = 0; s < d.world; ++s) {
-    const RingStep step = ring_step(d.rank, d.world, s);
-    const int cur = s % 2;
-    comm.throw_if_group_failed();
-    relay.advance(step, s);
-    const int64_t len = relay.length();
-    const int64_t floats = pk.floats(len);
-    if (step.grad_recv_from >= 0) {
-      // grad[cur] was sent on at step s - 2; the sender of this accumulator finished step s - 1.
-      channel.wait_if_pending(grad_sends[cur]);
-      grad_recv = channel.recv(first(grad[cur], floats), step.grad_recv_from, grad_tag(s - 1));
-    }
-    // Step 0 starts the accumulator of the own block with this rank's share directly; with one
-    // rank the share is the finished dk/dv.
-    Tensor& target = s == 0 ? grad[0] : share;
-    const View target_k = d.world == 1 ? g.dk.view() : pk.k(target.data(), len);
-    const View target_v = d.world == 1 ? g.dv.view() : pk.v(target.data(), len);
-    const std::vector<int64_t> k_pos = kv_sharding.local_positions(step.kv_block);
-    const std::vector<int64_t> k_doc = kv_sharding.local_docs(step.kv_block);
-    const bool hidden = skip.hidden(k_pos, k_doc);
-    if (!hidden) {
-      if (s > 0) std::fill_n(target.data(), floats, 0.0f);
-      const AttentionInputs in{q, relay.k(), relay.v(), q_pos, k_pos, q_doc, k_doc};
-      const ScopedSeconds t(options.stats ? &options.stats->kernel_seconds : nullptr);
-      attention_kernel_backward(in, params, rng, dout, out, lse, g.dq.view(), target_k, target_v,
-                                kernel_options);
-    }
-    if (options.stats != nullptr) {
-      ++(hidden ? options.stats->blocks_skipped : options.stats->blocks_computed);
-    }
-    if (s > 0) {
-      channel.wait_recv(grad_recv, floats, "ring backward: floats of the dk/dv accumulator");
-      if (!hidden) {
-        // Fixed order: (shares of ranks kv_block .. r-1) + share of r, elementwise.
-        float* acc = grad[cur].data();
-        const float* mine = share.data();
-        for (int64_t i = 0; i < floats; ++i) acc[i] += mine[i];
-      }
-    }
-    if (step.grad_send_to >= 0) {
-      grad_sends[cur] =
-          channel.send(first(std::as_const(grad[cur]), floats), step.grad_send_to, grad_tag(s));
-    }
-    if (step.home_grad_recv_from >= 0) {
-      // The own block's finished accumulator, sent by the rank that added the last share at its
-      // step P - 1, lands in the buffer not used at this step.
-      home = 1 - cur;
-      channel.wait_if_pending(grad_sends[home]);
-      Request r =
-          channel.recv(first(grad[home], pk.floats(d.Sk)), step.home_grad_recv_from, grad_tag(s));
-      channel.wait_recv(r, pk.floats(d.Sk), "ring backward: floats of the finished dk/dv");
-    }
-  }
-
-  if (d.world > 1) {
-    copy_view(pk.k(std::as_const(grad[home]).data(), d.Sk), g.dk.view());
-    copy_view(pk.v(std::as_const(grad[home]).data(), d.Sk), g.dv.view());
-  }
-  relay.finish();
-  for (Request& r : grad_sends) channel.wait_if_pending(r);
+  const Tensor delta = detail::row_dot(dout, out, mem);
+  const detail::RingProblem p{q, k, v, &q_blocks, &kv_blocks, params, rng};
+  detail::ring_backward(comm, p, options, dout, lse, delta.span(), g.dq.view(), g.dk.view(),
+                        g.dv.view());
   return g;
 }
 
-}  // namespace cpattn::unchecked
+}  // namespace unchecked
+
+}  // namespace cpattn

@@ -94,11 +94,65 @@ CallTimer::~CallTimer() {
       watch_.seconds() - (stats_->kernel_seconds - kernel0_) - (stats_->comm_seconds - comm0_);
 }
 
-KvRelay::KvRelay(RingChannel& channel, const RingDims& d, const SequenceSharding& kv_sharding,
-                 RingStream stream, ConstView k, ConstView v)
+int64_t BlockTable::max_length() const {
+  int64_t m = 0;
+  for (int r = 0; r < size(); ++r) m = std::max(m, length(r));
+  return m;
+}
+
+BlockTable BlockTable::of(const SequenceSharding& seq) {
+  BlockTable t;
+  for (int r = 0; r < seq.cp_size; ++r) {
+    t.pos.push_back(seq.local_positions(r));
+    t.doc.push_back(seq.local_docs(r));
+  }
+  return t;
+}
+
+BlockSkip::BlockSkip(const AttentionParams& params, std::span<const int64_t> q_pos,
+                     std::span<const int64_t> q_doc)
+    : rule_(params, !q_doc.empty()), q_(block_range(q_pos, q_doc)) {}
+
+bool BlockSkip::hidden(std::span<const int64_t> k_pos, std::span<const int64_t> k_doc) const {
+  return rule_.classify(q_, block_range(k_pos, k_doc)) == BlockVisibility::kHidden;
+}
+
+RelayPlan::RelayPlan(const AttentionParams& params, const BlockTable& q, const BlockTable& kv,
+                     bool document_aware)
+    : world_(q.size()),
+      needs_(static_cast<size_t>(world_) * static_cast<size_t>(world_)),
+      reach_(static_cast<size_t>(world_), 0) {
+  for (int r = 0; r < world_; ++r) {
+    const BlockSkip skip(params, q.pos[static_cast<size_t>(r)], q.doc[static_cast<size_t>(r)]);
+    for (int b = 0; b < world_; ++b) {
+      needs_[static_cast<size_t>(r) * static_cast<size_t>(world_) + static_cast<size_t>(b)] =
+          skip.hidden(kv.pos[static_cast<size_t>(b)], kv.doc[static_cast<size_t>(b)]) ? 0 : 1;
+    }
+  }
+  for (int b = 0; b < world_; ++b) {
+    int& reach = reach_[static_cast<size_t>(b)];
+    if (!document_aware) {
+      reach = world_ - 1;
+      continue;
+    }
+    for (int s = 1; s < world_; ++s) {
+      if (needs((b + s) % world_, b)) reach = s;
+    }
+  }
+}
+
+bool RelayPlan::on_path(int rank, int step) const {
+  const int block = ((rank - step) % world_ + world_) % world_;
+  return step <= reach(block);
+}
+
+KvRelay::KvRelay(RingChannel& channel, const RingDims& d, const BlockTable& kv,
+                 const RelayPlan& plan, RingStream stream, ConstView k, ConstView v)
     : channel_(channel),
-      kv_(kv_sharding),
+      kv_(kv),
+      plan_(plan),
       stream_(stream),
+      rank_(d.rank),
       world_(d.world),
       own_k_(k),
       own_v_(v),
@@ -114,31 +168,57 @@ KvRelay::KvRelay(RingChannel& channel, const RingDims& d, const SequenceSharding
 
 void KvRelay::advance(const RingStep& step, int s) {
   cur_ = s % 2;
-  len_ = kv_.local_length(step.kv_block);
+  len_ = kv_.length(step.kv_block);
+  // Off the block's path (nobody from here on needs it) nothing arrives, nothing is relayed; the
+  // next block may still come.
+  const bool here = plan_.on_path(rank_, s);
   const size_t floats = static_cast<size_t>(pk_.floats(len_));
-  if (s > 0) channel_.wait_recv(recv_, pk_.floats(len_), "ring: floats of the k/v block");
+  if (here && s > 0) channel_.wait_recv(recv_, pk_.floats(len_), "ring: floats of the k/v block");
   if (step.kv_send_to < 0) return;
+  const int tag = ring_tag(stream_, s);
   // The buffer about to receive block s + 1 was relayed at step s - 1: that send must be done.
   const size_t other = static_cast<size_t>(1 - cur_);
   channel_.wait_if_pending(sends_[other]);
-  const int tag = ring_tag(stream_, s);
-  sends_[static_cast<size_t>(cur_)] = channel_.send(
-      std::as_const(buf_[static_cast<size_t>(cur_)]).span().first(floats), step.kv_send_to, tag);
-  const int64_t next = pk_.floats(kv_.local_length(step.next_kv_block));
-  recv_ =
-      channel_.recv(buf_[other].span().first(static_cast<size_t>(next)), step.kv_recv_from, tag);
+  if (here && s < plan_.reach(step.kv_block)) {
+    sends_[static_cast<size_t>(cur_)] = channel_.send(
+        std::as_const(buf_[static_cast<size_t>(cur_)]).span().first(floats), step.kv_send_to, tag);
+  }
+  if (plan_.on_path(rank_, s + 1)) {
+    const int64_t next = pk_.floats(kv_.length(step.next_kv_block));
+    recv_ =
+        channel_.recv(buf_[other].span().first(static_cast<size_t>(next)), step.kv_recv_from, tag);
+  }
 }
 
 void KvRelay::finish() {
   for (Request& r : sends_) channel_.wait_if_pending(r);
 }
 
-BlockSkip::BlockSkip(const AttentionParams& params, std::span<const int64_t> q_pos,
-                     std::span<const int64_t> q_doc)
-    : rule_(params, !q_doc.empty()), q_(block_range(q_pos, q_doc)) {}
+Tensor row_dot(ConstView dout, ConstView out, MemoryCounter* mem) {
+  const int64_t B = out.shape[0], S = out.shape[1], H = out.shape[2], D = out.shape[3];
+  Tensor delta({B, H, S}, mem);
+  float* p = delta.data();
+  const int64_t sd = dout.stride[3], so = out.stride[3];
+  // Rows in (b, i, h) order: the memory order of a dense BSHD tensor.
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < S; ++i) {
+      for (int64_t h = 0; h < H; ++h) {
+        const float* x = &dout(b, i, h, 0);
+        const float* y = &out(b, i, h, 0);
+        float acc = 0.0f;
+        for (int64_t c = 0; c < D; ++c) acc += x[c * sd] * y[c * so];
+        p[(b * H + h) * S + i] = acc;
+      }
+    }
+  }
+  return delta;
+}
 
-bool BlockSkip::hidden(std::span<const int64_t> k_pos, std::span<const int64_t> k_doc) const {
-  return rule_.classify(q_, block_range(k_pos, k_doc)) == BlockVisibility::kHidden;
+void zero_view(View v) {
+  for (int64_t b = 0; b < v.shape[0]; ++b)
+    for (int64_t s = 0; s < v.shape[1]; ++s)
+      for (int64_t h = 0; h < v.shape[2]; ++h)
+        for (int64_t d = 0; d < v.shape[3]; ++d) v(b, s, h, d) = 0.0f;
 }
 
 }  // namespace cpattn::detail

@@ -31,8 +31,20 @@ RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, 
                             const AttentionParams& params, const RingOptions& options);
 
 /// Message tags: one kind per stream, the step in the low bits (readable in timeout messages:
-/// "tag 8194" = k/v of the backward, step 2).
-enum class RingStream { kForwardKv = 1, kBackwardKv = 2, kBackwardGrad = 3 };
+/// "tag 8194" = k/v of the backward, step 2). Every CP strategy's streams are listed here, so no
+/// two can share a tag.
+enum class RingStream {
+  kForwardKv = 1,     ///< ring: k/v blocks of the forward
+  kBackwardKv = 2,    ///< ring: k/v blocks of the backward
+  kBackwardGrad = 3,  ///< ring: dk/dv accumulators from rank to rank
+  kBackwardHome = 4,  ///< ring: a finished dk/dv accumulator to its home rank
+  /// allgather, ulysses, hybrid: sequence side -> head side (allgather: k/v of every rank);
+  /// phase 0 forward, 1 backward
+  kHeadsIn = 5,
+  /// head side -> sequence side (allgather: the reduce-scatter of dk/dv)
+  kHeadsOut = 6,
+};
+/// The largest tag is 6 * 4096 + 4095 = 28671, below MPI's guaranteed MPI_TAG_UB of 32767.
 inline int ring_tag(RingStream stream, int step) {
   return static_cast<int>(stream) * 4096 + step % 4096;
 }
@@ -99,41 +111,20 @@ struct PackedKv {
   }
 };
 
-/// The k/v double buffer of a ring pass: at step s the block of rank ring_step(s).kv_block is
-/// current in one buffer and relayed on, while the next block arrives in the other. Starts with
-/// this rank's own k/v packed in (with one rank nothing travels: its own views are the block and
-/// nothing is copied); one object per pass (forward, backward), each on its own message stream.
-class KvRelay {
- public:
-  KvRelay(RingChannel& channel, const RingDims& d, const SequenceSharding& kv_sharding,
-          RingStream stream, ConstView k, ConstView v);
-  /// Makes step `s`'s block current: waits for it to arrive (s > 0), posts its relay and the
-  /// receive of the next block as `step` says. Call for s = 0, 1, ..., P - 1 in order.
-  void advance(const RingStep& step, int s);
-  /// The current block's k and v ([B, len, Hkv, D] dense views) and its token count.
-  ConstView k() const { return alone() ? own_k_ : pk_.k(current(), len_); }
-  ConstView v() const { return alone() ? own_v_ : pk_.v(current(), len_); }
-  int64_t length() const { return len_; }
-  /// Waits for the relays still in flight (the buffers may be freed afterwards).
-  void finish();
-
- private:
-  const float* current() const { return buf_[static_cast<size_t>(cur_)].data(); }
-  bool alone() const { return world_ == 1; }
-  RingChannel& channel_;
-  const SequenceSharding& kv_;
-  RingStream stream_;
-  int world_;
-  ConstView own_k_, own_v_;
-  PackedKv pk_;
-  std::array<Tensor, 2> buf_;
-  std::array<Request, 2> sends_;
-  Request recv_;
-  int cur_ = 0;
-  int64_t len_ = 0;
+/// The positions and document ids of every rank's block of one sequence: the ring's view of a
+/// SequenceSharding (block r = rank r's shard), or of the row blocks of the hybrid strategy
+/// (block r = the union of a row's shards). Every rank holds the same table.
+struct BlockTable {
+  std::vector<std::vector<int64_t>> pos;  ///< pos[r]: global positions of block r, in its order
+  std::vector<std::vector<int64_t>> doc;  ///< doc[r]: document ids (all empty: one document)
+  int size() const { return static_cast<int>(pos.size()); }
+  int64_t length(int r) const { return static_cast<int64_t>(pos[static_cast<size_t>(r)].size()); }
+  int64_t max_length() const;
+  /// Block r = rank r's shard of `seq` (local_positions / local_docs).
+  static BlockTable of(const SequenceSharding& seq);
 };
 
-/// The ring's use of the mask rule: whether a k/v block is hidden from every query of this rank
+/// The ring's use of the mask rule: whether a k/v block is hidden from every query of a block
 /// (MaskRule::classify of the blocks' position and document ranges).
 class BlockSkip {
  public:
@@ -145,5 +136,78 @@ class BlockSkip {
   MaskRule rule_;
   BlockRange q_;
 };
+
+/// Who needs which k/v block, and how far round the ring each block travels (the document-aware
+/// relay, RingOptions::document_aware). Block b visits ranks b+1, b+2, ... (mod P) at steps 1, 2,
+/// ...; rank r needs block b unless BlockSkip hides it from r's queries. reach(b) is the step of
+/// the last rank that needs it (0: none but its home), or P - 1 for the plain ring. Ranks up to
+/// reach(b) relay the block (also those that do not need it); its dk/dv accumulator follows the
+/// same ranks and goes from the last one straight home. A pure function of the tables and the
+/// parameters: every rank computes the same plan, so every send has its matching receive.
+class RelayPlan {
+ public:
+  RelayPlan(const AttentionParams& params, const BlockTable& q, const BlockTable& kv,
+            bool document_aware);
+  /// Rank r computes block b (r == b included: its own block may be hidden too).
+  bool needs(int rank, int block) const {
+    return needs_[static_cast<size_t>(rank) * static_cast<size_t>(world_) +
+                  static_cast<size_t>(block)];
+  }
+  /// The last step at which block b is at a rank that needs it, or P - 1 (plain ring).
+  int reach(int block) const { return reach_[static_cast<size_t>(block)]; }
+  /// Rank r holds block (r - step) mod P at `step` (it receives it, relays it or computes it).
+  bool on_path(int rank, int step) const;
+  int world() const { return world_; }
+
+ private:
+  int world_;
+  std::vector<char> needs_;  // [rank][block]
+  std::vector<int> reach_;
+};
+
+/// The k/v double buffer of a ring pass: at step s the block of rank (r - s) mod P is current in
+/// one buffer and relayed on while the next block arrives in the other, as far as the RelayPlan
+/// says. Starts with this rank's own k/v packed in (with one rank nothing travels: its own views
+/// are the block and nothing is copied); one object per pass (forward, backward), each on its own
+/// message stream.
+class KvRelay {
+ public:
+  KvRelay(RingChannel& channel, const RingDims& d, const BlockTable& kv, const RelayPlan& plan,
+          RingStream stream, ConstView k, ConstView v);
+  /// Makes step `s`'s block current: waits for it to arrive (s > 0, when this rank is on its
+  /// path), relays it if a later rank needs it, and posts the receive of the next block if this
+  /// rank is on that block's path. Call for s = 0, 1, ..., P - 1 in order.
+  void advance(const RingStep& step, int s);
+  /// The current block's k and v ([B, len, Hkv, D] dense views) and its token count; only valid
+  /// when this rank is on the current block's path.
+  ConstView k() const { return alone() ? own_k_ : pk_.k(current(), len_); }
+  ConstView v() const { return alone() ? own_v_ : pk_.v(current(), len_); }
+  int64_t length() const { return len_; }
+  /// Waits for the relays still in flight (the buffers may be freed afterwards).
+  void finish();
+
+ private:
+  const float* current() const { return buf_[static_cast<size_t>(cur_)].data(); }
+  bool alone() const { return world_ == 1; }
+  RingChannel& channel_;
+  const BlockTable& kv_;
+  const RelayPlan& plan_;
+  RingStream stream_;
+  int rank_, world_;
+  ConstView own_k_, own_v_;
+  PackedKv pk_;
+  std::array<Tensor, 2> buf_;
+  std::array<Request, 2> sends_;
+  Request recv_;
+  int cur_ = 0;
+  int64_t len_ = 0;
+};
+
+/// D_i = <dout_i, out_i> in fp32, [B, H, S] (FlashAttention-2 backward, Alg. 2 line 4), for
+/// dout/out [B, S, H, Dv] (any strides), charged to `mem`.
+Tensor row_dot(ConstView dout, ConstView out, MemoryCounter* mem);
+
+/// Sets every element of `v` to 0 (any strides).
+void zero_view(View v);
 
 }  // namespace cpattn::detail

@@ -2,11 +2,87 @@
 #include <algorithm>
 #include <limits>
 
-#include "cp/ring_detail.h"
+#include "cp/ring_core.h"
 #include "cpattn/error.h"
 #include "cpattn/ring.h"
 
-namespace cpattn::unchecked {
+namespace cpattn {
+
+namespace detail {
+
+RingDims ring_dims(const Communicator& comm, const RingProblem& p) {
+  RingDims d;
+  d.world = comm.size();
+  d.rank = comm.rank();
+  d.B = p.q.shape[0];
+  d.Sq = p.q.shape[1];
+  d.Hq = p.q.shape[2];
+  d.Dqk = p.q.shape[3];
+  d.Sk = p.k.shape[1];
+  d.Hkv = p.k.shape[2];
+  d.Dv = p.v.shape[3];
+  d.max_block = p.kv_blocks->max_length();
+  return d;
+}
+
+void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& options, View out,
+                  std::span<float> lse) {
+  const RingDims d = ring_dims(comm, p);
+  RingChannel channel(comm, options.stats);
+  MemoryCounter* mem = &comm.memory();
+  zero_view(out);
+  std::fill(lse.begin(), lse.end(), -std::numeric_limits<float>::infinity());
+  // Per-step partial result, merged into out after each kernel call but the first (which writes
+  // out itself: merging into an empty result is a copy). Not needed with one rank.
+  Tensor part_out({d.world > 1 ? d.B : 0, d.Sq, d.Hq, d.Dv}, mem);
+  Tensor part_lse({d.world > 1 ? d.B : 0, d.Hq, d.Sq}, mem);
+  bool first_block = true;
+
+  const RelayPlan plan(p.params, *p.q_blocks, *p.kv_blocks, options.document_aware);
+  KvRelay relay(channel, d, *p.kv_blocks, plan, RingStream::kForwardKv, p.k, p.v);
+  if (options.stats != nullptr) {
+    // The plain ring relays blocks r, r - 1, ..., r - P + 2 (every step but the last).
+    const PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv};
+    for (int s = 0; s + 1 < d.world; ++s) {
+      options.stats->bytes_sent_plain_ring +=
+          static_cast<int64_t>(sizeof(float)) *
+          pk.floats(p.kv_blocks->length(ring_step(d.rank, d.world, s).kv_block));
+    }
+  }
+  const std::vector<int64_t>& q_pos = p.q_blocks->pos[static_cast<size_t>(d.rank)];
+  const std::vector<int64_t>& q_doc = p.q_blocks->doc[static_cast<size_t>(d.rank)];
+  KernelOptions kernel_options;
+  kernel_options.num_threads = options.num_threads;
+  kernel_options.interruption_point = [&comm] { comm.throw_if_group_failed(); };
+
+  for (int s = 0; s < d.world; ++s) {
+    const RingStep step = ring_step(d.rank, d.world, s);
+    comm.throw_if_group_failed();
+    relay.advance(step, s);
+    if (!plan.needs(d.rank, step.kv_block)) {
+      if (options.stats != nullptr) ++options.stats->blocks_skipped;
+      continue;
+    }
+    const std::vector<int64_t>& k_pos = p.kv_blocks->pos[static_cast<size_t>(step.kv_block)];
+    const std::vector<int64_t>& k_doc = p.kv_blocks->doc[static_cast<size_t>(step.kv_block)];
+    AttentionInputs in{p.q, relay.k(), relay.v(), q_pos, k_pos, q_doc, k_doc};
+    in.head_offset = p.head_offset;
+    in.total_heads = p.total_heads;
+    {
+      const ScopedSeconds t(options.stats ? &options.stats->kernel_seconds : nullptr);
+      attention_kernel_forward(in, p.params, p.rng, first_block ? out : part_out.view(),
+                               first_block ? lse : part_lse.span(), kernel_options);
+    }
+    if (options.stats != nullptr) ++options.stats->blocks_computed;
+    if (!first_block) merge_attention_partials(out, lse, part_out.view(), part_lse.span());
+    first_block = false;
+  }
+  relay.finish();
+}
+
+}  // namespace detail
+
+namespace unchecked {
 
 void check_ring_arguments(const Communicator& comm, ConstView q, ConstView k, ConstView v,
                           const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
@@ -22,48 +98,15 @@ RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstV
   const detail::RingDims d =
       detail::validate_ring_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
   const detail::CallTimer call_timer(options.stats);
-  detail::RingChannel channel(comm, options.stats);
+  const detail::BlockTable q_blocks = detail::BlockTable::of(q_sharding);
+  const detail::BlockTable kv_blocks = detail::BlockTable::of(kv_sharding);
   MemoryCounter* mem = &comm.memory();
   RingForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, mem), Tensor({d.B, d.Hq, d.Sq}, mem), rng};
-  std::fill(res.lse.span().begin(), res.lse.span().end(), -std::numeric_limits<float>::infinity());
-  // Per-step partial result, merged into res after each kernel call but the first (which writes
-  // res itself: merging into an empty result is a copy). Not needed with one rank.
-  Tensor part_out({d.world > 1 ? d.B : 0, d.Sq, d.Hq, d.Dv}, mem);
-  Tensor part_lse({d.world > 1 ? d.B : 0, d.Hq, d.Sq}, mem);
-  bool first_block = true;
-
-  detail::KvRelay relay(channel, d, kv_sharding, detail::RingStream::kForwardKv, k, v);
-  const std::vector<int64_t> q_pos = q_sharding.local_positions();
-  const std::vector<int64_t> q_doc = q_sharding.local_docs();
-  const detail::BlockSkip skip(params, q_pos, q_doc);
-  KernelOptions kernel_options;
-  kernel_options.num_threads = options.num_threads;
-  kernel_options.interruption_point = [&comm] { comm.throw_if_group_failed(); };
-
-  for (int s = 0; s < d.world; ++s) {
-    const RingStep step = ring_step(d.rank, d.world, s);
-    comm.throw_if_group_failed();
-    relay.advance(step, s);
-    const std::vector<int64_t> k_pos = kv_sharding.local_positions(step.kv_block);
-    const std::vector<int64_t> k_doc = kv_sharding.local_docs(step.kv_block);
-    if (skip.hidden(k_pos, k_doc)) {
-      if (options.stats != nullptr) ++options.stats->blocks_skipped;
-      continue;
-    }
-    const AttentionInputs in{q, relay.k(), relay.v(), q_pos, k_pos, q_doc, k_doc};
-    {
-      const ScopedSeconds t(options.stats ? &options.stats->kernel_seconds : nullptr);
-      attention_kernel_forward(in, params, rng, first_block ? res.out.view() : part_out.view(),
-                               first_block ? res.lse.span() : part_lse.span(), kernel_options);
-    }
-    if (options.stats != nullptr) ++options.stats->blocks_computed;
-    if (!first_block) {
-      merge_attention_partials(res.out.view(), res.lse.span(), part_out.view(), part_lse.span());
-    }
-    first_block = false;
-  }
-  relay.finish();
+  const detail::RingProblem p{q, k, v, &q_blocks, &kv_blocks, params, rng};
+  detail::ring_forward(comm, p, options, res.out.view(), res.lse.span());
   return res;
 }
 
-}  // namespace cpattn::unchecked
+}  // namespace unchecked
+
+}  // namespace cpattn

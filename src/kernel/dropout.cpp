@@ -9,14 +9,15 @@ namespace cpattn::detail {
 
 DropoutRow::DropoutRow(const Problem& p)
     : rng_(p.rng),
-      num_heads_q_(p.Hq),
+      num_heads_q_(p.dropout_heads),
+      head_offset_(p.dropout_head_offset),
       p_(p.dropout_p),
       inv_keep_(1.0f / (1.0f - p.dropout_p)),
       q_pos_(p.q_pos.data()),
       k_pos_(p.k_pos.data()) {}
 
 void DropoutRow::fill(int64_t b, int64_t h, int64_t q_index, const TileRange& k, float* z) const {
-  const DropoutStream s = dropout_stream(rng_, b, h, num_heads_q_, q_pos_[q_index]);
+  const DropoutStream s = dropout_stream(rng_, b, head_offset_ + h, num_heads_q_, q_pos_[q_index]);
   const int64_t* kp = k_pos_ + k.begin;
   std::array<uint32_t, 4> bits{};
   int64_t block = -1;  // k_pos / 4 of the Philox output in `bits`; -1 = none yet

@@ -15,13 +15,16 @@ class DropoutRow {
   explicit DropoutRow(const Problem& p);
 
   /// z[j] = (u_ij >= p ? 1 / (1 - p) : 0) for j < k.size, where u_ij comes from
-  /// r = Philox4x32_10({k_pos / 4, q_pos, b * Hq + h, lo32(offset)}, key)[k_pos % 4]. One Philox
+  /// r = Philox4x32_10({k_pos / 4, q_pos, b * H + h0 + h, lo32(offset)}, key)[k_pos % 4] with
+  /// (h0, H) the call's dropout head coordinates (Problem::dropout_head_offset, dropout_heads;
+  /// (0, Hq) unless the call holds a slice of the heads). One Philox
   /// call serves every consecutive key with the same k_pos / 4 (4 keys for contiguous positions).
   void fill(int64_t b, int64_t h, int64_t q_index, const TileRange& k, float* z) const;
 
  private:
   RngState rng_;
   int64_t num_heads_q_;
+  int64_t head_offset_;
   float p_, inv_keep_;
   const int64_t* q_pos_;
   const int64_t* k_pos_;

@@ -24,6 +24,9 @@ struct Problem {
   int64_t window_left = -1, window_right = -1;
   float dropout_p = 0.0f;
   RngState rng;
+  /// Dropout's head coordinates: head h draws head dropout_head_offset + h of a call with
+  /// dropout_heads query heads (AttentionInputs::head_offset / total_heads, resolved).
+  int64_t dropout_head_offset = 0, dropout_heads = 0;
   int num_threads = 1;
   const std::function<void()>* interruption_point = nullptr;  ///< KernelOptions', when set
 };

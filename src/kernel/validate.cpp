@@ -90,6 +90,14 @@ void fill_problem(const AttentionInputs& in, const AttentionParams& params, RngS
   p.window_right = resolved.window_right;
   p.dropout_p = resolved.dropout_p;
   p.rng = rng;
+  CPATTN_CHECK(in.head_offset >= 0 && in.total_heads >= 0, ErrorCode::kInvalidArgument,
+               "head_offset and total_heads must be >= 0, got ", in.head_offset, " and ",
+               in.total_heads);
+  CPATTN_CHECK(in.total_heads == 0 || in.head_offset + p.Hq <= in.total_heads,
+               ErrorCode::kInvalidArgument, "head_offset + Hq must be <= total_heads, got ",
+               in.head_offset, " + ", p.Hq, " > ", in.total_heads);
+  p.dropout_head_offset = in.head_offset;
+  p.dropout_heads = in.total_heads > 0 ? in.total_heads : p.Hq;
   p.num_threads = options.num_threads;
   if (options.interruption_point) p.interruption_point = &options.interruption_point;
 }

@@ -1,4 +1,4 @@
-// attention_forward / attention_backward: the ring plus explicit, checked forward state.
+// attention_forward / attention_backward: a CP strategy plus explicit, checked forward state.
 #include "cpattn/attention.h"
 
 #include <optional>
@@ -67,11 +67,12 @@ std::string join_differences(std::string_view prefix, const std::vector<std::str
 
 std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                const AttentionParams& params, const RingOptions& options) {
+                                const AttentionParams& params, const AttentionOptions& options) {
   try {
     check_group(comm, q_seq, "the q SequenceSharding");
     check_group(comm, kv_seq, "the kv SequenceSharding");
     unchecked::check_ring_arguments(comm, q, k, v, q_seq, kv_seq, params, options);
+    check_strategy(options.strategy, comm.size(), q.shape[2], k.shape[2]);
   } catch (const Error& e) {
     return e;
   }
@@ -81,24 +82,24 @@ std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView
 ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstView k, ConstView v,
                               const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                               const AttentionParams& params, RngState rng,
-                              const RingOptions& options, Fingerprint fp,
+                              const AttentionOptions& options, Fingerprint fp,
                               std::optional<Error> local_error) {
   if (!local_error) local_error = check_call(comm, q, k, v, q_seq, kv_seq, params, options);
   fp.call_number = agree_or_throw(comm, op, fp, std::nullopt, local_error);
   unchecked::RingForwardResult r =
-      unchecked::ring_attention_forward(comm, q, k, v, q_seq, kv_seq, params, rng, options);
+      unchecked::strategy_attention_forward(comm, q, k, v, q_seq, kv_seq, params, rng, options);
   return ForwardResult(std::move(r.out), std::move(r.lse), r.rng, std::move(fp), comm.memory());
 }
 
 AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
                                     ConstView v, const ForwardStateView& state,
                                     const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                    const AttentionParams& params, const RingOptions& options,
+                                    const AttentionParams& params, const AttentionOptions& options,
                                     const Fingerprint& called, std::optional<Error> local_error) {
   if (!local_error) local_error = check_call(comm, q, k, v, q_seq, kv_seq, params, options);
   agree_or_throw(comm, CallOp::kBackward, called, state.fingerprint.call_number, local_error);
-  return unchecked::ring_attention_backward(comm, dout, q, k, v, state.out, state.lse, q_seq,
-                                            kv_seq, params, state.rng, options);
+  return unchecked::strategy_attention_backward(comm, dout, q, k, v, state.out, state.lse, q_seq,
+                                                kv_seq, params, state.rng, options);
 }
 
 }  // namespace detail
@@ -106,8 +107,9 @@ AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstVie
 ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, RngState rng,
-                                const RingOptions& options) {
-  Fingerprint fp = make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng);
+                                const AttentionOptions& options) {
+  Fingerprint fp = make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng,
+                                    options.strategy);
   return detail::checked_forward(comm, detail::CallOp::kForward, q, k, v, q_seq, kv_seq, params,
                                  rng, options, std::move(fp), std::nullopt);
 }
@@ -116,7 +118,7 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                                       ConstView v, const ForwardResult& state,
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params, RngState rng,
-                                      const RingOptions& options) {
+                                      const AttentionOptions& options) {
   // A moved-from ForwardResult keeps its fingerprint (plain values) but no tensors.
   CPATTN_CHECK(
       state.out.shape().size() == 4 && state.lse.shape().size() == 3, ErrorCode::kStateMismatch,
@@ -164,10 +166,10 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                                       ConstView v, const ForwardStateView& state,
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params, RngState rng,
-                                      const RingOptions& options) {
+                                      const AttentionOptions& options) {
   // `rng` is the caller's: a state from another forward on the same inputs differs in it.
-  const Fingerprint called =
-      make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng);
+  const Fingerprint called = make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq,
+                                              params, rng, options.strategy);
   return detail::checked_backward(comm, dout, q, k, v, state, q_seq, kv_seq, params, options,
                                   called, state_error(dout, q, v, state, called));
 }

@@ -68,6 +68,11 @@ std::vector<Field> fields() {
        [](const CallRecord& r) {
          return to_string(RngState{r.rng_seed, r.rng_offset});
        }},
+      {"strategy",
+       [](const CallRecord& r) {
+         return strategy_name(
+             {static_cast<Strategy::Kind>(r.strategy_kind), r.ulysses_size, r.ring_size});
+       }},
       {"its own checks of the call",
        [](const CallRecord& r) { return std::string(r.local_check_passed ? "passed" : "failed"); }},
   };
@@ -110,6 +115,9 @@ CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
   r.dropout_p = fp.dropout_p;
   r.rng_seed = fp.rng.seed;
   r.rng_offset = fp.rng.offset;
+  r.strategy_kind = static_cast<int32_t>(fp.strategy.kind);
+  r.ulysses_size = fp.strategy.ulysses_size;
+  r.ring_size = fp.strategy.ring_size;
   return r;
 }
 

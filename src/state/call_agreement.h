@@ -32,7 +32,11 @@ struct CallRecord {
   float dropout_p = 0.0f;
   int32_t local_check_passed = 1;  ///< 0: this rank refuses the call (its own error follows)
   uint64_t rng_seed = 0, rng_offset = 0;
+  int32_t strategy_kind = 0;  ///< Strategy::Kind
+  int32_t ulysses_size = 0, ring_size = 0;
+  int32_t reserved = 0;  ///< keeps the record free of padding (it is compared bytewise)
 };
+static_assert(sizeof(CallRecord) == 160, "CallRecord must have no padding");
 
 /// The record of a call from its fingerprint (shapes, shardings, parameters, RngState).
 CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,

@@ -56,13 +56,16 @@ std::vector<std::string> Fingerprint::differences(const Fingerprint& called) con
   compare(d, "window_left", window_left, called.window_left, plain);
   compare(d, "window_right", window_right, called.window_right, plain);
   compare(d, "dropout_p", dropout_p, called.dropout_p, plain);
+  compare(d, "strategy", strategy, called.strategy,
+          [](const Strategy& x) { return strategy_name(x); });
   compare(d, "rng", rng, called.rng, [](RngState r) { return to_string(r); });
   return d;
 }
 
 Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,
                              const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                             const AttentionParams& params, RngState rng) {
+                             const AttentionParams& params, RngState rng,
+                             const Strategy& strategy) {
   // q, k and v are hashed before any ring validation (backward and recompute check the state
   // first), so a view that cannot be read must be refused here, not dereferenced.
   check_readable(q, "q");
@@ -92,6 +95,7 @@ Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k,
   fp.kv_seq_len = kv_seq.seq_len;
   fp.cp_rank = cp_rank;
   fp.cp_size = cp_size;
+  fp.strategy = strategy;
   fp.rng = rng;
   return fp;
 }

@@ -22,8 +22,8 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, const RecomputeOptions& options) {
   const Fingerprint& recorded = checkpoint.fingerprint;
-  Fingerprint called =
-      make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, replayed);
+  Fingerprint called = make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params,
+                                        replayed, options.ring.strategy);
   std::optional<Error> diverged;
   if (replayed != recorded.rng) {
     diverged = Error(ErrorCode::kRecomputeDiverged,

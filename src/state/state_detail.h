@@ -17,29 +17,30 @@ namespace cpattn::detail {
 std::string join_differences(std::string_view prefix, const std::vector<std::string>& diffs);
 
 /// The checks every checked call makes before it agrees with the group: the shardings are for
-/// this rank of comm, and the ring accepts the arguments. Returns the error instead of throwing
-/// it (nullopt when there is none).
+/// this rank of comm, the ring accepts the arguments and the strategy can run them. Returns the
+/// error instead of throwing it (nullopt when there is none).
 std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                const AttentionParams& params, const RingOptions& options);
+                                const AttentionParams& params, const AttentionOptions& options);
 
 /// A checked forward: agrees on the call (op kForward or kRecompute; `local_error` is this rank's
-/// own reason to refuse it, see agree_or_throw), runs the ring forward and wraps its result in a
-/// ForwardResult carrying `fp`, which the caller computed for exactly these arguments
-/// (make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng)); the
+/// own reason to refuse it, see agree_or_throw), runs the strategy's forward and wraps its result
+/// in a ForwardResult carrying `fp`, which the caller computed for exactly these arguments
+/// (make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng,
+/// options.strategy)); the
 /// result's fingerprint gets the call's number.
 ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstView k, ConstView v,
                               const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                               const AttentionParams& params, RngState rng,
-                              const RingOptions& options, Fingerprint fp,
+                              const AttentionOptions& options, Fingerprint fp,
                               std::optional<Error> local_error);
 
 /// A checked backward from `state`, whose fingerprint the caller matched to this call (`called`,
-/// or the mismatch in `local_error`): agrees on the call, then runs the ring backward.
+/// or the mismatch in `local_error`): agrees on the call, then runs the strategy's backward.
 AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
                                     ConstView v, const ForwardStateView& state,
                                     const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                    const AttentionParams& params, const RingOptions& options,
+                                    const AttentionParams& params, const AttentionOptions& options,
                                     const Fingerprint& called, std::optional<Error> local_error);
 
 }  // namespace cpattn::detail

@@ -8,7 +8,7 @@
 #include "cpattn/communicator.h"
 #include "cpattn/generator.h"
 #include "cpattn/layout.h"
-#include "cpattn/ring.h"
+#include "cpattn/strategy.h"
 #include "train/data.h"
 #include "train/params.h"
 
@@ -39,7 +39,7 @@ struct StepOptions {
   SequenceSharding seq;   ///< layout, S, P and this rank (positions empty: position = index)
   float dropout = 0.0f;   ///< attention dropout probability, in [0, 1)
   bool recompute = true;  ///< checkpoint every layer (keep only its input and RngState)
-  RingOptions ring;       ///< kernel threads per rank
+  AttentionOptions ring;  ///< kernel threads per rank and the CP strategy
 };
 
 /// Loss and gradients of one batch on rank comm.rank() of the CP group:

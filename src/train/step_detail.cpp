@@ -15,6 +15,7 @@ StepOptions step_options(const TrainConfig& config, int rank, bool recompute) {
   o.dropout = config.dropout;
   o.recompute = recompute;
   o.ring.num_threads = config.threads;
+  o.ring.strategy = config.strategy;
   return o;
 }
 

@@ -38,6 +38,11 @@ void validate_train_config(TrainConfig& config, std::span<const uint8_t> text) {
                ")");
   validate_config(config.model);
   try {
+    check_strategy(config.strategy, config.cp, config.model.heads, config.model.kv_heads);
+  } catch (const Error& e) {
+    throw Error(e.code(), detail::str_cat("--strategy: ", e.what()));
+  }
+  try {
     resolve_params(attention_params(config.dropout), config.model.head_dim());
   } catch (const Error& e) {
     throw Error(e.code(), detail::str_cat("--dropout: ", e.what()));
@@ -92,6 +97,10 @@ std::vector<ConfigField> config_fields(const TrainConfig& c, std::span<const uin
       {"--eval-every", num(c.eval_every), "", false},
       {"--on-nonfinite", nonfinite_policy_name(c.on_nonfinite), "", false},
   };
+  if (c.strategy != Strategy::ring()) {
+    // After --layout; absent for the ring, as in runs before strategies existed.
+    f.insert(f.begin() + 4, {"--strategy", strategy_name(c.strategy), ""});
+  }
   return f;
 }
 

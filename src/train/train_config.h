@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpattn/layout.h"
+#include "cpattn/strategy.h"
 #include "train/adamw.h"
 #include "train/agreement.h"
 #include "train/config.h"
@@ -29,6 +30,7 @@ struct TrainConfig {
   ModelConfig model;  ///< model.seed is set from `seed` by validate_train_config
   int cp = 4;         ///< ranks of the CP group (P)
   Layout layout = Layout::kZigzag;
+  Strategy strategy{};     ///< how the CP group splits attention (--strategy; default ring)
   int64_t seq_len = 256;   ///< S, tokens per sequence (split over the P ranks)
   int64_t batch = 8;       ///< B, sequences per step
   int64_t steps = 100;     ///< optimizer updates
@@ -60,18 +62,20 @@ TextSplit split_text(const TrainConfig& config, int64_t text_size);
 /// Checks every field that can be checked before any rank starts, so a bad command line fails
 /// with one message: cp >= 1, seq_len >= cp (every rank holds a token), batch >= 1, steps >= 1,
 /// dropout in [0, 1), threads >= 1, grad_clip > 0, eval_every >= 0, text.size() >= seq_len + 1
-/// and, with eval_every > 0, both parts of split_text >= seq_len + 1; plus validate_config
+/// and, with eval_every > 0, both parts of split_text >= seq_len + 1; the strategy can run the
+/// model's heads on cp ranks (check_strategy); plus validate_config
 /// (heads dividing d_model, ...) and validate_adamw. Fills model.seed and adamw.total_steps.
 /// Throws Error(kInvalidArgument) naming the value.
 void validate_train_config(TrainConfig& config, std::span<const uint8_t> text);
 
 /// The settings of a validated run, one field each, by command-line flag where there is one:
 /// "--text" (value: "<size> bytes, digest <hex>", note: text_path), "held_out_bytes", "--cp",
-/// "--layout", "--layers", "--d-model", "--heads", "--kv-heads", "model.mlp_hidden",
-/// "model.vocab", "model.rope_base", "--seq", "--batch", "--steps", "--lr", "--warmup",
-/// "adamw.beta1", "adamw.beta2", "adamw.eps", "adamw.weight_decay", "adamw.min_lr_ratio",
-/// "grad_clip", "--dropout", "--seed", "--threads" (training fields: they shape the weights),
-/// then "--recompute" (bitwise the same weights either way), "--eval-every" and
+/// "--layout", "--strategy" (only when not ring, so that ring runs keep the fields of earlier
+/// versions and resume their checkpoints), "--layers", "--d-model", "--heads", "--kv-heads",
+/// "model.mlp_hidden", "model.vocab", "model.rope_base", "--seq", "--batch", "--steps", "--lr",
+/// "--warmup", "adamw.beta1", "adamw.beta2", "adamw.eps", "adamw.weight_decay",
+/// "adamw.min_lr_ratio", "grad_clip", "--dropout", "--seed", "--threads" (training fields: they
+/// shape the weights), then "--recompute" (bitwise the same weights either way), "--eval-every" and
 /// "--on-nonfinite" (training = false).
 std::vector<ConfigField> config_fields(const TrainConfig& config, std::span<const uint8_t> text,
                                        const std::string& text_path);

@@ -78,6 +78,7 @@ CheckReport run_check(const TrainConfig& config, std::span<const uint8_t> text,
   // The reference first: one rank holding the whole sequence, computed by this process alone.
   TrainConfig solo = config;
   solo.cp = 1;
+  solo.strategy = Strategy::ring();  // the single-rank reference: one kernel call per layer
   StepGradients single;
   run_ranks(1, [&](Communicator& one) { single = step_zero(one, solo, text, false); });
   std::atomic<bool> failed{false};

@@ -7,6 +7,7 @@
 
 #include "cpattn/error.h"
 #include "cpattn/ring.h"
+#include "cpattn/strategy.h"
 #include "cpattn/thread_communicator.h"
 
 namespace cpattn::reference {
@@ -67,9 +68,12 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
     return dense_copy(shard_tensor(t.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
   };
   const Tensor q_r = local(whole.q), k_r = local(whole.k), v_r = local(whole.v);
-  RingOptions options;
+  AttentionOptions options;
   options.num_threads = run.num_threads;
-  const unchecked::RingForwardResult fwd = unchecked::ring_attention_forward(
+  options.strategy = run.strategy;
+  options.document_aware = run.document_aware;
+  if (!run.stats.empty()) options.stats = &run.stats[static_cast<size_t>(r)];
+  const unchecked::RingForwardResult fwd = unchecked::strategy_attention_forward(
       comm, q_r.view(m), k_r.view(m), v_r.view(m), qs, ks, p.params, p.rng, options);
   const std::vector<int64_t> q_idx = shard_token_indices(run.layout, d.Sq, run.cp_size, r);
   const std::vector<int64_t> k_idx = shard_token_indices(run.layout, d.Sk, run.cp_size, r);
@@ -81,7 +85,7 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
           fwd.lse.data()[bh * sr + i];
   if (!run.backward) return;
   const Tensor dout_r = local(whole.dout);
-  const AttentionGradients g = unchecked::ring_attention_backward(
+  const AttentionGradients g = unchecked::strategy_attention_backward(
       comm, dout_r.view(m), q_r.view(m), k_r.view(m), v_r.view(m), fwd.out.view(), fwd.lse.span(),
       qs, ks, p.params, fwd.rng, options);
   scatter_rows(g.dq.view(), q_idx, d.Sq, all.dq);

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <functional>
+#include <span>
 
 #include "cpattn/communicator.h"
 #include "cpattn/layout.h"
+#include "cpattn/strategy.h"
 #include "cpattn/tensor.h"
 #include "verify/reference_case.h"
 
@@ -20,6 +22,10 @@ struct RingRun {
   MemoryLayout memory = MemoryLayout::kBSHD;  ///< storage order of every rank's q/k/v/dout
   int num_threads = 1;                        ///< kernel threads per rank (RingOptions)
   bool backward = true;                       ///< also run ring backward (dq, dk, dv)
+  Strategy strategy{};                        ///< how the group splits the call (strategy.h)
+  bool document_aware = true;                 ///< RingOptions::document_aware
+  /// When not empty (one entry per rank), rank r adds its RingStats of the call to stats[r].
+  std::span<RingStats> stats{};
 };
 
 /// Zero whole-sequence Outputs of the problem's shapes (gradients only when backward).
@@ -28,9 +34,10 @@ Outputs zero_outputs(const Dims& d, bool backward);
 /// One rank's part of the ring: shards `whole` (ProblemTensors, built once and shared read-only
 /// by the ranks) by run.layout (q by Sq, k/v by Sk; positions and
 /// documents from the problem, identity positions left implicit), restrides it to run.memory,
-/// runs ring forward (and backward) on `comm`, and writes this rank's rows of out, lse, dq, dk, dv
-/// into `all` (other rows untouched, so ranks may share `all` without a lock).
-/// Throws Error(kInvalidArgument) when run.cp_size != comm.size(); ring errors propagate.
+/// runs run.strategy's forward (and backward) on `comm` (unchecked::strategy_attention_forward),
+/// and writes this rank's rows of out, lse, dq, dk, dv into `all` (other rows untouched, so ranks
+/// may share `all` without a lock). Throws Error(kInvalidArgument) when run.cp_size != comm.size();
+/// ring errors propagate.
 void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& whole,
                    const RingRun& run, Outputs& all);
 

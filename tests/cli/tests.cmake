@@ -10,12 +10,23 @@ add_test(NAME cli.verify_rejects_zero_threads COMMAND cpattn_cli verify --thread
 set_tests_properties(cli.verify_rejects_zero_threads PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "--threads: Value 0 not in range 1 to 1024")
 
-# `verify --cp`: the ring over in-process ranks against the reference and the single-rank kernel,
+# `verify --cp`: every CP strategy (ring, allgather, ulysses, hybrid grids) over in-process ranks against the reference and the single-rank kernel,
 # and (with MPI) over mpirun processes, rank 0 printing. Ring options without --cp are refused.
 add_test(NAME cli.verify_ring_threads
          COMMAND cpattn_cli verify --cp 3 --layout zigzag --causal --dropout 0.1)
 set_tests_properties(cli.verify_ring_threads PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "4 cases: 4 passed, 0 failed")
+# Every strategy one option picks: ring and allgather at P = 3 above (8 query heads cannot split
+# over 3), a hybrid grid with packed documents here; an impossible grid is refused.
+add_test(NAME cli.verify_hybrid_threads
+         COMMAND cpattn_cli verify --cp 4 --strategy hybrid:2x2 --layout striped --docs --causal
+                 --seq 301)
+set_tests_properties(cli.verify_hybrid_threads PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "2 cases: 2 passed, 0 failed")
+add_test(NAME cli.verify_rejects_impossible_grid
+         COMMAND cpattn_cli verify --cp 4 --strategy hybrid:3x2 --causal)
+set_tests_properties(cli.verify_rejects_impossible_grid PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "U x R must cover the group of 4 ranks")
 add_test(NAME cli.verify_ring_options_need_cp COMMAND cpattn_cli verify --layout zigzag)
 set_tests_properties(cli.verify_ring_options_need_cp PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "need --cp P or --backend mpi")
@@ -24,7 +35,7 @@ if(CPATTN_HAVE_MPI)
            COMMAND ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:cpattn_cli> verify
                    --backend mpi --cp 2)
   set_tests_properties(cli.verify_ring_mpi_np2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
-    PROCESSORS 2 PASS_REGULAR_EXPRESSION "24 cases: 24 passed, 0 failed")
+    PROCESSORS 2 PASS_REGULAR_EXPRESSION "40 cases: 40 passed, 0 failed")
 endif()
 
 # `cpattn --version` names the version of the program and of the library it runs on.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <thread>
 
 #include "cpattn/error.h"
@@ -183,6 +184,79 @@ void barrier_orders(Communicator& comm) {
     EXPECT_LE(all[r], left) << "rank " << r << " entered late";
 }
 
+// Split into rows of `width` consecutive ranks (color = rank / width) with reversed keys, so a
+// row numbers its members backwards. Checks rank/size, point-to-point and collectives inside the
+// row while the parent exchanges a message with the same tag, so neither can match the other's.
+void split_rows(Communicator& comm, int width) {
+  const int p = comm.size();
+  const int row = comm.rank() / width;
+  const int row_begin = row * width;
+  const int row_size = std::min(width, p - row_begin);
+  std::unique_ptr<Communicator> sub = comm.split(row, -comm.rank());
+  ASSERT_NE(sub, nullptr);
+  EXPECT_EQ(sub->size(), row_size);
+  EXPECT_EQ(sub->rank(), row_begin + row_size - 1 - comm.rank()) << "keys order the sub-group";
+  EXPECT_EQ(sub->timeout(), comm.timeout());
+  EXPECT_EQ(&sub->memory(), &comm.memory());
+  // The parent's message posted first, with the tag the row uses too.
+  const std::vector<std::byte> parent_out = message_bytes(comm.rank(), next_rank(comm), 3, 40);
+  std::vector<std::byte> parent_in(40);
+  Request parent_recv = comm.irecv(std::span<std::byte>(parent_in), prev_rank(comm), 3);
+  Request parent_send = comm.isend(std::span<const std::byte>(parent_out), next_rank(comm), 3);
+  ring_exchange(*sub, 1000, 3);
+  all_to_all_bytes(*sub, 13);
+  allreduce<double>(*sub, 5, true);
+  sub->barrier();
+  EXPECT_EQ(parent_recv.wait(), 40u);
+  parent_send.wait();
+  EXPECT_EQ(parent_in, message_bytes(prev_rank(comm), comm.rank(), 3, 40));
+  // A sub-group of the sub-group: pairs inside the row.
+  std::unique_ptr<Communicator> pair = sub->split(sub->rank() / 2, sub->rank());
+  EXPECT_EQ(pair->rank(), sub->rank() % 2);
+  EXPECT_EQ(pair->size(), std::min(2, sub->size() - sub->rank() / 2 * 2));
+  ring_exchange(*pair, 77, 3);
+  allreduce<float>(*pair, 31, false);
+  comm.barrier();
+}
+
+// Columns (color = rank % 2) made twice in a row: the second split's messages stay apart from the
+// first's, and both work after the other was made.
+void split_columns_twice(Communicator& comm) {
+  std::unique_ptr<Communicator> a = comm.split(comm.rank() % 2, comm.rank());
+  std::unique_ptr<Communicator> b = comm.split(comm.rank() % 2, comm.rank());
+  EXPECT_EQ(a->rank(), comm.rank() / 2);
+  EXPECT_EQ(b->rank(), comm.rank() / 2);
+  const int n = a->size();
+  const std::vector<std::byte> out_a = message_bytes(a->rank(), (a->rank() + 1) % n, 1, 64);
+  const std::vector<std::byte> out_b = message_bytes(b->rank(), (b->rank() + 1) % n, 2, 64);
+  std::vector<std::byte> in_a(64), in_b(64);
+  // b's receive is posted first; a's message with the same tag must not land there.
+  Request rb = b->irecv(std::span<std::byte>(in_b), (b->rank() + n - 1) % n, 0);
+  Request ra = a->irecv(std::span<std::byte>(in_a), (a->rank() + n - 1) % n, 0);
+  Request sa = a->isend(std::span<const std::byte>(out_a), (a->rank() + 1) % n, 0);
+  Request sb = b->isend(std::span<const std::byte>(out_b), (b->rank() + 1) % n, 0);
+  ra.wait();
+  rb.wait();
+  sa.wait();
+  sb.wait();
+  EXPECT_EQ(in_a, message_bytes((a->rank() + n - 1) % n, a->rank(), 1, 64));
+  EXPECT_EQ(in_b, message_bytes((b->rank() + n - 1) % n, b->rank(), 2, 64));
+  comm.barrier();
+}
+
+void split_negative_color_fails_everywhere(Communicator& comm) {
+  try {
+    comm.split(comm.rank() == comm.size() - 1 ? -1 : 0, 0);
+    ADD_FAILURE() << "a negative color was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find(detail::str_cat("rank ", comm.size() - 1, " passed -1")),
+              std::string::npos)
+        << e.what();
+  }
+  comm.barrier();
+}
+
 }  // namespace
 
 std::vector<std::byte> message_bytes(int src, int dst, int tag, size_t n) {
@@ -224,6 +298,10 @@ std::vector<ConformanceCase> conformance_cases() {
   }
   cases.push_back({"AllreduceEmpty", [](Communicator& c) { allreduce<float>(c, 0, true); }});
   cases.push_back({"TruncatedReceiveFails", truncated_receive});
+  cases.push_back({"SplitRowsOfTwo", [](Communicator& c) { split_rows(c, 2); }});
+  cases.push_back({"SplitRowsOfThree", [](Communicator& c) { split_rows(c, 3); }});
+  cases.push_back({"SplitColumnsTwice", split_columns_twice});
+  cases.push_back({"SplitNegativeColorFails", split_negative_color_fails_everywhere});
   cases.push_back({"BarrierWaitsForLastRank", barrier_orders});
   return cases;
 }

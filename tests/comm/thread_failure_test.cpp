@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -246,6 +247,69 @@ TEST(ThreadCommunicator, EveryRankHasItsOwnMemoryCounter) {
   });
   EXPECT_NE(counters[0], counters[1]);
   EXPECT_NE(counters[1], counters[2]);
+}
+
+// Sub-groups of a 2 x 2 grid (rows {0,1}, {2,3}; columns {0,2}, {1,3}). Rank 0 throws; rank 1
+// waits for it in their row, rank 3 for rank 1 in their column, rank 2 for rank 3 in their row:
+// the failure travels across sub-groups and releases every rank at once, each error naming its
+// peer as the sub-group numbers it.
+TEST(ThreadFailure, FailureInOneSubGroupReleasesTheOthers) {
+  constexpr int kRanks = 4;
+  std::vector<std::string> errors(kRanks);
+  std::vector<ErrorCode> codes(kRanks, ErrorCode::kInternal);
+  RunRanksOptions options;
+  options.timeout = std::chrono::seconds(60);
+  const auto start = Clock::now();
+  const std::string rethrown = what_of([&] {
+    run_ranks(
+        kRanks,
+        [&](Communicator& comm) {
+          const int r = comm.rank();
+          std::unique_ptr<Communicator> row = comm.split(r / 2, r);
+          std::unique_ptr<Communicator> column = comm.split(r % 2, r);
+          std::vector<int> v(3);
+          if (r == 0) throw std::runtime_error("rank 0 gives up");
+          errors[static_cast<size_t>(r)] = what_of(
+              [&] {
+                if (r == 1) row->irecv(std::span<int>(v), 0, 5).wait();
+                if (r == 3) column->irecv(std::span<int>(v), 0, 5).wait();
+                if (r == 2) row->irecv(std::span<int>(v), 1, 5).wait();
+              },
+              &codes[static_cast<size_t>(r)]);
+          EXPECT_THROW(row->throw_if_group_failed(), Error);
+          throw Error(ErrorCode::kPeerFailed, errors[static_cast<size_t>(r)]);
+        },
+        options);
+  });
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  EXPECT_TRUE(contains(rethrown, "rank 0 gives up")) << rethrown;
+  for (int r = 1; r < kRanks; ++r) {
+    EXPECT_EQ(codes[static_cast<size_t>(r)], ErrorCode::kPeerFailed) << errors[r];
+  }
+  // Rank 1 is rank 1 of its row, waiting for row rank 0; rank 3 is rank 1 of its column.
+  EXPECT_TRUE(contains(errors[1], "rank 1: irecv from rank 0 (tag 5")) << errors[1];
+  EXPECT_TRUE(contains(errors[3], "rank 1: irecv from rank 0 (tag 5")) << errors[3];
+  EXPECT_TRUE(contains(errors[2], "irecv from rank 1 (tag 5")) << errors[2];
+}
+
+TEST(ThreadCommunicator, SplitOfOneRankAndItsContextsAreFreed) {
+  SingleRankCommunicator one;
+  std::unique_ptr<Communicator> sub = one.split(3, 0);
+  EXPECT_EQ(sub->size(), 1);
+  EXPECT_EQ(sub->rank(), 0);
+  std::vector<double> x{1.5};
+  sub->allreduce_sum(std::span<double>(x));
+  EXPECT_EQ(x[0], 1.5);
+  // Many short-lived splits (the hybrid strategy makes two per call), each with a working
+  // context of its own.
+  run_ranks(2, [](Communicator& comm) {
+    for (int i = 0; i < 2000; ++i) {
+      std::unique_ptr<Communicator> s = comm.split(i % 3, comm.rank());
+      std::vector<double> v{1.0};
+      s->allreduce_sum(std::span<double>(v));
+      EXPECT_EQ(v[0], 2.0);
+    }
+  });
 }
 
 TEST(ThreadCommunicator, RunRanksRejectsEmptyGroup) {

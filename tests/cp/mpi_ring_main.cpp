@@ -1,6 +1,7 @@
-// The ring under mpirun (registered for 2 and 4 processes in tests.cmake): each process is one
-// rank of an MpiCommunicator. Gathered results must pass the reference tolerance rule and be
-// bitwise equal to the same ring run with in-process ranks (the transport must not change a bit).
+// The ring and every other CP strategy under mpirun (registered for 2, 3 and 4 processes in
+// tests.cmake): each process is one rank of an MpiCommunicator. Gathered results must pass the
+// reference tolerance rule and be bitwise equal to the same ring run with in-process ranks (the
+// transport must not change a bit).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -9,7 +10,9 @@
 #include <vector>
 
 #include "cp/ring_harness.h"
+#include "cpattn/error.h"
 #include "cpattn/mpi_communicator.h"
+#include "cpattn/strategy.h"
 #include "support/metrics.h"
 #include "support/mpi_gtest_main.h"
 #include "verify/reference_case.h"
@@ -59,6 +62,47 @@ TEST_P(MpiRing, MatchesReferenceAndInProcessRanksBitwise) {
   const reference::Outputs threads = run_ring(p, run);
   EXPECT_TRUE(testing::outputs_bitwise_equal(got, threads));
   comm.barrier();
+}
+
+// Every strategy the group size allows (ulysses needs Hq % P == 0: 12 query heads serve P = 2, 3
+// and 4; hybrid grids U x R = P), bitwise equal to in-process ranks: the transport must not
+// change a bit of the all-to-alls, the sub-communicators or the rank-order sums.
+std::vector<Strategy> strategies_for(int P) {
+  std::vector<Strategy> s = {Strategy::ring(), Strategy::allgather(), Strategy::ulysses()};
+  for (int u = 1; u <= P; ++u) {
+    if (P % u == 0) s.push_back(Strategy::hybrid(u, P / u));
+  }
+  return s;
+}
+
+TEST(MpiStrategies, EveryStrategyMatchesReferenceAndInProcessRanksBitwise) {
+  Communicator& comm = *g_comm;
+  const std::vector<MpiCase> cases = {
+      {Layout::kZigzag,
+       spec(reference::MaskKind::kDocsCausal, 97, 12, 4, 16, 8, 0.1f, MemoryLayout::kBSHD, 65)},
+      {Layout::kStriped,
+       spec(reference::MaskKind::kWindow, 61, 12, 1, 8, 8, 0.0f, MemoryLayout::kSBHD, 66)},
+      {Layout::kContiguous,
+       spec(reference::MaskKind::kCausal, 5, 12, 12, 8, 16, 0.1f, MemoryLayout::kBHSD, 67)},
+  };
+  for (const MpiCase& c : cases) {
+    const reference::Problem p = reference::make_problem(c.spec);
+    const reference::Oracle oracle = reference::make_oracle(p);
+    for (const Strategy& strategy : strategies_for(comm.size())) {
+      try {
+        check_strategy(strategy, comm.size(), c.spec.dims.Hq, c.spec.dims.Hkv);
+      } catch (const Error&) {
+        continue;  // e.g. 4 kv heads neither shard nor replicate over 3 ranks
+      }
+      SCOPED_TRACE(strategy_name(strategy) + " " + reference::case_name(c.spec));
+      RingRun run{comm.size(), c.layout, c.spec.layout};
+      run.strategy = strategy;
+      const reference::Outputs got = run_ring_gathered(comm, p, run);
+      EXPECT_TRUE(row_passes(reference::compare(strategy_name(strategy), oracle, got)));
+      EXPECT_TRUE(testing::outputs_bitwise_equal(got, run_ring(p, run)));
+      comm.barrier();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Mpi, MpiRing, ::testing::ValuesIn(kCases),

@@ -19,16 +19,34 @@ StackConfig causal_dropout_config(int layers) {
   return config;
 }
 
-TEST(Lifecycle, RecomputeGradientsEqualNoRecomputeBitwiseAndMatchCp1) {
-  const StackProblem p(1, 61, 2, 16, 11);
-  const StackConfig config = causal_dropout_config(4);
+// Every strategy the 4-rank group allows (4 heads: ulysses over 4, hybrid 2 x 2).
+const std::vector<Strategy> kStrategies = {Strategy::ring(), Strategy::allgather(),
+                                           Strategy::ulysses(), Strategy::hybrid(2, 2)};
+
+std::string strategy_param_name(const Strategy& s) {
+  std::string name = strategy_name(s);
+  for (char& c : name) c = c == ':' ? '_' : c;
+  return name;
+}
+
+class RecomputePerStrategy : public ::testing::TestWithParam<Strategy> {};
+
+TEST_P(RecomputePerStrategy, GradientsEqualNoRecomputeBitwiseAndMatchCp1) {
+  const StackProblem p(1, 61, 4, 16, 11);
+  StackConfig config = causal_dropout_config(4);
+  config.ring.strategy = GetParam();
   const std::vector<float> with = stack_input_grad(p, config, 4, /*recompute=*/true);
   const std::vector<float> without = stack_input_grad(p, config, 4, /*recompute=*/false);
   EXPECT_EQ(with, without) << "recompute must replay the very same kernels in the same order";
-  const std::vector<float> single = stack_input_grad(p, config, 1, /*recompute=*/false);
+  StackConfig one = config;
+  one.ring.strategy = Strategy::ring();
+  const std::vector<float> single = stack_input_grad(p, one, 1, /*recompute=*/false);
   // Different ring sizes sum the softmax in different orders: fp32 rounding only.
   EXPECT_LT(relative_difference(with, single), 2e-5);
 }
+
+INSTANTIATE_TEST_SUITE_P(Strategies, RecomputePerStrategy, ::testing::ValuesIn(kStrategies),
+                         [](const auto& tp) { return strategy_param_name(tp.param); });
 
 TEST(Lifecycle, RecomputeKeepsAtMostOneForwardResultAlive) {
   const StackProblem p(1, 40, 2, 8, 3);
@@ -48,12 +66,15 @@ TEST(Lifecycle, RecomputeKeepsAtMostOneForwardResultAlive) {
 
 // Forward microbatches 1, 2, 3, then their backwards in the given order (pipeline schedules do
 // this); each gradient must equal that microbatch's isolated forward + backward bitwise.
-class MicrobatchOrder : public ::testing::TestWithParam<std::tuple<std::vector<int>, bool>> {};
+// For every strategy of a 2-rank group (ulysses over 2 heads, hybrid 1 x 2 and 2 x 1).
+class MicrobatchOrder
+    : public ::testing::TestWithParam<std::tuple<std::vector<int>, bool, Strategy>> {};
 
 TEST_P(MicrobatchOrder, EveryMicrobatchGetsItsOwnGradients) {
-  const auto& [order, recompute] = GetParam();
+  const auto& [order, recompute, strategy] = GetParam();
   constexpr int kCp = 2;
   StackConfig config = causal_dropout_config(3);
+  config.ring.strategy = strategy;
   const std::vector<StackProblem> mbs = [] {
     std::vector<StackProblem> v;
     for (uint64_t m = 0; m < 3; ++m) v.emplace_back(1, 23, 2, 8, 100 + 10 * m);
@@ -104,15 +125,19 @@ TEST_P(MicrobatchOrder, EveryMicrobatchGetsItsOwnGradients) {
 std::string order_name(const ::testing::TestParamInfo<MicrobatchOrder::ParamType>& info) {
   std::string name = "Backward";
   for (int m : std::get<0>(info.param)) name += std::to_string(m + 1);
-  return name + (std::get<1>(info.param) ? "_Recompute" : "_Stored");
+  return name + (std::get<1>(info.param) ? "_Recompute" : "_Stored") + "_" +
+         strategy_param_name(std::get<2>(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(Pipelined, MicrobatchOrder,
-                         ::testing::Combine(::testing::Values(std::vector<int>{2, 1, 0},
-                                                              std::vector<int>{0, 1, 2},
-                                                              std::vector<int>{1, 2, 0}),
-                                            ::testing::Bool()),
-                         order_name);
+INSTANTIATE_TEST_SUITE_P(
+    Pipelined, MicrobatchOrder,
+    ::testing::Combine(::testing::Values(std::vector<int>{2, 1, 0}, std::vector<int>{0, 1, 2},
+                                         std::vector<int>{1, 2, 0}),
+                       ::testing::Bool(),
+                       ::testing::Values(Strategy::ring(), Strategy::allgather(),
+                                         Strategy::ulysses(), Strategy::hybrid(1, 2),
+                                         Strategy::hybrid(2, 1))),
+    order_name);
 
 TEST(Lifecycle, EvaluationForwardsWithoutBackwardLeaveNothingBehind) {
   const StackProblem p(1, 9, 1, 8, 21);

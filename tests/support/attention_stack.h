@@ -16,7 +16,7 @@ namespace cpattn::testing {
 struct StackConfig {
   int layers = 4;
   AttentionParams params;
-  RingOptions ring;
+  AttentionOptions ring;  ///< threads, statistics and the CP strategy of every call
   RecomputeOptions recompute_options;
 };
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "cpattn/communicator.h"
 #include "cpattn/error.h"
@@ -47,6 +48,11 @@ class CountingCommunicator : public Communicator {
   void barrier() override {
     ++collectives;
     inner_.barrier();
+  }
+  /// Forwarded (counted as a collective); the sub-group's own traffic is not counted.
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    ++collectives;
+    return inner_.split(color, key);
   }
   void throw_if_group_failed() const override {
     ++interruption_points;

@@ -1,0 +1,391 @@
+// CP strategies benchmark (docs/performance.md, "Strategies"): for every strategy at the
+// issue's shapes (B = 1, Hq = 8, Hkv in {8, 2}, D = 128, causal, zigzag), forward + backward
+// wall time (slowest rank), bytes sent and peak memory per rank, next to the planner's prediction
+// (plan.h, with the link and kernel models measured in the same run) and whether its pick was the
+// fastest measured strategy. Medians over interleaved repetitions. A table program: a call is a
+// group-wide event timed across P ranks (threads, or processes under mpirun).
+//   bench_strategies                          P = 4 in-process ranks, S = 8192, 3 repetitions
+//   bench_strategies --seq 8192,32768 --reps 1 --kv 2
+//   mpirun -n 4 bench_strategies              the same over MPI processes (one rank each)
+//   bench_strategies --ulysses-check          Ulysses at P = 2 vs the single-rank kernel
+//   bench_strategies --docs-check             document-aware ring bytes at P = 8
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_support.h"
+#include "cpattn/error.h"
+#include "cpattn/kernel.h"
+#include "cpattn/layout.h"
+#include "cpattn/plan.h"
+#include "cpattn/stopwatch.h"
+#include "cpattn/strategy.h"
+#include "cpattn/thread_communicator.h"
+#ifdef CPATTN_HAVE_MPI
+#include "cpattn/mpi_communicator.h"
+#endif
+
+namespace cpattn {
+namespace {
+
+constexpr int64_t kHeads = 8, kDim = 128;
+
+// Runs fn on every rank of the group (in-process ranks, or this process's MPI rank).
+using Group = std::function<void(const std::function<void(Communicator&)>&)>;
+
+struct Options {
+  std::vector<int64_t> seqs = {8192};
+  std::vector<int64_t> kv = {8, 2};
+  int reps = 3;
+  int ranks = 4;
+  bool ulysses_check = false;
+  bool docs_check = false;
+};
+
+std::vector<int64_t> parse_list(const std::string& text) {
+  std::vector<int64_t> v;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) v.push_back(std::stoll(item));
+  return v;
+}
+
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Rank `rank`'s shard [1, S_r, H, D] of a whole tensor whose element (s, h, d) is a fixed
+// pseudo-random value in [-1, 1) of (id, global token, h, d): no rank builds the whole tensor.
+Tensor shard(int id, const SequenceSharding& seq, int64_t H, int64_t D, MemoryCounter* mem) {
+  const std::vector<int64_t> idx =
+      shard_token_indices(seq.layout, seq.seq_len, seq.cp_size, seq.cp_rank);
+  Tensor t({1, static_cast<int64_t>(idx.size()), H, D}, mem);
+  float* p = t.data();
+  for (const int64_t s : idx)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) {
+        const uint64_t bits =
+            splitmix((static_cast<uint64_t>(id) << 56) ^ (static_cast<uint64_t>(s) << 20) ^
+                     static_cast<uint64_t>(h * D + d));
+        *p++ = static_cast<float>(static_cast<double>(bits >> 11) * 0x1p-52 - 1.0);
+      }
+  return t;
+}
+
+// max over ranks (every rank passes its own value).
+double group_max(Communicator& comm, double mine) {
+  std::vector<double> all(static_cast<size_t>(comm.size()), 0.0);
+  all[static_cast<size_t>(comm.rank())] = mine;
+  comm.allreduce_sum(std::span<double>(all));
+  return *std::max_element(all.begin(), all.end());
+}
+
+struct Measured {
+  double seconds = 0, bytes = 0, peak = 0;
+};
+
+// One forward + backward of `strategy` on every rank; the slowest rank's time, the largest
+// bytes sent and peak bytes allocated during the call (above what was live before it).
+Measured run_call(Communicator& comm, const PlanProblem& p, const Strategy& strategy,
+                  bool document_aware = true, int threads = 1) {
+  SequenceSharding seq = SequenceSharding::of(p.layout, p.S, comm.size(), comm.rank());
+  for (size_t d = 0; d < p.doc_lengths.size(); ++d)
+    seq.docs.insert(seq.docs.end(), static_cast<size_t>(p.doc_lengths[d]), static_cast<int64_t>(d));
+  MemoryCounter* mem = &comm.memory();
+  const Tensor q = shard(1, seq, p.Hq, p.Dqk, mem), k = shard(2, seq, p.Hkv, p.Dqk, mem),
+               v = shard(3, seq, p.Hkv, p.Dv, mem), dout = shard(4, seq, p.Hq, p.Dv, mem);
+  RingStats stats;
+  AttentionOptions options;
+  options.strategy = strategy;
+  options.stats = &stats;
+  options.document_aware = document_aware;
+  options.num_threads = threads;
+  comm.barrier();
+  const int64_t live = mem->stats().live_bytes;
+  mem->reset_peak();
+  const Stopwatch watch;
+  {
+    const unchecked::RingForwardResult f = unchecked::strategy_attention_forward(
+        comm, q.view(), k.view(), v.view(), seq, seq, p.params, {7, 0}, options);
+    const AttentionGradients g = unchecked::strategy_attention_backward(
+        comm, dout.view(), q.view(), k.view(), v.view(), f.out.view(), f.lse.span(), seq, seq,
+        p.params, f.rng, options);
+  }
+  const double seconds = watch.seconds();
+  const double peak = static_cast<double>(mem->stats().peak_bytes - live);
+  return {group_max(comm, seconds), group_max(comm, static_cast<double>(stats.bytes_sent)),
+          group_max(comm, peak)};
+}
+
+PlanProblem problem_of(int64_t S, int64_t hkv, int P) {
+  PlanProblem p;
+  p.S = S;
+  p.Hq = kHeads;
+  p.Hkv = hkv;
+  p.Dqk = p.Dv = kDim;
+  p.params.causal = true;
+  p.layout = Layout::kZigzag;
+  p.cp_size = P;
+  return p;
+}
+
+std::string key(const char* what, int64_t S, int64_t hkv, const Strategy& s) {
+  return std::string(what) + "/" + std::to_string(S) + "/" + std::to_string(hkv) + "/" +
+         strategy_name(s);
+}
+
+double mib(double bytes) { return bytes / 1048576.0; }
+
+// The strategies table: every (S, Hkv, strategy) `reps` times, interleaved, then medians, the
+// planner's predictions and picks. Printed by `lead`.
+void strategies_table(const Group& group, int P, bool lead, const Options& o, const char* backend) {
+  std::map<std::string, std::vector<StrategyEstimate>> plans;
+  for (const int64_t S : o.seqs) {
+    for (const int64_t hkv : o.kv) {
+      const PlanProblem p = problem_of(S, hkv, P);
+      group([&](Communicator& comm) {
+        const MachineModel m = measure_models(comm, p);
+        if (comm.rank() == 0) {
+          plans[key("plan", S, hkv, Strategy::ring())] = plan_strategies(p, m.link, m.kernel);
+          if (lead) {
+            std::printf(
+                "models S=%lld Hkv=%lld: link %.2f GB/s, %.1f us; kernel %.1f GFLOP/s per rank, "
+                "%d at once; copies %.2f GB/s\n",
+                static_cast<long long>(S), static_cast<long long>(hkv),
+                m.link.bandwidth_bytes_per_s / 1e9, m.link.latency_s * 1e6,
+                m.kernel.flops_per_s / 1e9, m.kernel.concurrent_ranks,
+                m.kernel.copy_bytes_per_s / 1e9);
+            std::fflush(stdout);
+          }
+        }
+      });
+    }
+  }
+  for (int rep = 0; rep < o.reps; ++rep) {
+    for (const int64_t S : o.seqs) {
+      for (const int64_t hkv : o.kv) {
+        const PlanProblem p = problem_of(S, hkv, P);
+        for (const Strategy& s : candidate_strategies(P)) {
+          try {
+            check_strategy(s, P, p.Hq, p.Hkv);
+          } catch (const Error&) {
+            continue;
+          }
+          group([&](Communicator& comm) {
+            const Measured m = run_call(comm, p, s);
+            if (comm.rank() != 0) return;
+            bench::record(key("s", S, hkv, s), m.seconds);
+            bench::record(key("bytes", S, hkv, s), m.bytes);
+            bench::record(key("peak", S, hkv, s), m.peak);
+            if (lead) {
+              std::printf("rep %d S=%lld Hkv=%lld %s: %.2f s\n", rep, static_cast<long long>(S),
+                          static_cast<long long>(hkv), strategy_name(s).c_str(), m.seconds);
+              std::fflush(stdout);
+            }
+          });
+        }
+      }
+    }
+  }
+  if (!lead) return;
+  std::printf(
+      "\nStrategies, %s, P=%d, B=1, Hq=%lld, D=%lld, causal, zigzag, forward + backward (medians "
+      "of %d)\n| S | Hkv | strategy | time s | predicted s | error | sent MiB/rank | predicted "
+      "MiB | peak MiB/rank | predicted peak MiB | fastest | planner pick |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      backend, P, static_cast<long long>(kHeads), static_cast<long long>(kDim), o.reps);
+  int cases = 0, picked_fastest = 0, within = 0, rows = 0;
+  for (const int64_t S : o.seqs) {
+    for (const int64_t hkv : o.kv) {
+      const std::vector<StrategyEstimate>& plan = plans[key("plan", S, hkv, Strategy::ring())];
+      const Strategy pick = recommend(plan).strategy;
+      Strategy fastest;
+      double best = 1e30;
+      for (const StrategyEstimate& e : plan) {
+        const double t = bench::median_of(key("s", S, hkv, e.strategy));
+        if (e.feasible && t < best) best = t, fastest = e.strategy;
+      }
+      for (const StrategyEstimate& e : plan) {
+        if (!e.feasible) continue;
+        const double t = bench::median_of(key("s", S, hkv, e.strategy));
+        const double err = e.seconds / t - 1.0;
+        ++rows;
+        within += std::fabs(err) <= 0.25 ? 1 : 0;
+        std::printf(
+            "| %lld | %lld | %s | %.2f | %.2f | %+.0f%% | %.1f | %.1f | %.1f | %.1f | %s | %s |\n",
+            static_cast<long long>(S), static_cast<long long>(hkv),
+            strategy_name(e.strategy).c_str(), t, e.seconds, 100 * err,
+            mib(bench::median_of(key("bytes", S, hkv, e.strategy))), mib(e.bytes_sent),
+            mib(bench::median_of(key("peak", S, hkv, e.strategy))), mib(e.peak_bytes),
+            e.strategy == fastest ? "yes" : "", e.strategy == pick ? "yes" : "");
+      }
+      ++cases;
+      if (pick == fastest) {
+        ++picked_fastest;
+      } else {
+        // A pick within 3 % of the fastest is a tie at this machine's noise level; say so.
+        const double t_pick = bench::median_of(key("s", S, hkv, pick));
+        std::printf("|  |  | (pick %s is %.1f%% slower than %s) |||||||||\n",
+                    strategy_name(pick).c_str(), 100 * (t_pick / best - 1),
+                    strategy_name(fastest).c_str());
+      }
+    }
+  }
+  std::printf(
+      "\nplanner: prediction within 25%% of the measured time in %d of %d rows; its pick was "
+      "the fastest measured strategy in %d of %d cases\n",
+      within, rows, picked_fastest, cases);
+}
+
+// Ulysses at P = 2 (one thread per rank) against the single-rank kernel with 2 threads on the
+// same problem (the target: within 1.10x on 2 cores).
+void ulysses_check(const Options& o) {
+  const int64_t S = o.seqs.front();
+  const PlanProblem p = problem_of(S, kHeads, 1);
+  for (int rep = 0; rep < o.reps; ++rep) {
+    SingleRankCommunicator one;
+    bench::record("single", run_call(one, p, Strategy::ring(), true, 2).seconds);
+    run_ranks(2, [&](Communicator& comm) {
+      const double t = run_call(comm, p, Strategy::ulysses()).seconds;
+      if (comm.rank() == 0) bench::record("ulysses2", t);
+    });
+    std::printf("rep %d: single %.2f s, ulysses P=2 %.2f s\n", rep,
+                bench::samples()["single"].back(), bench::samples()["ulysses2"].back());
+    std::fflush(stdout);
+  }
+  const double single = bench::median_of("single"), ulysses = bench::median_of("ulysses2");
+  std::printf(
+      "\nUlysses, P=2 x 1 thread vs the single-rank kernel with 2 threads, S=%lld, Hq=Hkv=%lld, "
+      "D=%lld, causal, forward + backward (medians of %d; target <= 1.10)\n| single-rank s | "
+      "ulysses s | ulysses / single |\n|---|---|---|\n| %.2f | %.2f | %.3f |\n",
+      static_cast<long long>(S), static_cast<long long>(kHeads), static_cast<long long>(kDim),
+      o.reps, single, ulysses, ulysses / single);
+}
+
+// Bytes the document-aware ring sends at P = 8 against the plain ring, documents of mean length
+// S / 16 (lengths S/32 .. 3S/32), causal and not; forward + backward, summed over the ranks.
+void docs_check() {
+  constexpr int P = 8;
+  constexpr int64_t S = 4096;
+  std::printf(
+      "\nDocument-aware ring, P=%d, S=%lld, documents of mean length S/16, contiguous layout, "
+      "bytes sent by all ranks, forward + backward (target <= 0.30)\n| mask | plain MiB | "
+      "document-aware MiB | ratio |\n|---|---|---|---|\n",
+      P, static_cast<long long>(S));
+  for (const bool causal : {true, false}) {
+    PlanProblem p = problem_of(S, 2, P);
+    p.Hq = 2;
+    p.Dqk = p.Dv = 32;
+    p.layout = Layout::kContiguous;
+    p.params.causal = causal;
+    for (int64_t at = 0, i = 0; at < S; ++i) {
+      const int64_t l = std::min(S - at, S / 32 + (i * 97) % (S / 16 + 1));
+      p.doc_lengths.push_back(l);
+      at += l;
+    }
+    double bytes[2] = {0, 0};
+    for (const bool aware : {false, true}) {
+      run_ranks(P, [&](Communicator& comm) {
+        RingStats stats;
+        SequenceSharding seq = SequenceSharding::of(p.layout, p.S, P, comm.rank());
+        for (size_t d = 0; d < p.doc_lengths.size(); ++d)
+          seq.docs.insert(seq.docs.end(), static_cast<size_t>(p.doc_lengths[d]),
+                          static_cast<int64_t>(d));
+        MemoryCounter* mem = &comm.memory();
+        const Tensor q = shard(1, seq, p.Hq, p.Dqk, mem), k = shard(2, seq, p.Hkv, p.Dqk, mem),
+                     v = shard(3, seq, p.Hkv, p.Dv, mem);
+        RingOptions options;
+        options.stats = &stats;
+        options.document_aware = aware;
+        const unchecked::RingForwardResult f = unchecked::ring_attention_forward(
+            comm, q.view(), k.view(), v.view(), seq, seq, p.params, {7, 0}, options);
+        unchecked::ring_attention_backward(comm, f.out.view(), q.view(), k.view(), v.view(),
+                                           f.out.view(), f.lse.span(), seq, seq, p.params, f.rng,
+                                           options);
+        std::vector<double> all(static_cast<size_t>(P), 0.0);
+        all[static_cast<size_t>(comm.rank())] = static_cast<double>(stats.bytes_sent);
+        comm.allreduce_sum(std::span<double>(all));
+        if (comm.rank() == 0) {
+          for (double b : all) bytes[aware ? 1 : 0] += b;
+        }
+      });
+    }
+    std::printf("| %s | %.2f | %.2f | %.3f |\n", causal ? "causal documents" : "documents",
+                mib(bytes[0]), mib(bytes[1]), bytes[1] / bytes[0]);
+  }
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw Error(ErrorCode::kInvalidArgument, a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--seq") {
+      o.seqs = parse_list(value());
+    } else if (a == "--kv") {
+      o.kv = parse_list(value());
+    } else if (a == "--reps") {
+      o.reps = std::stoi(value());
+    } else if (a == "--ranks") {
+      o.ranks = std::stoi(value());
+    } else if (a == "--ulysses-check") {
+      o.ulysses_check = true;
+    } else if (a == "--docs-check") {
+      o.docs_check = true;
+    } else {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "usage: bench_strategies [--seq S,...] [--kv H,...] [--reps N] [--ranks P] "
+                  "[--ulysses-check] [--docs-check]; got " +
+                      a);
+    }
+  }
+  return o;
+}
+
+#ifdef CPATTN_HAVE_MPI
+bool under_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+}
+#endif
+
+}  // namespace
+}  // namespace cpattn
+
+int main(int argc, char** argv) {
+  using namespace cpattn;
+  const Options o = parse(argc, argv);
+#ifdef CPATTN_HAVE_MPI
+  if (under_mpirun()) {
+    return mpi_main(argc, argv, [&](MpiCommunicator& world) {
+      world.set_timeout(std::chrono::seconds(3600));
+      const Group group = [&world](const std::function<void(Communicator&)>& fn) { fn(world); };
+      strategies_table(group, world.size(), world.rank() == 0, o, "MPI processes");
+      return 0;
+    });
+  }
+#endif
+  if (o.ulysses_check) ulysses_check(o);
+  if (o.docs_check) docs_check();
+  if (o.ulysses_check || o.docs_check) return 0;
+  RunRanksOptions options;
+  options.timeout = std::chrono::seconds(3600);
+  const Group group = [&](const std::function<void(Communicator&)>& fn) {
+    run_ranks(o.ranks, fn, options);
+  };
+  strategies_table(group, o.ranks, true, o, "in-process ranks");
+  return 0;
+}

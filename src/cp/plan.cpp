@@ -1,0 +1,314 @@
+// The strategy planner (plan.h): the formulas of docs/strategies.md, evaluated on the visible
+// pairs of every rank (MaskRule) and the ring's document-aware relay (RelayPlan).
+#include "cpattn/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "cp/ring_detail.h"
+#include "cp/transpose.h"
+#include "cpattn/error.h"
+#include "cpattn/mask.h"
+
+namespace cpattn {
+
+namespace {
+
+constexpr double kFloat = 4.0;  // bytes
+
+// The sequence of the problem on rank `rank` (documents as ids 0, 1, ...).
+SequenceSharding sharding(const PlanProblem& p, const std::vector<int64_t>& docs, int rank) {
+  SequenceSharding s = SequenceSharding::of(p.layout, p.S, p.cp_size, rank);
+  s.docs = docs;
+  return s;
+}
+
+// The (query, key) pairs a kernel call computes: those of its 128 x 128 tiles (in the call's
+// token order) that the mask does not hide entirely (MaskRule::classify of the tiles' ranges,
+// the kernel's own tile skipping), so partially visible tiles count whole.
+constexpr int64_t kTile = 128;
+struct Tiles {
+  std::vector<BlockRange> ranges;
+  std::vector<int64_t> sizes;
+};
+Tiles tiles_of(std::span<const int64_t> pos, std::span<const int64_t> doc) {
+  Tiles t;
+  for (size_t at = 0; at < pos.size(); at += kTile) {
+    const size_t n = std::min<size_t>(kTile, pos.size() - at);
+    t.ranges.push_back(block_range(pos.subspan(at, n), doc.empty() ? doc : doc.subspan(at, n)));
+    t.sizes.push_back(static_cast<int64_t>(n));
+  }
+  return t;
+}
+double computed_pairs(const MaskRule& rule, const Tiles& q, const Tiles& k) {
+  double n = 0;
+  for (size_t i = 0; i < q.ranges.size(); ++i)
+    for (size_t j = 0; j < k.ranges.size(); ++j)
+      if (rule.classify(q.ranges[i], k.ranges[j]) != BlockVisibility::kHidden)
+        n += static_cast<double>(q.sizes[i] * k.sizes[j]);
+  return n;
+}
+
+// Bytes a ring rank sends (forward + backward) on block tables `q`/`kv` of `heads` kv heads,
+// with the document-aware relay; and messages.
+struct RingTraffic {
+  double bytes = 0;
+  int64_t messages = 0;
+  int64_t max_block = 0;
+};
+RingTraffic ring_traffic(const PlanProblem& p, const detail::BlockTable& q,
+                         const detail::BlockTable& kv, int64_t heads, int rank) {
+  const int P = q.size();
+  RingTraffic t;
+  t.max_block = kv.max_length();
+  if (P == 1) return t;
+  const detail::RelayPlan plan(p.params, q, kv, true);
+  const double per_token = static_cast<double>(p.B * heads * (p.Dqk + p.Dv)) * kFloat;
+  for (int s = 0; s < P; ++s) {
+    const int b = ((rank - s) % P + P) % P;
+    if (s > plan.reach(b)) continue;
+    const double bytes = per_token * static_cast<double>(kv.length(b));
+    if (s < plan.reach(b)) {  // k/v relayed in forward and backward, accumulator on
+      t.bytes += 3 * bytes;
+      t.messages += 3;
+    } else if (s > 0) {  // the last rank of the path: the accumulator goes home
+      t.bytes += bytes;
+      t.messages += 1;
+    }
+  }
+  return t;
+}
+
+int busiest(const std::vector<double>& x) {
+  return static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
+}
+
+void check_problem(const PlanProblem& p, const LinkModel& link, const KernelModel& kernel) {
+  constexpr auto kArg = ErrorCode::kInvalidArgument;
+  CPATTN_CHECK(p.S >= 0 && p.cp_size >= 1 && p.B >= 1 && p.Hq >= 1 && p.Hkv >= 1 &&
+                   p.Hq % p.Hkv == 0 && p.Dqk >= 1 && p.Dv >= 1,
+               kArg,
+               "plan: expected S >= 0, P >= 1, B, Dqk, Dv >= 1 and Hq a multiple of Hkv >= 1");
+  resolve_params(p.params, p.Dqk);
+  if (!p.doc_lengths.empty()) {
+    int64_t sum = 0;
+    for (const int64_t l : p.doc_lengths) {
+      CPATTN_CHECK(l >= 1, kArg, "plan: document lengths must be >= 1, got ", l);
+      sum += l;
+    }
+    CPATTN_CHECK(sum == p.S, kArg, "plan: the document lengths sum to ", sum, ", not S = ", p.S);
+  }
+  CPATTN_CHECK(link.bandwidth_bytes_per_s > 0 && link.latency_s >= 0 && kernel.flops_per_s > 0 &&
+                   kernel.copy_bytes_per_s > 0 && kernel.concurrent_ranks >= 0,
+               kArg, "plan: the link and kernel models need positive rates");
+}
+
+}  // namespace
+
+std::vector<Strategy> candidate_strategies(int cp_size) {
+  std::vector<Strategy> s = {Strategy::ring(), Strategy::allgather(), Strategy::ulysses()};
+  for (int u = 2; u < cp_size; ++u) {
+    if (cp_size % u == 0) s.push_back(Strategy::hybrid(u, cp_size / u));
+  }
+  return s;
+}
+
+std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkModel& link,
+                                              const KernelModel& kernel) {
+  check_problem(p, link, kernel);
+  const int P = p.cp_size;
+  std::vector<int64_t> docs;
+  for (size_t d = 0; d < p.doc_lengths.size(); ++d) {
+    docs.insert(docs.end(), static_cast<size_t>(p.doc_lengths[d]), static_cast<int64_t>(d));
+  }
+  const MaskRule rule(p.params, !docs.empty());
+  const double slowdown = kernel.concurrent_ranks == 0 || kernel.concurrent_ranks >= P
+                              ? 1.0
+                              : static_cast<double>(kernel.concurrent_ranks) / P;
+  const double flops_per_pair_head = 7.0 * static_cast<double>(p.B * (p.Dqk + p.Dv));
+  const double B = static_cast<double>(p.B), Hq = static_cast<double>(p.Hq),
+               Hkv = static_cast<double>(p.Hkv), Dqk = static_cast<double>(p.Dqk),
+               Dv = static_cast<double>(p.Dv);
+  // Per rank: tokens and the tiles of its shard (local order); the whole sequence's tiles.
+  std::vector<SequenceSharding> shards;
+  std::vector<double> tokens;
+  std::vector<Tiles> shard_tiles;
+  for (int r = 0; r < P; ++r) {
+    shards.push_back(sharding(p, docs, r));
+    tokens.push_back(static_cast<double>(shards.back().local_length()));
+    shard_tiles.push_back(tiles_of(shards.back().local_positions(), shards.back().local_docs()));
+  }
+  std::vector<int> all(static_cast<size_t>(P));
+  std::iota(all.begin(), all.end(), 0);
+  const detail::TokenUnion whole = detail::token_union(shards[0], all);
+  const Tiles whole_tiles = tiles_of(whole.pos, whole.doc);
+  // Computed pairs per rank: the ring (its queries against every block, one call each) and
+  // allgather (its queries against the whole sequence, one call).
+  std::vector<double> pairs, gathered;
+  for (int r = 0; r < P; ++r) {
+    double n = 0;
+    for (int b = 0; b < P; ++b) {
+      n += computed_pairs(rule, shard_tiles[static_cast<size_t>(r)],
+                          shard_tiles[static_cast<size_t>(b)]);
+    }
+    pairs.push_back(n);
+    gathered.push_back(computed_pairs(rule, shard_tiles[static_cast<size_t>(r)], whole_tiles));
+  }
+  const int hot = busiest(pairs);
+  const double S = static_cast<double>(p.S), Sr = tokens[static_cast<size_t>(hot)];
+  const double kv_token = B * Hkv * (Dqk + Dv) * kFloat;  // bytes of one token's k|v
+
+  std::vector<StrategyEstimate> out;
+  for (const Strategy& strategy : candidate_strategies(P)) {
+    StrategyEstimate e;
+    e.strategy = strategy;
+    try {
+      check_strategy(strategy, P, p.Hq, p.Hkv);
+    } catch (const Error& err) {
+      e.feasible = false;
+      e.reason = err.what();
+      out.push_back(e);
+      continue;
+    }
+    const double q_local = B * Sr * Hq * Dqk * kFloat, o_local = B * Sr * Hq * Dv * kFloat;
+    const double rows_local = B * Sr * Hq * kFloat;  // one float per query row and head
+    double ring_slowest = -1;  // the ring: max over ranks of max(compute, transfer)
+    switch (strategy.kind) {
+      case Strategy::Kind::kRing: {
+        const detail::BlockTable table = detail::BlockTable::of(shards[0]);
+        // The slowest rank: its own compute or its own sends (the relay is pruned unevenly).
+        RingTraffic t;
+        for (int r = 0; r < P; ++r) {
+          const RingTraffic tr = ring_traffic(p, table, table, p.Hkv, r);
+          t.bytes = std::max(t.bytes, tr.bytes);
+          t.messages = std::max(t.messages, tr.messages);
+          t.max_block = tr.max_block;
+          const double compute = pairs[static_cast<size_t>(r)] * Hq * flops_per_pair_head /
+                                 (kernel.flops_per_s * slowdown);
+          ring_slowest =
+              std::max(ring_slowest, std::max(compute, tr.bytes / link.bandwidth_bytes_per_s));
+        }
+        e.flops = pairs[static_cast<size_t>(hot)] * Hq * flops_per_pair_head;
+        e.bytes_sent = t.bytes;
+        e.messages = t.messages;
+        const double block = static_cast<double>(t.max_block) * kv_token;
+        // Backward: dq, dk|dv, delta, 2 relay buffers, 2 accumulators, share, home; the state.
+        e.peak_bytes =
+            q_local + Sr * kv_token + rows_local + (P > 1 ? 6 * block : 0) + o_local + rows_local;
+        // Merging P - 1 partial outputs; adding P - 1 dk/dv shares (read 2, write 1).
+        e.copy_seconds = 3 * (P - 1) * (o_local + block) / kernel.copy_bytes_per_s;
+        break;
+      }
+      case Strategy::Kind::kAllGather: {
+        e.flops = *std::max_element(gathered.begin(), gathered.end()) * Hq * flops_per_pair_head;
+        e.bytes_sent = (2 * (P - 1) * Sr + (S - Sr)) * kv_token;
+        e.messages = 3 * (P - 1);
+        // Backward: gathered k|v, the staging it arrives in, dk|dv of every key; the state.
+        e.peak_bytes = 3 * S * kv_token + q_local + Sr * kv_token + o_local + rows_local;
+        e.copy_seconds = 2 * (3 * S + Sr) * kv_token / kernel.copy_bytes_per_s;
+        break;
+      }
+      case Strategy::Kind::kUlysses:
+      case Strategy::Kind::kHybrid: {
+        const bool hybrid = strategy.kind == Strategy::Kind::kHybrid;
+        const int U = hybrid ? strategy.ulysses_size : P;
+        const double hq = Hq / U;
+        const double kvl = p.Hkv % U == 0 ? Hkv / U : 1.0;
+        const double kv_head_token = B * kvl * (Dqk + Dv) * kFloat;
+        // The rank's row (the whole group for ulysses): its tokens; the busiest row's computed
+        // pairs (ulysses: one call over the whole sequence; hybrid: its row against every row).
+        const int row = hybrid ? hot / U : 0;
+        double row_tokens = 0, row_pairs = 0;
+        for (int m = row * U; m < row * U + U; ++m) row_tokens += tokens[static_cast<size_t>(m)];
+        if (hybrid) {
+          std::vector<Tiles> row_tiles;
+          for (int j = 0; j < strategy.ring_size; ++j) {
+            std::vector<int> m(static_cast<size_t>(U));
+            std::iota(m.begin(), m.end(), j * U);
+            const detail::TokenUnion u = detail::token_union(shards[0], m);
+            row_tiles.push_back(tiles_of(u.pos, u.doc));
+          }
+          for (const Tiles& q : row_tiles) {
+            double n = 0;
+            for (const Tiles& k : row_tiles) n += computed_pairs(rule, q, k);
+            row_pairs = std::max(row_pairs, n);
+          }
+        } else {
+          row_pairs = computed_pairs(rule, whole_tiles, whole_tiles);
+        }
+        e.flops = row_pairs * hq * flops_per_pair_head;
+        // Per peer: inputs in (q heads, kv heads of the own tokens), results out (out + lse of
+        // the peer's tokens), backward inputs in (q, k|v, dout, lse, delta), gradients out.
+        const double others = row_tokens - Sr;  // tokens of the other members of the row
+        const double in_fwd = (U - 1) * Sr * (B * hq * Dqk * kFloat + kv_head_token);
+        const double out_fwd = others * B * hq * (Dv + 1) * kFloat;
+        const double in_bwd = (U - 1) * Sr * (B * hq * (Dqk + Dv + 2) * kFloat + kv_head_token);
+        const double out_bwd = others * (B * hq * Dqk * kFloat + kv_head_token);
+        e.bytes_sent = in_fwd + out_fwd + in_bwd + out_bwd;
+        e.messages = 4 * (U - 1);
+        const double q_h = B * row_tokens * hq * Dqk * kFloat, kv_h = row_tokens * kv_head_token,
+                     o_h = B * row_tokens * hq * Dv * kFloat, r_h = B * row_tokens * hq * kFloat;
+        // Backward on the head side: q, k|v, dout, lse, delta and dq, dk|dv, with the staging of
+        // the all-to-all; the caller's inputs and state.
+        e.peak_bytes = 2 * (q_h + kv_h + o_h + 2 * r_h) + q_h + kv_h + q_local + Sr * kv_token +
+                       2 * o_local + 2 * rows_local;
+        e.copy_seconds = 2 * (e.bytes_sent + 2 * (q_h + kv_h + o_h)) / kernel.copy_bytes_per_s;
+        if (hybrid) {
+          detail::BlockTable q_rows, kv_rows;
+          for (int j = 0; j < strategy.ring_size; ++j) {
+            std::vector<int> m(static_cast<size_t>(U));
+            std::iota(m.begin(), m.end(), j * U);
+            detail::TokenUnion u = detail::token_union(shards[0], m);
+            q_rows.pos.push_back(u.pos);
+            q_rows.doc.push_back(u.doc);
+          }
+          kv_rows = q_rows;
+          PlanProblem rows = p;
+          rows.Hkv = static_cast<int64_t>(kvl);
+          RingTraffic t;  // the row that sends the most
+          for (int j = 0; j < strategy.ring_size; ++j) {
+            const RingTraffic tj = ring_traffic(rows, q_rows, kv_rows, rows.Hkv, j);
+            t.bytes = std::max(t.bytes, tj.bytes);
+            t.messages = std::max(t.messages, tj.messages);
+            t.max_block = tj.max_block;
+          }
+          e.bytes_sent += t.bytes;
+          e.messages += t.messages;
+          const double block = static_cast<double>(t.max_block) * kv_head_token;
+          e.peak_bytes += strategy.ring_size > 1 ? 6 * block : 0;
+          e.copy_seconds += 3 * (strategy.ring_size - 1) * (o_h + block) / kernel.copy_bytes_per_s;
+          // The ring's transfers hide under compute; the row all-to-alls do not.
+          const double ring_comm = t.bytes / link.bandwidth_bytes_per_s;
+          const double a2a = (e.bytes_sent - t.bytes) / link.bandwidth_bytes_per_s;
+          e.compute_seconds = e.flops / (kernel.flops_per_s * slowdown);
+          e.comm_seconds = ring_comm + a2a + static_cast<double>(e.messages) * link.latency_s;
+          e.seconds = a2a + std::max(e.compute_seconds, ring_comm) + e.copy_seconds +
+                      static_cast<double>(e.messages) * link.latency_s;
+          out.push_back(e);
+          continue;
+        }
+        break;
+      }
+    }
+    e.compute_seconds = e.flops / (kernel.flops_per_s * slowdown);
+    const double transfer = e.bytes_sent / link.bandwidth_bytes_per_s;
+    e.comm_seconds = transfer + static_cast<double>(e.messages) * link.latency_s;
+    e.seconds = (ring_slowest >= 0 ? ring_slowest : e.compute_seconds + transfer) +
+                static_cast<double>(e.messages) * link.latency_s + e.copy_seconds;
+    out.push_back(e);
+  }
+  return out;
+}
+
+const StrategyEstimate& recommend(const std::vector<StrategyEstimate>& estimates) {
+  const StrategyEstimate* best = nullptr;
+  for (const StrategyEstimate& e : estimates) {
+    if (e.feasible && (best == nullptr || e.seconds < best->seconds)) best = &e;
+  }
+  CPATTN_CHECK(best != nullptr, ErrorCode::kInvalidArgument,
+               "plan: no strategy can run this problem on this group");
+  return *best;
+}
+
+}  // namespace cpattn

@@ -1,0 +1,95 @@
+// measure_models (plan.h): the planner's link and kernel models, measured on a group.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "cpattn/kernel.h"
+#include "cpattn/plan.h"
+#include "cpattn/stopwatch.h"
+
+namespace cpattn {
+
+namespace {
+
+// Forward + backward of one rank's kernel on the problem's shape at min(S, 2048) tokens with
+// 1 thread, best of 2: FLOP/s by the planner's count.
+double kernel_flops(const PlanProblem& p, MemoryCounter* mem) {
+  PlanProblem small = p;
+  small.S = std::min<int64_t>(p.S, 2048);
+  small.cp_size = 1;
+  small.doc_lengths.clear();
+  const int64_t S = small.S;
+  std::mt19937 gen(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Tensor q({p.B, S, p.Hq, p.Dqk}, mem), k({p.B, S, p.Hkv, p.Dqk}, mem),
+      v({p.B, S, p.Hkv, p.Dv}, mem), dout({p.B, S, p.Hq, p.Dv}, mem);
+  for (Tensor* t : {&q, &k, &v, &dout})
+    for (float& x : t->span()) x = normal(gen);
+  std::vector<int64_t> pos(static_cast<size_t>(S));
+  std::iota(pos.begin(), pos.end(), int64_t{0});
+  const AttentionInputs in{q.view(), k.view(), v.view(), pos, pos, {}, {}};
+  double best = 1e30;
+  for (int rep = 0; rep < 2; ++rep) {
+    const Stopwatch watch;
+    const KernelForwardResult f = attention_kernel_forward(in, p.params, {1, 0});
+    const AttentionGradients g =
+        attention_kernel_backward(in, p.params, {1, 0}, dout.view(), f.out.view(), f.lse.span());
+    best = std::min(best, watch.seconds());
+  }
+  return plan_strategies(small, {}, {})[0].flops / best;
+}
+
+// The slowest rank's value (every rank passes its own).
+double slowest(Communicator& comm, double mine) {
+  std::vector<double> all(static_cast<size_t>(comm.size()), 0.0);
+  all[static_cast<size_t>(comm.rank())] = mine;
+  comm.allreduce_sum(std::span<double>(all));
+  return *std::max_element(all.begin(), all.end());
+}
+
+// Seconds of `rounds` ring exchanges of `bytes` per rank (slowest rank).
+double ring_seconds(Communicator& comm, size_t bytes, int rounds) {
+  const int n = comm.size(), r = comm.rank();
+  const int64_t floats = static_cast<int64_t>(bytes / sizeof(float));
+  const Tensor out({floats}, &comm.memory());
+  Tensor in({floats}, &comm.memory());
+  comm.barrier();
+  const Stopwatch watch;
+  for (int s = 0; s < rounds; ++s) {
+    Request recv = comm.irecv(in.span(), (r + n - 1) % n, s);
+    Request send = comm.isend(out.span(), (r + 1) % n, s);
+    recv.wait();
+    send.wait();
+  }
+  return slowest(comm, watch.seconds());
+}
+
+}  // namespace
+
+MachineModel measure_models(Communicator& comm, const PlanProblem& problem) {
+  MachineModel m;
+  comm.barrier();
+  // The slowest rank's rate: the smallest, as the largest of the negatives.
+  m.kernel.flops_per_s = -slowest(comm, -kernel_flops(problem, &comm.memory()));
+  m.kernel.concurrent_ranks = 0;
+  if (comm.size() > 1) {
+    constexpr size_t kBytes = size_t{16} << 20;
+    constexpr int kRounds = 4, kPings = 64;
+    m.link.latency_s = ring_seconds(comm, 0, kPings) / kPings;
+    m.link.bandwidth_bytes_per_s =
+        static_cast<double>(kBytes) * kRounds /
+        std::max(ring_seconds(comm, kBytes, kRounds) - kRounds * m.link.latency_s, 1e-9);
+  }
+  const Tensor a({int64_t{16} << 20}, &comm.memory());
+  Tensor b({int64_t{16} << 20}, &comm.memory());
+  const Stopwatch watch;
+  std::memcpy(b.data(), a.data(), static_cast<size_t>(a.numel()) * sizeof(float));
+  double copy = static_cast<double>(a.numel()) * sizeof(float) / std::max(watch.seconds(), 1e-9);
+  copy = slowest(comm, -copy);  // the smallest rate: max of the negatives
+  m.kernel.copy_bytes_per_s = -copy;
+  return m;
+}
+
+}  // namespace cpattn

@@ -1,0 +1,43 @@
+// The ring passes themselves, on block tables rather than shardings and writing into the caller's
+// views: ring_attention_forward / ring_attention_backward (ring.h) run them on the shards of a
+// SequenceSharding, the hybrid strategy on the row blocks of its grid with head-sharded views.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "cp/ring_detail.h"
+#include "cpattn/communicator.h"
+#include "cpattn/kernel.h"
+#include "cpattn/ring.h"
+
+namespace cpattn::detail {
+
+/// One ring call: this rank's q [B, Sq_r, Hq, Dqk] and k/v [B, Sk_r, Hkv, Dqk|Dv] (any strides)
+/// with Sq_r = q_blocks.length(rank), Sk_r = kv_blocks.length(rank); every rank's block
+/// positions and documents; and the dropout head coordinates of q's heads (kernel.h).
+struct RingProblem {
+  ConstView q, k, v;
+  const BlockTable* q_blocks = nullptr;
+  const BlockTable* kv_blocks = nullptr;
+  AttentionParams params;
+  RngState rng;
+  int64_t head_offset = 0, total_heads = 0;
+};
+
+/// The sizes of a ring problem on `comm` (trusted: the caller validated the arguments).
+RingDims ring_dims(const Communicator& comm, const RingProblem& p);
+
+/// Ring forward (ring.h) into out [B, Sq_r, Hq, Dv] (any strides) and lse fp32 [B, Hq, Sq_r].
+/// Adds kernel and communication time to options.stats (the caller's CallTimer adds the rest).
+void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& options, View out,
+                  std::span<float> lse);
+
+/// Ring backward (ring.h) from dout [B, Sq_r, Hq, Dv], the merged lse and delta = D_i (both fp32
+/// [B, Hq, Sq_r], delta from row_dot of dout and the forward's out), into dq, dk, dv (shaped like
+/// q, k, v, any strides; overwritten).
+void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& options,
+                   ConstView dout, std::span<const float> lse, std::span<const float> delta,
+                   View dq, View dk, View dv);
+
+}  // namespace cpattn::detail

@@ -1,0 +1,116 @@
+// The planner (plan.h): its bytes and messages per rank are what the strategies send (RingStats
+// of a real run), masks and documents shape its compute and the ring's traffic, impossible
+// strategies are flagged, and recommend() picks the fastest feasible one.
+#include "cpattn/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cp/ring_harness.h"
+#include "cpattn/error.h"
+#include "support/errors.h"
+#include "verify/reference_case.h"
+
+namespace cpattn::testing {
+namespace {
+
+PlanProblem plan_problem(int P, Layout layout, bool causal) {
+  PlanProblem p;
+  p.S = 96;
+  p.Hq = 8;
+  p.Hkv = 2;
+  p.Dqk = 16;
+  p.Dv = 8;
+  p.params.causal = causal;
+  p.layout = layout;
+  p.cp_size = P;
+  return p;
+}
+
+// The planner's busiest-rank bytes and messages equal the largest RingStats of a real forward +
+// backward (contiguous and zigzag layouts, causal: the ring's relay is pruned on contiguous).
+TEST(Plan, BytesAndMessagesAreWhatTheStrategiesSend) {
+  for (const int P : {4, 8}) {
+    for (const Layout layout : {Layout::kContiguous, Layout::kZigzag}) {
+      const PlanProblem pp = plan_problem(P, layout, true);
+      reference::CaseSpec spec;
+      spec.mask = reference::MaskKind::kCausal;
+      spec.dims = {1, pp.S, pp.S, pp.Hq, pp.Hkv, pp.Dqk, pp.Dv};
+      spec.seed = 3;
+      const reference::Problem p = reference::make_problem(spec);
+      for (const StrategyEstimate& e : plan_strategies(pp, {}, {})) {
+        SCOPED_TRACE(strategy_name(e.strategy) + " " + layout_name(layout) + " P " +
+                     std::to_string(P));
+        ASSERT_TRUE(e.feasible) << e.reason;
+        std::vector<RingStats> stats(static_cast<size_t>(P));
+        RingRun run{P, layout};
+        run.strategy = e.strategy;
+        run.stats = stats;
+        run_ring(p, run);
+        int64_t bytes = 0, messages = 0;
+        for (const RingStats& s : stats) {
+          bytes = std::max(bytes, s.bytes_sent);
+          messages = std::max(messages, s.messages_sent);
+        }
+        EXPECT_EQ(static_cast<int64_t>(e.bytes_sent), bytes);
+        EXPECT_EQ(e.messages, messages);
+        EXPECT_GT(e.flops, 0.0);
+        EXPECT_GT(e.peak_bytes, 0.0);
+      }
+    }
+  }
+}
+
+TEST(Plan, MasksAndDocumentsShapeComputeAndTraffic) {
+  PlanProblem full = plan_problem(4, Layout::kContiguous, false);
+  full.S = 1024;
+  PlanProblem causal = full;
+  causal.params.causal = true;
+  PlanProblem docs = causal;
+  docs.doc_lengths = {300, 5, 700, 19};
+  const auto ring = [](const PlanProblem& p) { return plan_strategies(p, {}, {})[0]; };
+  const auto ulysses = [](const PlanProblem& p) { return plan_strategies(p, {}, {})[2]; };
+  // Computed pairs count whole 128 x 128 tiles the mask does not hide. Ulysses: one call over
+  // the sequence's 8 x 8 tiles, 36 of them on or below the diagonal.
+  EXPECT_NEAR(ulysses(causal).flops / ulysses(full).flops, 36.0 / 64.0, 1e-9);
+  // Contiguous causal ring: the last rank's 2 query tiles see 7 and 8 of the 8 key tiles.
+  EXPECT_NEAR(ring(causal).flops / ring(full).flops, 15.0 / 16.0, 1e-9);
+  EXPECT_LT(ring(docs).bytes_sent, ring(causal).bytes_sent);
+  EXPECT_LT(ring(causal).bytes_sent, ring(full).bytes_sent);
+  EXPECT_LT(ring(docs).flops, ring(causal).flops);
+}
+
+TEST(Plan, InfeasibleStrategiesAreFlaggedAndTheFastestIsRecommended) {
+  PlanProblem p = plan_problem(4, Layout::kZigzag, true);
+  p.Hq = 6;
+  p.Hkv = 2;
+  const std::vector<StrategyEstimate> e = plan_strategies(p, {}, {});
+  ASSERT_EQ(e.size(), 4u);  // ring, allgather, ulysses, hybrid:2x2
+  EXPECT_FALSE(e[2].feasible);
+  EXPECT_NE(e[2].reason.find("multiple of 4"), std::string::npos) << e[2].reason;
+  const StrategyEstimate& best = recommend(e);
+  for (const StrategyEstimate& x : e) {
+    if (x.feasible) {
+      EXPECT_LE(best.seconds, x.seconds);
+    }
+  }
+  // A slow link makes the strategy that moves the fewest bytes the pick.
+  PlanProblem q = plan_problem(8, Layout::kZigzag, true);
+  q.S = 4096;
+  const std::vector<StrategyEstimate> slow = plan_strategies(q, {1e6, 1e-3}, {});
+  const StrategyEstimate& pick = recommend(slow);
+  for (const StrategyEstimate& x : slow) EXPECT_LE(pick.bytes_sent, x.bytes_sent * 1.5);
+  EXPECT_EQ(error_of([&] {
+              PlanProblem bad = q;
+              bad.doc_lengths = {5};
+              plan_strategies(bad, {}, {});
+            }).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(candidate_strategies(8).size(), 5u);  // ring, allgather, ulysses, 2x4, 4x2
+}
+
+}  // namespace
+}  // namespace cpattn::testing

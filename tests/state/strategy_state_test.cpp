@@ -1,0 +1,131 @@
+// The strategy in the safe API: a rank that uses another strategy fails the call agreement on
+// every rank (naming it), a ForwardResult of one strategy is refused by a backward with another,
+// a strategy that cannot run the call fails on every rank, and the fingerprint says which.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cpattn/error.h"
+#include "state/stack_harness.h"
+#include "support/errors.h"
+
+namespace cpattn::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Outcome {
+  std::vector<ErrorCode> codes;
+  std::vector<std::string> messages;
+};
+
+// Runs fn on P ranks; records every rank's error (kInternal + "" for a rank that did not throw).
+Outcome run_all(int P, const std::function<void(Communicator&)>& fn) {
+  Outcome o{std::vector<ErrorCode>(static_cast<size_t>(P), ErrorCode::kInternal),
+            std::vector<std::string>(static_cast<size_t>(P))};
+  try {
+    run_ranks(P, [&](Communicator& comm) {
+      try {
+        fn(comm);
+      } catch (const Error& e) {
+        o.codes[static_cast<size_t>(comm.rank())] = e.code();
+        o.messages[static_cast<size_t>(comm.rank())] = e.what();
+        throw;
+      }
+    });
+  } catch (const Error&) {
+  }
+  return o;
+}
+
+struct Case {
+  StackProblem p{1, 37, 4, 8, 5};
+  AttentionParams params;
+  Case() {
+    params.causal = true;
+    params.dropout_p = 0.1f;
+  }
+};
+
+TEST(StrategyAgreement, ARankWithAnotherStrategyFailsEveryRankNamingIt) {
+  const Case c;
+  const Outcome o = run_all(4, [&](Communicator& comm) {
+    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
+    AttentionOptions options;
+    if (comm.rank() == 2) options.strategy = Strategy::ulysses();
+    attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(4, comm.rank()), c.params,
+                      {1, 0}, options);
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kRankDisagreement) << r;
+    EXPECT_THAT(o.messages[static_cast<size_t>(r)],
+                HasSubstr("rank 2 has strategy=ulysses, ranks 0, 1, 3 have strategy=ring"));
+  }
+}
+
+TEST(StrategyAgreement, AStateOfAnotherStrategyIsRefused) {
+  const Case c;
+  const Outcome o = run_all(2, [&](Communicator& comm) {
+    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    const SequenceSharding seq = c.p.sharding(2, comm.rank());
+    AttentionOptions ulysses;
+    ulysses.strategy = Strategy::ulysses();
+    const ForwardResult state =
+        attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {1, 0}, ulysses);
+    attention_backward(comm, x.view(), x.view(), x.view(), x.view(), state, seq, c.params, {1, 0},
+                       AttentionOptions{});
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kStateMismatch) << r;
+    EXPECT_THAT(o.messages[static_cast<size_t>(r)],
+                HasSubstr("produced with strategy=ulysses, backward called with strategy=ring"));
+  }
+}
+
+TEST(StrategyAgreement, AStrategyThatCannotRunTheCallFailsOnEveryRank) {
+  const Case c;  // 4 heads
+  const Outcome o = run_all(3, [&](Communicator& comm) {
+    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 3, comm.rank(), &comm.memory());
+    AttentionOptions options;
+    options.strategy = Strategy::ulysses();
+    attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(3, comm.rank()), c.params,
+                      {1, 0}, options);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kInvalidArgument) << r;
+    EXPECT_THAT(o.messages[static_cast<size_t>(r)],
+                HasSubstr("Hq must be a multiple of 3, got Hq = 4"));
+  }
+}
+
+TEST(StrategyAgreement, RecomputeWithAnotherStrategyDiverges) {
+  const Case c;
+  const Outcome o = run_all(2, [&](Communicator& comm) {
+    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    const SequenceSharding seq = c.p.sharding(2, comm.rank());
+    AttentionOptions hybrid;
+    hybrid.strategy = Strategy::hybrid(2, 1);
+    const AttentionCheckpoint ckpt = make_checkpoint(
+        attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {1, 0}, hybrid));
+    recompute_forward(comm, ckpt, {1, 0}, x.view(), x.view(), x.view(), seq, c.params);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kRecomputeDiverged) << r;
+    EXPECT_THAT(o.messages[static_cast<size_t>(r)], HasSubstr("strategy=hybrid:2x1"));
+  }
+}
+
+TEST(StrategyAgreement, FingerprintNamesTheStrategy) {
+  Fingerprint a, b;
+  b.strategy = Strategy::hybrid(2, 4);
+  const auto diffs = a.differences(b);
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_EQ(diffs[0],
+            "ForwardResult was produced with strategy=ring, backward called with "
+            "strategy=hybrid:2x4");
+}
+
+}  // namespace
+}  // namespace cpattn::testing
