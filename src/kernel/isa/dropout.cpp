@@ -1,11 +1,11 @@
 // Per-row dropout multipliers (dropout.h).
-#include "kernel/dropout.h"
+#include "kernel/isa/dropout.h"
 
 #include <array>
 
 #include "cpattn/rng.h"
 
-namespace cpattn::detail {
+namespace cpattn::detail::CPATTN_ISA_NS {
 
 DropoutRow::DropoutRow(const Problem& p)
     : rng_(p.rng),
@@ -31,4 +31,4 @@ void DropoutRow::fill(int64_t b, int64_t h, int64_t q_index, const TileRange& k,
   }
 }
 
-}  // namespace cpattn::detail
+}  // namespace cpattn::detail::CPATTN_ISA_NS

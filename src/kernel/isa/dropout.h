@@ -7,7 +7,7 @@
 #include "kernel/problem.h"
 #include "kernel/tiles.h"
 
-namespace cpattn::detail {
+namespace cpattn::detail::CPATTN_ISA_NS {
 
 /// Z_ij = keep_ij / (1 - p) of docs/design.md section 4 for the keys of one tile.
 class DropoutRow {
@@ -27,4 +27,4 @@ class DropoutRow {
   const int64_t* k_pos_;
 };
 
-}  // namespace cpattn::detail
+}  // namespace cpattn::detail::CPATTN_ISA_NS
