@@ -9,6 +9,7 @@
 #include <span>
 
 #include "cpattn/communicator.h"
+#include "cpattn/isa.h"
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"
 #include "cpattn/rng.h"
@@ -72,6 +73,8 @@ struct RingOptions {
   int num_threads = 1;
   /// When non-null, the call adds its timings and counts here (caller-owned, per rank).
   RingStats* stats = nullptr;
+  /// The kernel's code path for every block (KernelOptions::isa; resolved once per call).
+  Isa isa = Isa::kAuto;
 };
 
 namespace unchecked {

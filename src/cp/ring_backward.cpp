@@ -12,28 +12,6 @@ namespace cpattn::unchecked {
 
 namespace {
 
-// D_i = <dout_i, out_i> in fp32, [B, Hq, Sq] (FlashAttention-2 backward, Alg. 2 line 4), computed
-// once instead of once per block.
-Tensor row_dot(ConstView dout, ConstView out, MemoryCounter* mem) {
-  const int64_t B = out.shape[0], S = out.shape[1], H = out.shape[2], D = out.shape[3];
-  Tensor delta({B, H, S}, mem);
-  float* p = delta.data();
-  const int64_t sd = dout.stride[3], so = out.stride[3];
-  // Rows in (b, i, h) order: the memory order of a dense BSHD tensor.
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t i = 0; i < S; ++i) {
-      for (int64_t h = 0; h < H; ++h) {
-        const float* x = &dout(b, i, h, 0);
-        const float* y = &out(b, i, h, 0);
-        float acc = 0.0f;
-        for (int64_t c = 0; c < D; ++c) acc += x[c * sd] * y[c * so];
-        p[(b * H + h) * S + i] = acc;
-      }
-    }
-  }
-  return delta;
-}
-
 std::span<float> first(Tensor& t, int64_t n) { return t.span().first(static_cast<size_t>(n)); }
 std::span<const float> first(const Tensor& t, int64_t n) {
   return t.span().first(static_cast<size_t>(n));
@@ -60,18 +38,23 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
   AttentionGradients g{Tensor({d.B, d.Sq, d.Hq, d.Dqk}, mem),
                        Tensor({d.B, d.Sk, d.Hkv, d.Dqk}, mem),
                        Tensor({d.B, d.Sk, d.Hkv, d.Dv}, mem)};
-  const Tensor delta = row_dot(dout, out, mem);
+  // D_i = <dout_i, out_i>, computed once for every block (FlashAttention-2 Alg. 2 line 4).
+  Tensor delta({d.B, d.Hq, d.Sq}, mem);
+  KernelOptions delta_options;
+  delta_options.num_threads = options.num_threads;
+  delta_options.isa = d.isa;
+  attention_kernel_delta(dout, out, delta.span(), delta_options);
 
-  // Buffers besides the k/v relay (each sized for the largest block, packed dk|dv as PackedKv):
-  //   grad[2]  dk/dv accumulators: grad[s % 2] is received, completed and sent on at step s while
-  //            grad[(s + 1) % 2] may still be in flight from step s - 1
-  //   share    this rank's dk/dv share of the current block (zeroed per step), added to the
-  //            received accumulator afterwards, so the kernel never waits for the accumulator
+  // Besides the k/v relay: grad[2], the dk/dv accumulators (each sized for the largest block,
+  // packed dk|dv as PackedKv): grad[s % 2] is received at step s while this rank computes, and
+  // the kernel adds this rank's share straight into it (BackwardOptions::before_dkdv waits for
+  // the accumulator just before the first dk/dv write, so the transfer overlaps the work before
+  // it); it is then sent on while grad[(s + 1) % 2] may still be in flight from step s - 1. At
+  // step 0 the kernel writes its share of the own block into grad[0] (overwrite_dkdv).
   detail::KvRelay relay(channel, d, kv_sharding, detail::RingStream::kBackwardKv, k, v);
   const detail::PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv};
   const int64_t ring_floats = d.world > 1 ? pk.floats(d.max_block) : 0;
   std::array<Tensor, 2> grad{Tensor({ring_floats}, mem), Tensor({ring_floats}, mem)};
-  Tensor share({ring_floats}, mem);
 
   const std::vector<int64_t> q_pos = q_sharding.local_positions();
   const std::vector<int64_t> q_doc = q_sharding.local_docs();
@@ -81,7 +64,8 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
   BackwardOptions kernel_options;
   kernel_options.num_threads = options.num_threads;
   kernel_options.interruption_point = [&comm] { comm.throw_if_group_failed(); };
-  kernel_options.accumulate = true;  // dq sums over blocks; share and grad[0] start at zero
+  kernel_options.isa = d.isa;
+  kernel_options.accumulate = true;  // dq sums over blocks (g.dq starts at zero)
   kernel_options.delta = delta.span();
   const auto grad_tag = [](int step) {
     return detail::ring_tag(detail::RingStream::kBackwardGrad, step);
@@ -95,38 +79,43 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
     relay.advance(step, s);
     const int64_t len = relay.length();
     const int64_t floats = pk.floats(len);
+    bool received = step.grad_recv_from < 0;
+    const auto wait_accumulator = [&] {
+      channel.wait_recv(grad_recv, floats, "ring backward: floats of the dk/dv accumulator");
+      received = true;
+    };
     if (step.grad_recv_from >= 0) {
       // grad[cur] was sent on at step s - 2; the sender of this accumulator finished step s - 1.
       channel.wait_if_pending(grad_sends[cur]);
       grad_recv = channel.recv(first(grad[cur], floats), step.grad_recv_from, grad_tag(s - 1));
     }
-    // Step 0 starts the accumulator of the own block with this rank's share directly; with one
-    // rank the share is the finished dk/dv.
-    Tensor& target = s == 0 ? grad[0] : share;
-    const View target_k = d.world == 1 ? g.dk.view() : pk.k(target.data(), len);
-    const View target_v = d.world == 1 ? g.dv.view() : pk.v(target.data(), len);
+    // With one rank the share is the finished dk/dv.
+    const View target_k = d.world == 1 ? g.dk.view() : pk.k(grad[cur].data(), len);
+    const View target_v = d.world == 1 ? g.dv.view() : pk.v(grad[cur].data(), len);
     const std::vector<int64_t> k_pos = kv_sharding.local_positions(step.kv_block);
     const std::vector<int64_t> k_doc = kv_sharding.local_docs(step.kv_block);
     const bool hidden = skip.hidden(k_pos, k_doc);
     if (!hidden) {
-      if (s > 0) std::fill_n(target.data(), floats, 0.0f);
+      // Fixed order: the accumulator holds (shares of ranks kv_block .. r-1); the kernel adds
+      // this rank's share elementwise. Step 0 starts it with this rank's share (grad[0] is
+      // zero when the own block is hidden).
+      kernel_options.overwrite_dkdv = s == 0;
+      kernel_options.before_dkdv = nullptr;
+      if (!received) kernel_options.before_dkdv = wait_accumulator;
       const AttentionInputs in{q, relay.k(), relay.v(), q_pos, k_pos, q_doc, k_doc};
-      const ScopedSeconds t(options.stats ? &options.stats->kernel_seconds : nullptr);
+      const double comm0 = options.stats ? options.stats->comm_seconds : 0.0;
+      const Stopwatch watch;
       attention_kernel_backward(in, params, rng, dout, out, lse, g.dq.view(), target_k, target_v,
                                 kernel_options);
+      if (options.stats != nullptr) {
+        // The accumulator's wait inside the call is communication, counted as such.
+        options.stats->kernel_seconds += watch.seconds() - (options.stats->comm_seconds - comm0);
+      }
     }
     if (options.stats != nullptr) {
       ++(hidden ? options.stats->blocks_skipped : options.stats->blocks_computed);
     }
-    if (s > 0) {
-      channel.wait_recv(grad_recv, floats, "ring backward: floats of the dk/dv accumulator");
-      if (!hidden) {
-        // Fixed order: (shares of ranks kv_block .. r-1) + share of r, elementwise.
-        float* acc = grad[cur].data();
-        const float* mine = share.data();
-        for (int64_t i = 0; i < floats; ++i) acc[i] += mine[i];
-      }
-    }
+    if (!received) wait_accumulator();
     if (step.grad_send_to >= 0) {
       grad_sends[cur] =
           channel.send(first(std::as_const(grad[cur]), floats), step.grad_send_to, grad_tag(s));

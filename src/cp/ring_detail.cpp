@@ -46,6 +46,7 @@ RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, 
   // Checked here although the kernel checks them too: a rank whose blocks are all masked never
   // calls the kernel, and every rank must reject a bad call alike, before any message.
   resolve_params(params, d.Dqk);
+  d.isa = resolve_isa(options.isa);
   for (int r = 0; r < d.world; ++r) {
     d.max_block = std::max(d.max_block, kv_sharding.local_length(r));
   }

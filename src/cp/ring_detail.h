@@ -20,12 +20,13 @@ struct RingDims {
   int64_t B = 0, Sq = 0, Sk = 0, Hq = 0, Hkv = 0, Dqk = 0, Dv = 0;
   int64_t max_block = 0;  ///< the largest Sk_r over all ranks (buffer size of a travelling block)
   int rank = 0, world = 1;
+  Isa isa = Isa::kGeneric;  ///< RingOptions::isa resolved (resolve_isa), for every kernel call
 };
 
 /// The single validation layer of the ring: group vs shardings, shapes vs local lengths,
-/// resolve_params and the options. Throws Error(kShapeMismatch | kInvalidArgument) naming
-/// expected vs got. Every rank checks the same things, so a bad call fails on every rank before
-/// any message.
+/// resolve_params and the options (resolve_isa included). Throws Error(kShapeMismatch |
+/// kInvalidArgument) naming expected vs got. Every rank checks the same things, so a bad call fails
+/// on every rank before any message.
 RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
                             const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
                             const AttentionParams& params, const RingOptions& options);

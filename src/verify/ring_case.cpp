@@ -69,6 +69,7 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
   const Tensor q_r = local(whole.q), k_r = local(whole.k), v_r = local(whole.v);
   RingOptions options;
   options.num_threads = run.num_threads;
+  options.isa = run.isa;
   const unchecked::RingForwardResult fwd = unchecked::ring_attention_forward(
       comm, q_r.view(m), k_r.view(m), v_r.view(m), qs, ks, p.params, p.rng, options);
   const std::vector<int64_t> q_idx = shard_token_indices(run.layout, d.Sq, run.cp_size, r);

@@ -20,6 +20,7 @@ struct RingRun {
   MemoryLayout memory = MemoryLayout::kBSHD;  ///< storage order of every rank's q/k/v/dout
   int num_threads = 1;                        ///< kernel threads per rank (RingOptions)
   bool backward = true;                       ///< also run ring backward (dq, dk, dv)
+  Isa isa = Isa::kAuto;                       ///< the kernel's code path (RingOptions::isa)
 };
 
 /// Zero whole-sequence Outputs of the problem's shapes (gradients only when backward).
