@@ -36,7 +36,6 @@ BackwardOffsets plan_scratch(const BackwardProblem& p, const BackwardPlan& plan,
   o.st = layout.add(tk * tq);
   o.dst = layout.add(tk * tq);
   o.pzt = layout.add(tk * tq);
-  o.z = layout.add(tk);
   o.lse_safe = layout.add(tq);
   o.dd = layout.add(tq);
   o.dk = layout.add(plan.tiles_per_chunk * tk * plan.dqk_pad);

@@ -22,7 +22,6 @@ int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 //   kr [kTileK][Dqk]            K rows of the current k tile
 //   vp [Dv_pad/nr][kTileK][nr]  V panels of the current k tile
 //   st [kTileK][kTileQ]         S^T scores, then probabilities
-//   z  [kTileK]                 dropout multipliers of one query
 //   al [kTileQ]                 per-query rescale factors exp(m_old - m_new)
 //   per head of the item (head_stride apart): qt [kTileQ/nr][Dqk][nr] Q^T panels,
 //     o [kTileQ][Dv_pad] accumulator, m [kTileQ] running max, l [kTileQ] running sum
@@ -38,7 +37,6 @@ ForwardOffsets plan_scratch(const ForwardProblem& p, int64_t dv_pad, int64_t hea
   at.kr = item.add(kForwardTileK * p.Dqk);
   at.vp = item.add(kForwardTileK * dv_pad);
   at.st = item.add(kForwardTileK * kForwardTileQ);
-  at.z = item.add(kForwardTileK);
   at.alpha = item.add(kForwardTileQ);
   at.heads = item.add(heads_per_item * at.head_stride);
   return at;

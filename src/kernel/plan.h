@@ -32,8 +32,8 @@ constexpr int64_t kBackwardTileK = 64;
 
 /// Offsets (floats) of the arrays of a forward worker's scratch buffer (ScratchLayout).
 struct ForwardOffsets {
-  int64_t kr, vp, st, z, alpha, heads;  ///< in the worker's buffer
-  int64_t qt, o, m, l, head_stride;     ///< in one head's block (heads + hh * head_stride)
+  int64_t kr, vp, st, alpha, heads;  ///< in the worker's buffer
+  int64_t qt, o, m, l, head_stride;  ///< in one head's block (heads + hh * head_stride)
 };
 
 /// A forward call's work: items (q tile in q_order, batch, kv head, chunk of <= heads_per_item q
@@ -53,7 +53,7 @@ struct ForwardPlan {
 /// Offsets (floats) of the arrays of a backward worker's scratch buffer (sizes in
 /// isa/backward.cpp).
 struct BackwardOffsets {
-  int64_t qt, ot, qp, op, dq, kr, kp, vr, st, dst, pzt, z, lse_safe, dd, dk, dv;
+  int64_t qt, ot, qp, op, dq, kr, kp, vr, st, dst, pzt, lse_safe, dd, dk, dv;
 };
 
 /// A backward call's work: items (batch, kv head, k-tile chunk), item index = (b * Hkv + g) *

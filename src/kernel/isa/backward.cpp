@@ -37,7 +37,6 @@ struct Scratch {
   float* st;        // [kTileK][kTileQ]          P^T
   float* dst;       // [kTileK][kTileQ]          dP^T, then scale * dS^T
   float* pzt;       // [kTileK][kTileQ]          (Z P)^T (dropout only)
-  float* z;         // [kTileK]                  dropout multipliers of one query
   float* lse_safe;  // [kTileQ]                  lse, +inf for empty rows and padding
   float* dd;        // [kTileQ]                  D_i = <dout_i, out_i>
   float* dk;        // [chunk keys][Dqk_pad]     dK accumulators of the item's k tiles
@@ -45,8 +44,8 @@ struct Scratch {
 };
 
 Scratch carve(const BackwardOffsets& o, float* f) {
-  return {f + o.qt, f + o.ot,  f + o.qp,  f + o.op, f + o.dq,       f + o.kr, f + o.kp, f + o.vr,
-          f + o.st, f + o.dst, f + o.pzt, f + o.z,  f + o.lse_safe, f + o.dd, f + o.dk, f + o.dv};
+  return {f + o.qt, f + o.ot,  f + o.qp,  f + o.op,       f + o.dq, f + o.kr, f + o.kp, f + o.vr,
+          f + o.st, f + o.dst, f + o.pzt, f + o.lse_safe, f + o.dd, f + o.dk, f + o.dv};
 }
 
 class Item {
@@ -138,10 +137,7 @@ class Item {
     const bool dropout = p_.dropout_p > 0.0f;
     if (dropout) {
       // Z^T into pzt (padding columns 0); the loop below turns it into (Z P)^T in place.
-      for (int64_t i = 0; i < nq; ++i) {
-        dropout_.fill(b, h, qt.begin + i, kv, w_.z);
-        for (int64_t j = 0; j < nk; ++j) w_.pzt[j * kTileQ + i] = w_.z[j];
-      }
+      dropout_.fill(b, h, qt, kv, w_.pzt, kTileQ);
       for (int64_t j = 0; j < nk; ++j) fill(w_.pzt + j * kTileQ + nq, nq_pad - nq, 0.0f);
     }
     // P = exp(scale s - lse); dS = P (Z dP' - D) with dP' = dO V^T (Z enters dP and dV).
@@ -214,7 +210,7 @@ class Item {
   const BackwardPlan& plan_;
   const BackwardProblem& p_;
   const TileMask& mask_;
-  DropoutRow dropout_;
+  DropoutTile dropout_;
   Scratch w_;
 };
 

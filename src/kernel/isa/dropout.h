@@ -1,5 +1,5 @@
-// Dropout multipliers of the contract in rng.h, generated per (query row, key tile) from global
-// positions only, so any sharding of the sequence reproduces the same mask.
+// Dropout multipliers of the contract in rng.h for a whole (q tile, k tile) block, generated from
+// global positions only, so any sharding of the sequence reproduces the same mask.
 #pragma once
 
 #include <cstdint>
@@ -9,17 +9,27 @@
 
 namespace cpattn::detail::CPATTN_ISA_NS {
 
-/// Z_ij = keep_ij / (1 - p) of docs/design.md section 4 for the keys of one tile.
-class DropoutRow {
+/// Z_ij = keep_ij / (1 - p) of docs/design.md section 4, in the transposed layout of the score
+/// tiles: element (key j, query i) at x[j * ld + i]. Queries go in SIMD lanes (kLanes counters of
+/// Philox4x32-10 at once, philox4x32_10_rounds of rng.h), and one Philox call serves every
+/// consecutive key with the same k_pos / 4 (4 keys for contiguous positions). Integer and exact
+/// float operations only: the same bits on every ISA.
+class DropoutTile {
  public:
-  explicit DropoutRow(const Problem& p);
+  explicit DropoutTile(const Problem& p);
 
-  /// z[j] = (u_ij >= p ? 1 / (1 - p) : 0) for j < k.size, where u_ij comes from
-  /// r = Philox4x32_10({k_pos / 4, q_pos, b * Hq + h, lo32(offset)}, key)[k_pos % 4]. One Philox
-  /// call serves every consecutive key with the same k_pos / 4 (4 keys for contiguous positions).
-  void fill(int64_t b, int64_t h, int64_t q_index, const TileRange& k, float* z) const;
+  /// x[j * ld + i] = Z_ij for j < k.size, i < round_up(q.size, kLanes); lanes past q.size get 0.
+  /// x must hold round_up(q.size, kLanes) columns per key row.
+  void fill(int64_t b, int64_t h, const TileRange& q, const TileRange& k, float* x,
+            int64_t ld) const;
+  /// x[j * ld + i] *= Z_ij likewise (lanes past q.size are multiplied by Z of counter 0).
+  void apply(int64_t b, int64_t h, const TileRange& q, const TileRange& k, float* x,
+             int64_t ld) const;
 
  private:
+  template <bool kMultiply>
+  void run(int64_t b, int64_t h, const TileRange& q, const TileRange& k, float* x,
+           int64_t ld) const;
   RngState rng_;
   int64_t num_heads_q_;
   float p_, inv_keep_;

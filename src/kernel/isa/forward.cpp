@@ -125,14 +125,13 @@ void forward_item(const ForwardPlan& plan, int64_t item, float* scratch) {
   float* kr = scratch + at.kr;
   float* vp = scratch + at.vp;
   float* st = scratch + at.st;
-  float* z = scratch + at.z;
   float* alpha = scratch + at.alpha;
   const auto head = [&](int64_t hh) { return scratch + at.heads + hh * at.head_stride; };
   for (int64_t hh = 0; hh < nh; ++hh) {
     pack_panels_transposed(p.q, {b, h0 + hh, qt.begin, qt.size}, 1.0f, head(hh) + at.qt);
     load_state(plan, b, h0 + hh, qt, head(hh) + at.o, head(hh) + at.m, head(hh) + at.l);
   }
-  const DropoutRow dropout(p);
+  const DropoutTile dropout(p);
 
   const auto next_visible = [&](int64_t t) {
     while (t < plan.n_k_tiles && mask.classify(qt, plan.k_tiles[t]) == BlockVisibility::kHidden) {
@@ -176,12 +175,7 @@ void forward_item(const ForwardPlan& plan, int64_t item, float* scratch) {
         float* orow = o + i * dv_pad;
         for (int64_t d = 0; d < dv_pad; d += kLanes) store(orow + d, load(orow + d) * a);
       }
-      if (p.dropout_p > 0.0f) {
-        for (int64_t i = 0; i < qt.size; ++i) {
-          dropout.fill(b, h0 + hh, qt.begin + i, kv, z);
-          for (int64_t j = 0; j < kv.size; ++j) st[j * kForwardTileQ + i] *= z[j];
-        }
-      }
+      if (p.dropout_p > 0.0f) dropout.apply(b, h0 + hh, qt, kv, st, kForwardTileQ);
       // O += P V with P read through S^T (row stride 1, k stride kForwardTileQ).
       gemm_tile(qt.size, dv_pad, {st, 1, kForwardTileQ}, {vp, kv.size}, o, dv_pad, true);
     }

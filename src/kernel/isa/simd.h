@@ -9,6 +9,10 @@
 #include <cstring>
 #include <utility>
 
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #if !defined(CPATTN_ISA_NS) || !defined(CPATTN_ISA_LANES)
 #error "src/kernel/isa/ is compiled once per ISA with CPATTN_ISA_NS and CPATTN_ISA_LANES defined"
 #endif
@@ -60,6 +64,36 @@ inline VF as_float(VI i) {
   VF x;
   std::memcpy(&x, &i, sizeof x);
   return x;
+}
+
+/// hi, lo = the high and low words of every lane's 64-bit product a * m (Philox's multiply). The
+/// one ISA-specific helper: vector extensions have no widening multiply, so AVX2/AVX-512 take
+/// the even and odd lanes' 32 x 32 -> 64 products (vpmuludq) and interleave their high words.
+inline void mul_hi_lo(VU a, uint32_t m, VU& hi, VU& lo) {
+  lo = a * m;
+#if (CPATTN_ISA_LANES == 16 && defined(__AVX512F__)) || (CPATTN_ISA_LANES == 8 && defined(__AVX2__))
+  typedef uint64_t U64 __attribute__((vector_size(4 * kLanes)));
+#if CPATTN_ISA_LANES == 16
+  // The maskz form: GCC 12's plain one warns of its undefined pass-through operand.
+  const auto mul_even = [](U64 x, uint32_t y) {
+    return __builtin_bit_cast(U64, _mm512_maskz_mul_epu32(0xFF, __builtin_bit_cast(__m512i, x),
+                                                          _mm512_set1_epi32(static_cast<int>(y))));
+  };
+#else
+  const auto mul_even = [](U64 x, uint32_t y) {
+    return __builtin_bit_cast(U64, _mm256_mul_epu32(__builtin_bit_cast(__m256i, x),
+                                                    _mm256_set1_epi32(static_cast<int>(y))));
+  };
+#endif
+  const U64 a64 = __builtin_bit_cast(U64, a);
+  const U64 even = mul_even(a64, m) >> 32;  // high words of lanes 0, 2, ... in the low halves
+  const U64 odd = mul_even(a64 >> 32, m) & 0xFFFFFFFF00000000ull;  // lanes 1, 3, ... in place
+  hi = __builtin_bit_cast(VU, even | odd);
+#else
+  for (int l = 0; l < kLanes; ++l) {
+    hi[l] = static_cast<uint32_t>((static_cast<uint64_t>(a[l]) * m) >> 32);
+  }
+#endif
 }
 
 /// e^x for each lane, within 1.05 ulps over [-86, 88] (Cephes expf: x = n ln 2 + r with
