@@ -1,8 +1,11 @@
 // Benchmarks of the single-rank flash-attention kernel (docs/performance.md, "Kernel"): GFLOPS of
-// forward/backward against OpenBLAS sgemm measured in the same run, a naive materialising
-// attention, causal vs full wall time, and the peak extra memory of a long forward. A summary of
-// the target ratios is printed after the Google Benchmark table.
-// Quick subset: --benchmark_filter='Sgemm|/D:128/S:4096/causal:0|Naive/D:128|PeakMemory'
+// forward/backward on every ISA path against the FMA throughput peak of each ISA and OpenBLAS
+// sgemm, both measured in the same run, a naive materialising attention, causal vs full wall
+// time, and the peak extra memory of a long forward. The machine (CPU flags, ISA paths, OpenBLAS
+// core) is printed first, a summary of the target ratios after the Google Benchmark table.
+// Quick subset: --benchmark_filter='FmaPeak|Sgemm|/D:128/S:4096/causal:0/|Naive/D:128|PeakMemory'
+// The best OpenBLAS sgemm of this CPU: run with OPENBLAS_CORETYPE unset
+// (env -u OPENBLAS_CORETYPE bench_kernel ...); the first line says which core OpenBLAS ran.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <sys/resource.h>
@@ -11,17 +14,25 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench_support.h"
+#include "cpattn/isa.h"
 #include "cpattn/kernel.h"
 #include "cpattn/memory.h"
+#include "machine.h"
 
 namespace {
 
+using cpattn::available_isas;
+using cpattn::detected_isa;
+using cpattn::Isa;
+using cpattn::isa_name;
 using cpattn::Tensor;
 constexpr int kThreads = 2;
 constexpr int64_t kHeadsQ = 8;
@@ -31,6 +42,13 @@ using bench::median_of;
 
 constexpr int64_t kSgemmN = 2048;
 double sgemm_gflops() { return 2.0 * std::pow(double(kSgemmN), 3) / median_of("sgemm") / 1e9; }
+
+// The ISA argument of the attention cases: 0 = Isa::kAuto (what a caller gets), else the path.
+constexpr Isa kIsaArgs[] = {Isa::kAuto, Isa::kGeneric, Isa::kAvx2, Isa::kAvx512};
+Isa isa_arg(int64_t a) { return kIsaArgs[static_cast<size_t>(a)]; }
+
+// The FMA peak of the widest ISA this CPU runs (GFLOPS, kThreads threads), from this run.
+double peak_gflops() { return median_of(std::string("fma_peak/") + isa_name(detected_isa())); }
 
 // Times the benchmark loop by wall clock, records it under key, and sets GFLOPS / vs_sgemm.
 template <typename Fn>
@@ -43,6 +61,7 @@ void timed_loop(benchmark::State& state, const std::string& key, double flops, F
   state.counters["GFLOPS"] = flops / secs / 1e9;
   if (bench::samples().count("sgemm"))
     state.counters["vs_sgemm"] = flops / secs / 1e9 / sgemm_gflops();
+  if (!std::isnan(peak_gflops())) state.counters["vs_peak"] = flops / secs / 1e9 / peak_gflops();
 }
 
 void fill_random(Tensor& t, uint32_t seed) {
@@ -76,9 +95,21 @@ double attention_flops(int64_t s, int64_t d, bool causal) {
   return 2.0 * kHeadsQ * double(s) * double(s) * 2.0 * double(d) * (causal ? 0.5 : 1.0);
 }
 
-std::string case_key(const char* what, int64_t hkv, int64_t d, int64_t s, bool causal) {
+std::string case_key(const char* what, int64_t hkv, int64_t d, int64_t s, bool causal,
+                     Isa isa = Isa::kAuto) {
   return std::string(what) + "/Hkv" + std::to_string(hkv) + "/D" + std::to_string(d) + "/S" +
-         std::to_string(s) + (causal ? "/causal" : "/full");
+         std::to_string(s) + (causal ? "/causal" : "/full") + "/" + isa_name(isa);
+}
+
+// FMA (generic: multiply + add) throughput of one ISA on kThreads threads.
+void BM_FmaPeak(benchmark::State& state) {
+  const Isa isa = isa_arg(state.range(0));
+  for (auto _ : state) {
+    const double gflops = bench::fma_peak_gflops(isa, kThreads);
+    bench::record(std::string("fma_peak/") + isa_name(isa), gflops);
+    state.counters["GFLOPS"] = gflops;
+  }
+  state.SetLabel(isa_name(isa));
 }
 
 void BM_Sgemm(benchmark::State& state) {
@@ -95,18 +126,21 @@ void BM_Sgemm(benchmark::State& state) {
 void BM_Forward(benchmark::State& state) {
   const int64_t hkv = state.range(0), d = state.range(1), s = state.range(2);
   const bool causal = state.range(3) != 0;
+  const Isa isa = isa_arg(state.range(4));
   Problem p(s, hkv, d);
   cpattn::AttentionParams params;
   params.causal = causal;
-  timed_loop(state, case_key("fwd", hkv, d, s, causal), attention_flops(s, d, causal), [&] {
-    cpattn::attention_kernel_forward(p.inputs(), params, {}, p.out.view(), p.lse.span(),
-                                     {kThreads});
+  cpattn::KernelOptions opt{kThreads};
+  opt.isa = isa;
+  timed_loop(state, case_key("fwd", hkv, d, s, causal, isa), attention_flops(s, d, causal), [&] {
+    cpattn::attention_kernel_forward(p.inputs(), params, {}, p.out.view(), p.lse.span(), opt);
   });
 }
 
 void BM_Backward(benchmark::State& state) {
   const int64_t hkv = state.range(0), d = state.range(1), s = state.range(2);
   const bool causal = state.range(3) != 0;
+  const Isa isa = isa_arg(state.range(4));
   Problem p(s, hkv, d);
   cpattn::AttentionParams params;
   params.causal = causal;
@@ -115,7 +149,9 @@ void BM_Backward(benchmark::State& state) {
   fill_random(dout, 4);
   cpattn::BackwardOptions opt;
   opt.num_threads = kThreads;
-  timed_loop(state, case_key("bwd", hkv, d, s, causal), 2.5 * attention_flops(s, d, causal), [&] {
+  opt.isa = isa;
+  const double flops = 2.5 * attention_flops(s, d, causal);
+  timed_loop(state, case_key("bwd", hkv, d, s, causal, isa), flops, [&] {
     cpattn::attention_kernel_backward(p.inputs(), params, {}, dout.view(), p.out.view(),
                                       p.lse.span(), dq.view(), dk.view(), dv.view(), opt);
   });
@@ -187,15 +223,30 @@ void BM_ForwardPeakMemory(benchmark::State& state) {
   }
 }
 
+// Every size/dim/grouping/mask on the path kAuto resolves to (isa 0), and the S = 4096, D = 128
+// full cases once more on each ISA path the CPU runs (isa 1 generic, 2 avx2, 3 avx512).
 void attention_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"Hkv", "D", "S", "causal"});
+  b->ArgNames({"Hkv", "D", "S", "causal", "isa"});
   for (int64_t s : {1024, 4096, 16384})
     for (int64_t d : {64, 128})
       for (int64_t hkv : {8, 2})
-        for (int64_t causal : {0, 1}) b->Args({hkv, d, s, causal});
+        for (int64_t causal : {0, 1}) b->Args({hkv, d, s, causal, 0});
+  for (Isa isa : available_isas()) {
+    const int64_t arg = std::find(std::begin(kIsaArgs), std::end(kIsaArgs), isa) - kIsaArgs;
+    for (int64_t hkv : {8, 2}) b->Args({hkv, 128, 4096, 0, arg});
+  }
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
+void isa_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"isa"});
+  for (Isa isa : available_isas()) {
+    b->Arg(std::find(std::begin(kIsaArgs), std::end(kIsaArgs), isa) - kIsaArgs);
+  }
+  b->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(1);
+}
+
+BENCHMARK(BM_FmaPeak)->Apply(isa_args);
 BENCHMARK(BM_Sgemm)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Forward)->Apply(attention_args);
 BENCHMARK(BM_Backward)->Apply(attention_args);
@@ -214,13 +265,43 @@ void print_ratio(const char* what, double value, const char* target) {
 // The targets as ratios of medians measured in this run.
 void print_summary() {
   std::printf("\nSummary (medians of this run, %d threads)\n", kThreads);
-  if (bench::samples().count("sgemm")) std::printf("  sgemm 2048^3: %.1f GFLOPS\n", sgemm_gflops());
+  std::printf("  %s\n  %s\n", bench::cpu_line().c_str(), bench::isa_line().c_str());
+  const double peak = peak_gflops();
+  for (Isa isa : available_isas()) {
+    const double f = median_of(std::string("fma_peak/") + isa_name(isa));
+    if (!std::isnan(f)) std::printf("  FMA peak %-7s %7.1f GFLOPS\n", isa_name(isa), f);
+  }
+  if (bench::samples().count("sgemm")) {
+    std::printf("  sgemm 2048^3: %.1f GFLOPS (OpenBLAS core %s)\n", sgemm_gflops(),
+                openblas_get_corename());
+  }
+  const bool avx512 = detected_isa() == Isa::kAvx512;
+  std::printf(
+      "  | path | Hkv | fwd GFLOPS | fwd / peak | fwd / sgemm | bwd GFLOPS | bwd / peak |"
+      " bwd / sgemm |\n  |---|---|---|---|---|---|---|---|\n");
+  for (Isa isa : available_isas()) {
+    for (int64_t hkv : {8, 2}) {
+      const double ff = attention_flops(4096, 128, false);
+      const double fwd = ff / median_of(case_key("fwd", hkv, 128, 4096, false, isa)) / 1e9;
+      const double bwd = 2.5 * ff / median_of(case_key("bwd", hkv, 128, 4096, false, isa)) / 1e9;
+      if (std::isnan(fwd) && std::isnan(bwd)) continue;
+      std::printf("  | %s | %lld | %.1f | %.3f | %.3f | %.1f | %.3f | %.3f |\n", isa_name(isa),
+                  static_cast<long long>(hkv), fwd, fwd / peak, fwd / sgemm_gflops(), bwd,
+                  bwd / peak, bwd / sgemm_gflops());
+    }
+  }
+  const Isa best = detected_isa();
   for (int64_t hkv : {8, 2}) {
     for (const char* dir : {"fwd", "bwd"}) {
       const double flops = (dir[0] == 'b' ? 2.5 : 1.0) * attention_flops(4096, 128, false);
-      const std::string key = case_key(dir, hkv, 128, 4096, false);
-      print_ratio((key + " GFLOPS / sgemm").c_str(), flops / median_of(key) / 1e9 / sgemm_gflops(),
-                  dir[0] == 'f' ? ">= 0.50" : ">= 0.35");
+      const double gflops = flops / median_of(case_key(dir, hkv, 128, 4096, false, best)) / 1e9;
+      const std::string what = case_key(dir, hkv, 128, 4096, false, best);
+      if (avx512) {
+        print_ratio((what + " / FMA peak").c_str(), gflops / peak,
+                    dir[0] == 'f' ? ">= 0.70" : ">= 0.60");
+      } else {
+        print_ratio((what + " / sgemm").c_str(), gflops / sgemm_gflops(), ">= 0.85");
+      }
     }
   }
   for (const char* dir : {"fwd", "bwd"})
@@ -229,7 +310,7 @@ void print_summary() {
         const double r = median_of(case_key(dir, hkv, d, 16384, true)) /
                          median_of(case_key(dir, hkv, d, 16384, false));
         print_ratio((case_key(dir, hkv, d, 16384, false) + " causal/full time").c_str(), r,
-                    "<= 0.60");
+                    "<= 0.55");
       }
   for (int64_t d : {64, 128}) {
     const std::string naive = "naive/D" + std::to_string(d) + "/S4096";
@@ -249,6 +330,10 @@ void print_summary() {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  std::printf("%s\n%s\nOpenBLAS core %s (OPENBLAS_CORETYPE %s; %s)\n",
+              cpattn::bench::cpu_line().c_str(), cpattn::bench::isa_line().c_str(),
+              openblas_get_corename(), coretype ? coretype : "unset", openblas_get_config());
   benchmark::RunSpecifiedBenchmarks();
   print_summary();
   benchmark::Shutdown();

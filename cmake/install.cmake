@@ -27,7 +27,8 @@ if(CPATTN_BUILD_CLI)
   install(TARGETS cpattn_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 
-# What the package config records about this build (cpattn_NATIVE, cpattn_SHARED).
+# What the package config records about this build (cpattn_NATIVE, cpattn_KERNEL_ISAS,
+# cpattn_SHARED).
 set(CPATTN_CONFIG_NATIVE OFF)
 if(CPATTN_HAS_MARCH_NATIVE)
   set(CPATTN_CONFIG_NATIVE ON)

@@ -6,6 +6,7 @@
 #include <functional>
 #include <span>
 
+#include "cpattn/isa.h"
 #include "cpattn/params.h"
 #include "cpattn/rng.h"
 #include "cpattn/tensor.h"
@@ -46,6 +47,11 @@ struct KernelOptions {
   /// throws stops the call and is rethrown to the caller. The ring passes its communicator's
   /// throw_if_group_failed, so a rank busy computing learns within a tile that its group failed.
   std::function<void()> interruption_point;
+  /// The code path (cpattn/isa.h): kAuto is resolve_isa(kAuto), the best the CPU supports unless
+  /// CPATTN_ISA names another. Results are bitwise equal on kAvx2 and kAvx512; kGeneric (no FMA:
+  /// a * b + c rounds twice) differs from them in the last bits (docs/design.md section 3).
+  /// Throws Error(kInvalidArgument) for a path this CPU or build lacks.
+  Isa isa = Isa::kAuto;
 };
 
 /// Forward: writes out [B, Sq, Hq, Dv] (any strides) and lse fp32 [B, Hq, Sq] (contiguous,
@@ -61,11 +67,47 @@ void attention_kernel_forward(const AttentionInputs& in, const AttentionParams& 
                               RngState rng, View out, std::span<float> lse,
                               const KernelOptions& options = {});
 
+/// The online-softmax state of a forward split over several calls, each over another set of keys
+/// of the same queries (the ring's blocks): FlashAttention's running row maximum m_i and row sum
+/// l_i (Dao 2023, Alg. 1; Milakov & Gimelshein 2018), fp32 [B, Hq, Sq] contiguous, together with
+/// `out`, which holds the unnormalised accumulator O_i = sum_j exp(s_ij - m_i) Z_ij v_j between
+/// the calls (m_i = -inf, l_i = 0, O_i = 0 before any visible key). A call continues the state
+/// key tile by key tile exactly as one call over all the keys would, so a result split over N
+/// calls carries the roundings of one online softmax, not those of N - 1 merges of normalised
+/// partials (which grow with N: docs/design.md section 5.4).
+struct SoftmaxCarry {
+  std::span<float> row_max;  ///< m_i
+  std::span<float> row_sum;  ///< l_i
+  /// true: out, row_max and row_sum hold the state after earlier calls and are continued;
+  /// false: the state starts empty (their contents are ignored).
+  bool resume = false;
+  /// true: the call ends like an ordinary forward, out_i = O_i / l_i and lse_i = m_i + ln l_i
+  /// (0 and -inf for rows without a visible key; row_max and row_sum are then unspecified);
+  /// false: out keeps O, row_max and row_sum the state, and lse is not written.
+  bool finish = true;
+};
+
+/// Forward over one more set of keys of a split softmax (SoftmaxCarry): like the forward above,
+/// with out, lse and the carry as the carry's flags say. An ordinary forward is {resume = false,
+/// finish = true} (the carry's spans may then be empty). Throws like the forward, and
+/// Error(kShapeMismatch) when row_max or row_sum is not of length B * Hq * Sq.
+void attention_kernel_forward(const AttentionInputs& in, const AttentionParams& params,
+                              RngState rng, View out, std::span<float> lse,
+                              const SoftmaxCarry& carry, const KernelOptions& options = {});
+
 /// Extra inputs and modes of the backward kernel.
 struct BackwardOptions : KernelOptions {
   /// When true, dq/dk/dv are incremented (+=) instead of overwritten; the ring uses this to sum
   /// contributions of several k/v blocks in a fixed order.
   bool accumulate = false;
+  /// With accumulate, dk and dv are still overwritten (only dq accumulates): the ring's first
+  /// share of a block's dk/dv needs no zeroed buffer.
+  bool overwrite_dkdv = false;
+  /// When set, called once per call before any element of dk or dv is read or written (by the
+  /// first worker to get there; the others wait until it returned; never when there is no
+  /// work item). The ring waits here for the dk/dv accumulator it adds into, so its transfer
+  /// overlaps the work before the first write. An exception it throws stops the call.
+  std::function<void()> before_dkdv;
   /// Optional precomputed D_i = <dout_i, out_i>, fp32 [B, Hq, Sq]. When empty, the kernel
   /// computes it from dout and out.
   std::span<const float> delta;
@@ -85,6 +127,13 @@ void attention_kernel_backward(const AttentionInputs& in, const AttentionParams&
                                RngState rng, ConstView dout, ConstView out,
                                std::span<const float> lse, View dq, View dk, View dv,
                                const BackwardOptions& options = {});
+
+/// D_i = <dout_i, out_i> of every row, fp32 delta [B, Hq, Sq] contiguous, from dout and out
+/// [B, Sq, Hq, Dv] (any strides): the backward's precomputed `delta` (FlashAttention-2 Alg. 2
+/// line 4). The same function the backward uses when no delta is given. Throws
+/// Error(kShapeMismatch) when the shapes or delta's length disagree.
+void attention_kernel_delta(ConstView dout, ConstView out, std::span<float> delta,
+                            const KernelOptions& options = {});
 
 /// Owned results for callers that want dense BSHD tensors.
 struct KernelForwardResult {

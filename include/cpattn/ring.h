@@ -9,6 +9,7 @@
 #include <span>
 
 #include "cpattn/communicator.h"
+#include "cpattn/isa.h"
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"
 #include "cpattn/rng.h"
@@ -84,6 +85,8 @@ struct RingOptions {
   /// there straight to its home rank. Saves traffic with packed documents, windows and causal
   /// masks on contiguous layouts. false: the plain ring.
   bool document_aware = true;
+  /// The kernel's code path for every block (KernelOptions::isa; resolved once per call).
+  Isa isa = Isa::kAuto;
 };
 
 namespace unchecked {

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "cpattn/isa.h"
+
 namespace cpattn::cli {
 
 int exit_status(const Error& e) { return 10 + static_cast<int>(e.code()); }
@@ -28,6 +30,16 @@ std::chrono::milliseconds deadline(double seconds) {
                ErrorCode::kInvalidArgument, "--timeout must be in [0.001, 1e6] seconds, got ",
                seconds);
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000.0)));
+}
+
+std::string isa_summary() {
+  std::string available;
+  for (Isa isa : available_isas())
+    available += std::string(available.empty() ? "" : " ") + isa_name(isa);
+  const char* env = std::getenv("CPATTN_ISA");
+  return std::string("kernel ISA ") + isa_name(resolve_isa(Isa::kAuto)) + " (" +
+         (env ? std::string("CPATTN_ISA=") + env + "; " : std::string()) +
+         "available: " + available + ")";
 }
 
 int mpirun_processes() {

@@ -34,6 +34,11 @@ void add_timeout_option(CLI::App* cmd, double& seconds);
 /// at least 1 ms).
 std::chrono::milliseconds deadline(double seconds);
 
+/// "kernel ISA avx512 (available: generic avx2 avx512)", with "CPATTN_ISA=<value>; " before
+/// "available" when the variable is set: the path the kernel runs for Isa::kAuto
+/// (resolve_isa). Throws resolve_isa's Error(kInvalidArgument) for a bad CPATTN_ISA.
+std::string isa_summary();
+
 /// Number of processes of the mpirun job this process belongs to (OMPI_COMM_WORLD_SIZE, or
 /// PMI_SIZE for other launchers), 1 when not started by mpirun.
 int mpirun_processes();

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/job.h"
@@ -28,6 +29,22 @@ int out_of_memory(const std::bad_alloc& e) {
   return cpattn::cli::kExitOutOfMemory;
 }
 
+// "cpattn 0.2.0 (library 0.2.0, built for any CPU of its architecture; kernel ISA avx512
+// (available: generic avx2 avx512))".
+std::string version_line() {
+  std::string isa;
+  try {
+    isa = cpattn::cli::isa_summary();
+  } catch (const cpattn::Error& e) {
+    isa = std::string("kernel ISA: ") + e.what();
+  }
+  return cpattn::detail::str_cat(
+      "cpattn ", CPATTN_VERSION_STRING, " (library ", cpattn::library_version(), ", built ",
+      cpattn::library_built_native() ? "with -march=native for its build machine"
+                                     : "for any CPU of its architecture",
+      "; ", isa, ")");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -35,13 +52,7 @@ int main(int argc, char** argv) {
   cpattn::cli::ignore_sigpipe();
   CLI::App app{"cpattn: context-parallel exact attention (forward, backward, recompute-safe)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version",
-                       cpattn::detail::str_cat("cpattn ", CPATTN_VERSION_STRING, " (library ",
-                                               cpattn::library_version(), ", built ",
-                                               cpattn::library_built_native()
-                                                   ? "with -march=native for its build machine"
-                                                   : "for any x86-64 CPU",
-                                               ")"));
+  app.set_version_flag("--version", version_line());
   std::vector<cpattn::cli::Command> commands = cpattn::cli::all_commands();
   std::vector<std::function<int()>> runners;
   for (auto& command : commands) runners.push_back(command.add_to(app));

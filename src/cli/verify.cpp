@@ -93,9 +93,9 @@ int run_kernel_sweep(const VerifyOptions& o) {
   for (const CaseSpec& s : default_kernel_cases()) {
     results.push_back(verify_kernel_case(s, o.threads));
   }
-  return report(
-      "cpattn verify: kernel vs float64 reference, " + std::to_string(o.threads) + " thread(s)",
-      results, o.json);
+  return report("cpattn verify: kernel vs float64 reference, " + std::to_string(o.threads) +
+                    " thread(s), " + isa_summary(),
+                results, o.json);
 }
 
 // The cases the options ask for: one shape or the default sweep, over one or all layouts, for
@@ -138,7 +138,7 @@ int run_ring_cases(const VerifyOptions& o, int cp_size, Communicator* world) {
         "cpattn verify: CP strategies over " + std::to_string(cp_size) + " rank(s) (" +
         (world == nullptr ? std::string("in-process threads") : std::string("MPI processes")) +
         ") vs float64 reference and vs the single-rank kernel (" + std::to_string(o.threads) +
-        " thread(s))";
+        " thread(s)), " + isa_summary();
     status = report(title, results, o.json);
   }
   if (world == nullptr) return status;

@@ -86,7 +86,8 @@ AttentionGradients heads_backward(const StrategyCall& c, const BackwardState& s,
   MemoryCounter* mem = &c.comm.memory();
   const HeadSide h = head_side(c, g);
   const int64_t sq = h.qu.length(), sk = h.ku.length();
-  Tensor delta = row_dot(s.dout, s.out, mem);  // D_i, on the sequence side
+  Tensor delta =
+      row_dot(s.dout, s.out, kernel_options(c.comm, c.options), mem);  // D_i, sequence side
   Tensor dq_h({d.B, sq, h.qh.count, d.Dqk}, mem), dk_h({d.B, sk, h.kvh.count, d.Dqk}, mem),
       dv_h({d.B, sk, h.kvh.count, d.Dv}, mem);
   {

@@ -29,16 +29,14 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   RingChannel channel(comm, options.stats);
   MemoryCounter* mem = &comm.memory();
   zero_view(dq);  // the kernel accumulates dq over the blocks
-  if (d.world == 1) {
-    zero_view(dk);
-    zero_view(dv);
-  }
 
   // Buffers besides the k/v relay (each sized for the largest block, packed dk|dv as PackedKv):
-  //   grad[2]  dk/dv accumulators: grad[s % 2] is received, completed and sent on at step s while
-  //            grad[(s + 1) % 2] may still be in flight from step s - 1
-  //   share    this rank's dk/dv share of the current block (zeroed per step), added to the
-  //            received accumulator afterwards, so the kernel never waits for the accumulator
+  //   grad[2]  dk/dv accumulators: grad[s % 2] is received at step s while this rank computes,
+  //            and the kernel adds this rank's share straight into it (BackwardOptions::
+  //            before_dkdv waits for the accumulator just before the first dk/dv write, so the
+  //            transfer overlaps the work before it); it is then sent on while grad[(s + 1) % 2]
+  //            may still be in flight from step s - 1. At step 0 the kernel writes its share of
+  //            the own block into grad[0] (overwrite_dkdv).
   //   home     this rank's own finished accumulator, received from the last rank on its path
   //            (its receive is posted before step 0, so that send never waits for this rank)
   const RelayPlan plan(p.params, *p.q_blocks, *p.kv_blocks, options.document_aware);
@@ -46,7 +44,6 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   const PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv};
   const int64_t ring_floats = d.world > 1 ? pk.floats(d.max_block) : 0;
   std::array<Tensor, 2> grad{Tensor({ring_floats}, mem), Tensor({ring_floats}, mem)};
-  Tensor share({ring_floats}, mem);
   const int own_reach = plan.reach(d.rank);
   Tensor home({d.world > 1 && own_reach > 0 ? pk.floats(d.Sk) : 0}, mem);
   if (options.stats != nullptr) {
@@ -62,11 +59,10 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   const std::vector<int64_t>& q_doc = p.q_blocks->doc[static_cast<size_t>(d.rank)];
   std::array<Request, 2> grad_sends;
   Request grad_recv, home_recv;
-  BackwardOptions kernel_options;
-  kernel_options.num_threads = options.num_threads;
-  kernel_options.interruption_point = [&comm] { comm.throw_if_group_failed(); };
-  kernel_options.accumulate = true;  // dq sums over blocks; share and grad[0] start at zero
-  kernel_options.delta = delta;
+  BackwardOptions kernel;
+  static_cast<KernelOptions&>(kernel) = kernel_options(comm, options);
+  kernel.accumulate = true;  // dq sums over blocks
+  kernel.delta = delta;
   const auto grad_tag = [](int step) { return ring_tag(RingStream::kBackwardGrad, step); };
   const auto home_tag = [](int step) { return ring_tag(RingStream::kBackwardHome, step); };
   if (d.world > 1 && own_reach > 0) {
@@ -84,43 +80,50 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
     }
     const int64_t len = relay.length();
     const int64_t floats = pk.floats(len);
+    bool received = s == 0;
+    const auto wait_accumulator = [&] {
+      channel.wait_recv(grad_recv, floats, "ring backward: floats of the dk/dv accumulator");
+      received = true;
+    };
     if (s > 0) {
       // grad[cur] was sent on at step s - 2; the sender of this accumulator finished step s - 1.
       channel.wait_if_pending(grad_sends[cur]);
       grad_recv = channel.recv(first(grad[cur], floats), step.grad_recv_from, grad_tag(s - 1));
     }
-    // Step 0 starts the accumulator of the own block with this rank's share directly; with one
-    // rank the share is the finished dk/dv.
-    Tensor& target = s == 0 ? grad[0] : share;
-    const View target_k = d.world == 1 ? dk : pk.k(target.data(), len);
-    const View target_v = d.world == 1 ? dv : pk.v(target.data(), len);
+    // With one rank the share is the finished dk/dv.
+    const View target_k = d.world == 1 ? dk : pk.k(grad[cur].data(), len);
+    const View target_v = d.world == 1 ? dv : pk.v(grad[cur].data(), len);
     const bool needed = plan.needs(d.rank, step.kv_block);
     if (needed) {
-      if (s > 0) std::fill_n(target.data(), floats, 0.0f);
+      // Fixed order: the accumulator holds (shares of ranks kv_block .. r-1); the kernel adds
+      // this rank's share elementwise. Step 0 starts it with this rank's share.
+      kernel.overwrite_dkdv = s == 0;
+      kernel.before_dkdv = nullptr;
+      if (!received) kernel.before_dkdv = wait_accumulator;
       const std::vector<int64_t>& k_pos = p.kv_blocks->pos[static_cast<size_t>(step.kv_block)];
       const std::vector<int64_t>& k_doc = p.kv_blocks->doc[static_cast<size_t>(step.kv_block)];
       AttentionInputs in{p.q, relay.k(), relay.v(), q_pos, k_pos, q_doc, k_doc};
       in.head_offset = p.head_offset;
       in.total_heads = p.total_heads;
+      const double comm0 = options.stats ? options.stats->comm_seconds : 0.0;
+      const Stopwatch watch;
       // With delta given the kernel never reads out (kernel.h): dout stands in for it.
-      const ScopedSeconds t(options.stats ? &options.stats->kernel_seconds : nullptr);
       attention_kernel_backward(in, p.params, p.rng, dout, dout, lse, dq, target_k, target_v,
-                                kernel_options);
-    } else if (s == 0 && d.world > 1) {
-      std::fill_n(target.data(), floats, 0.0f);  // the own block's accumulator starts at zero
+                                kernel);
+      if (options.stats != nullptr) {
+        // The accumulator's wait inside the call is communication, counted as such.
+        options.stats->kernel_seconds += watch.seconds() - (options.stats->comm_seconds - comm0);
+      }
+    } else if (s == 0) {
+      // No query of this rank sees its own block: the accumulator (or, with one rank, the
+      // result) starts at zero.
+      zero_view(target_k);
+      zero_view(target_v);
     }
     if (options.stats != nullptr) {
       ++(needed ? options.stats->blocks_computed : options.stats->blocks_skipped);
     }
-    if (s > 0) {
-      channel.wait_recv(grad_recv, floats, "ring backward: floats of the dk/dv accumulator");
-      if (needed) {
-        // Fixed order: (shares of ranks kv_block .. r-1) + share of r, elementwise.
-        float* acc = grad[cur].data();
-        const float* mine = share.data();
-        for (int64_t i = 0; i < floats; ++i) acc[i] += mine[i];
-      }
-    }
+    if (!received) wait_accumulator();
     if (d.world == 1) continue;
     const int reach = plan.reach(step.kv_block);
     if (s == 0 && reach == 0) {
@@ -173,7 +176,7 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
   AttentionGradients g{Tensor({d.B, d.Sq, d.Hq, d.Dqk}, mem),
                        Tensor({d.B, d.Sk, d.Hkv, d.Dqk}, mem),
                        Tensor({d.B, d.Sk, d.Hkv, d.Dv}, mem)};
-  const Tensor delta = detail::row_dot(dout, out, mem);
+  const Tensor delta = detail::row_dot(dout, out, detail::kernel_options(comm, options), mem);
   const detail::RingProblem p{q, k, v, &q_blocks, &kv_blocks, params, rng};
   detail::ring_backward(comm, p, options, dout, lse, delta.span(), g.dq.view(), g.dk.view(),
                         g.dv.view());

@@ -46,6 +46,7 @@ RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, 
   // Checked here although the kernel checks them too: a rank whose blocks are all masked never
   // calls the kernel, and every rank must reject a bad call alike, before any message.
   resolve_params(params, d.Dqk);
+  resolve_isa(options.isa);  // an ISA this CPU lacks fails on every rank before any message
   for (int r = 0; r < d.world; ++r) {
     d.max_block = std::max(d.max_block, kv_sharding.local_length(r));
   }
@@ -194,24 +195,18 @@ void KvRelay::finish() {
   for (Request& r : sends_) channel_.wait_if_pending(r);
 }
 
-Tensor row_dot(ConstView dout, ConstView out, MemoryCounter* mem) {
-  const int64_t B = out.shape[0], S = out.shape[1], H = out.shape[2], D = out.shape[3];
-  Tensor delta({B, H, S}, mem);
-  float* p = delta.data();
-  const int64_t sd = dout.stride[3], so = out.stride[3];
-  // Rows in (b, i, h) order: the memory order of a dense BSHD tensor.
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t i = 0; i < S; ++i) {
-      for (int64_t h = 0; h < H; ++h) {
-        const float* x = &dout(b, i, h, 0);
-        const float* y = &out(b, i, h, 0);
-        float acc = 0.0f;
-        for (int64_t c = 0; c < D; ++c) acc += x[c * sd] * y[c * so];
-        p[(b * H + h) * S + i] = acc;
-      }
-    }
-  }
+Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, MemoryCounter* mem) {
+  Tensor delta({out.shape[0], out.shape[2], out.shape[1]}, mem);
+  attention_kernel_delta(dout, out, delta.span(), kernel);
   return delta;
+}
+
+KernelOptions kernel_options(Communicator& comm, const RingOptions& options) {
+  KernelOptions k;
+  k.num_threads = options.num_threads;
+  k.interruption_point = [&comm] { comm.throw_if_group_failed(); };
+  k.isa = resolve_isa(options.isa);
+  return k;
 }
 
 void zero_view(View v) {

@@ -23,9 +23,9 @@ struct RingDims {
 };
 
 /// The single validation layer of the ring: group vs shardings, shapes vs local lengths,
-/// resolve_params and the options. Throws Error(kShapeMismatch | kInvalidArgument) naming
-/// expected vs got. Every rank checks the same things, so a bad call fails on every rank before
-/// any message.
+/// resolve_params and the options (resolve_isa included). Throws Error(kShapeMismatch |
+/// kInvalidArgument) naming expected vs got. Every rank checks the same things, so a bad call fails
+/// on every rank before any message.
 RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
                             const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
                             const AttentionParams& params, const RingOptions& options);
@@ -204,8 +204,14 @@ class KvRelay {
 };
 
 /// D_i = <dout_i, out_i> in fp32, [B, H, S] (FlashAttention-2 backward, Alg. 2 line 4), for
-/// dout/out [B, S, H, Dv] (any strides), charged to `mem`.
-Tensor row_dot(ConstView dout, ConstView out, MemoryCounter* mem);
+/// dout/out [B, S, H, Dv] (any strides), charged to `mem`: attention_kernel_delta, the sums the
+/// kernel itself would form.
+Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, MemoryCounter* mem);
+
+/// The KernelOptions of every kernel call of a CP strategy (the ring's blocks included):
+/// options.num_threads, options.isa resolved (resolve_isa, once per call), and the group's
+/// cooperative cancellation (Communicator::throw_if_group_failed between work items).
+KernelOptions kernel_options(Communicator& comm, const RingOptions& options);
 
 /// Sets every element of `v` to 0 (any strides).
 void zero_view(View v);

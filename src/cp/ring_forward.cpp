@@ -1,4 +1,5 @@
-// Ring forward: P kernel calls against the k/v blocks travelling around the ring, merged in fp32.
+// Ring forward: P kernel calls against the k/v blocks travelling around the ring, continuing one
+// fp32 online softmax from block to block (SoftmaxCarry), so there is no separate merge pass.
 #include <algorithm>
 #include <limits>
 
@@ -30,14 +31,6 @@ void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& o
   const RingDims d = ring_dims(comm, p);
   RingChannel channel(comm, options.stats);
   MemoryCounter* mem = &comm.memory();
-  zero_view(out);
-  std::fill(lse.begin(), lse.end(), -std::numeric_limits<float>::infinity());
-  // Per-step partial result, merged into out after each kernel call but the first (which writes
-  // out itself: merging into an empty result is a copy). Not needed with one rank.
-  Tensor part_out({d.world > 1 ? d.B : 0, d.Sq, d.Hq, d.Dv}, mem);
-  Tensor part_lse({d.world > 1 ? d.B : 0, d.Hq, d.Sq}, mem);
-  bool first_block = true;
-
   const RelayPlan plan(p.params, *p.q_blocks, *p.kv_blocks, options.document_aware);
   KvRelay relay(channel, d, *p.kv_blocks, plan, RingStream::kForwardKv, p.k, p.v);
   if (options.stats != nullptr) {
@@ -49,11 +42,28 @@ void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& o
           pk.floats(p.kv_blocks->length(ring_step(d.rank, d.world, s).kv_block));
     }
   }
+  // Which steps compute (a pure function of the block tables): the first starts the online
+  // softmax, the last normalises it into out.
+  int first = -1, last = -1;
+  for (int s = 0; s < d.world; ++s) {
+    if (plan.needs(d.rank, ring_step(d.rank, d.world, s).kv_block)) {
+      if (first < 0) first = s;
+      last = s;
+    }
+  }
+  if (first < 0) {  // no visible key: the empty result (out 0, lse -inf)
+    zero_view(out);
+    std::fill(lse.begin(), lse.end(), -std::numeric_limits<float>::infinity());
+  }
+  // The blocks continue one online softmax (SoftmaxCarry): out holds the unnormalised
+  // accumulator between them, row_max/row_sum the running max and sum. One computed block needs
+  // no carry: it writes out like a single kernel call.
+  const bool carried = first != last;
+  Tensor row_max({carried ? d.B : 0, d.Hq, d.Sq}, mem),
+      row_sum({carried ? d.B : 0, d.Hq, d.Sq}, mem);
   const std::vector<int64_t>& q_pos = p.q_blocks->pos[static_cast<size_t>(d.rank)];
   const std::vector<int64_t>& q_doc = p.q_blocks->doc[static_cast<size_t>(d.rank)];
-  KernelOptions kernel_options;
-  kernel_options.num_threads = options.num_threads;
-  kernel_options.interruption_point = [&comm] { comm.throw_if_group_failed(); };
+  const KernelOptions kernel = kernel_options(comm, options);
 
   for (int s = 0; s < d.world; ++s) {
     const RingStep step = ring_step(d.rank, d.world, s);
@@ -68,14 +78,13 @@ void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& o
     AttentionInputs in{p.q, relay.k(), relay.v(), q_pos, k_pos, q_doc, k_doc};
     in.head_offset = p.head_offset;
     in.total_heads = p.total_heads;
+    SoftmaxCarry carry;
+    if (carried) carry = {row_max.span(), row_sum.span(), s != first, s == last};
     {
       const ScopedSeconds t(options.stats ? &options.stats->kernel_seconds : nullptr);
-      attention_kernel_forward(in, p.params, p.rng, first_block ? out : part_out.view(),
-                               first_block ? lse : part_lse.span(), kernel_options);
+      attention_kernel_forward(in, p.params, p.rng, out, lse, carry, kernel);
     }
     if (options.stats != nullptr) ++options.stats->blocks_computed;
-    if (!first_block) merge_attention_partials(out, lse, part_out.view(), part_lse.span());
-    first_block = false;
   }
   relay.finish();
 }

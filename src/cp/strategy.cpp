@@ -87,17 +87,6 @@ void check_strategy(const Strategy& s, int cp_size, int64_t Hq, int64_t Hkv) {
   throw Error(ErrorCode::kInvalidArgument, "strategy: unknown kind");
 }
 
-namespace detail {
-
-KernelOptions kernel_options(Communicator& comm, const RingOptions& options) {
-  KernelOptions k;
-  k.num_threads = options.num_threads;
-  k.interruption_point = [&comm] { comm.throw_if_group_failed(); };
-  return k;
-}
-
-}  // namespace detail
-
 namespace unchecked {
 
 namespace {

@@ -34,8 +34,4 @@ AttentionGradients ulysses_backward(const StrategyCall& c, const BackwardState& 
 unchecked::RingForwardResult hybrid_forward(const StrategyCall& c);
 AttentionGradients hybrid_backward(const StrategyCall& c, const BackwardState& s);
 
-/// The KernelOptions of a strategy's kernel calls: options.num_threads and the group's
-/// cooperative cancellation.
-KernelOptions kernel_options(Communicator& comm, const RingOptions& options);
-
 }  // namespace cpattn::detail

@@ -1,5 +1,7 @@
-// The public kernel entry points (kernel.h): validate once, then run the forward or backward
-// driver; the allocating overloads return BSHD-contiguous, counted Tensors.
+// The public kernel entry points (kernel.h): validate once (which also resolves the ISA), then run
+// the forward or backward driver; the allocating overloads return BSHD-contiguous, counted
+// Tensors.
+#include "cpattn/error.h"
 #include "cpattn/kernel.h"
 #include "kernel/backward.h"
 #include "kernel/forward.h"
@@ -10,7 +12,13 @@ namespace cpattn {
 void attention_kernel_forward(const AttentionInputs& in, const AttentionParams& params,
                               RngState rng, View out, std::span<float> lse,
                               const KernelOptions& options) {
-  detail::run_forward(detail::validate_forward(in, params, rng, out, lse, options));
+  attention_kernel_forward(in, params, rng, out, lse, SoftmaxCarry{}, options);
+}
+
+void attention_kernel_forward(const AttentionInputs& in, const AttentionParams& params,
+                              RngState rng, View out, std::span<float> lse,
+                              const SoftmaxCarry& carry, const KernelOptions& options) {
+  detail::run_forward(detail::validate_forward(in, params, rng, out, lse, carry, options));
 }
 
 void attention_kernel_backward(const AttentionInputs& in, const AttentionParams& params,
@@ -19,6 +27,17 @@ void attention_kernel_backward(const AttentionInputs& in, const AttentionParams&
                                const BackwardOptions& options) {
   detail::run_backward(
       detail::validate_backward(in, params, rng, dout, out, lse, dq, dk, dv, options));
+}
+
+void attention_kernel_delta(ConstView dout, ConstView out, std::span<float> delta,
+                            const KernelOptions& options) {
+  detail::validate_delta(dout, out, delta);
+  CPATTN_CHECK(options.num_threads >= 1, ErrorCode::kInvalidArgument,
+               "num_threads must be >= 1, got ", options.num_threads);
+  const Isa isa = resolve_isa(options.isa);
+  const std::function<void()>* interrupt =
+      options.interruption_point ? &options.interruption_point : nullptr;
+  detail::run_delta(dout, out, delta, options.num_threads, interrupt, isa);
 }
 
 KernelForwardResult attention_kernel_forward(const AttentionInputs& in,
@@ -41,6 +60,8 @@ AttentionGradients attention_kernel_backward(const AttentionInputs& in,
                        Tensor({p.B, p.Sk, p.Hkv, p.Dv})};
   BackwardOptions bwd;
   bwd.num_threads = options.num_threads;
+  bwd.interruption_point = options.interruption_point;
+  bwd.isa = options.isa;
   attention_kernel_backward(in, params, rng, dout, out, lse, g.dq.view(), g.dk.view(), g.dv.view(),
                             bwd);
   return g;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <span>
 
+#include "cpattn/isa.h"
 #include "cpattn/kernel.h"
 
 namespace cpattn::detail {
@@ -29,12 +30,17 @@ struct Problem {
   int64_t dropout_head_offset = 0, dropout_heads = 0;
   int num_threads = 1;
   const std::function<void()>* interruption_point = nullptr;  ///< KernelOptions', when set
+  Isa isa = Isa::kGeneric;                                    ///< resolved (never kAuto)
 };
 
 /// Forward call: the Problem plus where the results go.
 struct ForwardProblem : Problem {
   View out;              ///< [B, Sq, Hq, Dv]
   std::span<float> lse;  ///< [B, Hq, Sq]
+  /// SoftmaxCarry (kernel.h): running max and sum [B, Hq, Sq], both empty without a carry.
+  std::span<float> row_max, row_sum;
+  bool resume = false;  ///< out/row_max/row_sum hold the state of earlier calls
+  bool finish = true;   ///< normalise into out and lse at the end
 };
 
 /// Backward call: the Problem plus the saved forward results and the gradients to produce.
@@ -44,6 +50,8 @@ struct BackwardProblem : Problem {
   std::span<const float> delta;  ///< [B, Hq, Sq] or empty (computed from dout and out)
   View dq, dk, dv;               ///< like q, k, v
   bool accumulate = false;
+  bool overwrite_dkdv = false;                         ///< BackwardOptions'
+  const std::function<void()>* before_dkdv = nullptr;  ///< BackwardOptions', when set
 };
 
 }  // namespace cpattn::detail

@@ -100,6 +100,7 @@ void fill_problem(const AttentionInputs& in, const AttentionParams& params, RngS
   p.dropout_heads = in.total_heads > 0 ? in.total_heads : p.Hq;
   p.num_threads = options.num_threads;
   if (options.interruption_point) p.interruption_point = &options.interruption_point;
+  p.isa = resolve_isa(options.isa);
 }
 
 void check_row_stats(size_t got, const Problem& p, const char* name) {
@@ -120,15 +121,34 @@ Problem validate_inputs(const AttentionInputs& in, const AttentionParams& params
 
 ForwardProblem validate_forward(const AttentionInputs& in, const AttentionParams& params,
                                 RngState rng, View out, std::span<float> lse,
-                                const KernelOptions& options) {
+                                const SoftmaxCarry& carry, const KernelOptions& options) {
   ForwardProblem p;
   fill_problem(in, params, rng, options, p);
   check_view(out, "out", "[B, Sq, Hq, Dv]", {p.B, p.Sq, p.Hq, p.Dv});
   check_no_self_overlap(out, "out");
   check_row_stats(lse.size(), p, "lse");
+  // Empty carry spans are an ordinary call; a carry that resumes or stops short needs both.
+  const bool has_carry =
+      carry.resume || !carry.finish || !carry.row_max.empty() || !carry.row_sum.empty();
+  if (has_carry) {
+    check_row_stats(carry.row_max.size(), p, "SoftmaxCarry.row_max");
+    check_row_stats(carry.row_sum.size(), p, "SoftmaxCarry.row_sum");
+    p.row_max = carry.row_max;
+    p.row_sum = carry.row_sum;
+    p.resume = carry.resume;
+    p.finish = carry.finish;
+  }
   p.out = out;
   p.lse = lse;
   return p;
+}
+
+void validate_delta(ConstView dout, ConstView out, std::span<float> delta) {
+  check_readable(dout, "dout");
+  check_view(out, "out", "[B, Sq, Hq, Dv] (the shape of dout)", dout.shape);
+  const int64_t rows = dout.shape[0] * dout.shape[1] * dout.shape[2];
+  CPATTN_CHECK(static_cast<int64_t>(delta.size()) == rows, ErrorCode::kShapeMismatch,
+               "delta must have length B * Hq * Sq = ", rows, ", got ", delta.size());
 }
 
 BackwardProblem validate_backward(const AttentionInputs& in, const AttentionParams& params,
@@ -156,6 +176,8 @@ BackwardProblem validate_backward(const AttentionInputs& in, const AttentionPara
   p.dk = dk;
   p.dv = dv;
   p.accumulate = options.accumulate;
+  p.overwrite_dkdv = options.overwrite_dkdv;
+  if (options.before_dkdv) p.before_dkdv = &options.before_dkdv;
   return p;
 }
 

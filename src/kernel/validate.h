@@ -7,8 +7,8 @@
 namespace cpattn::detail {
 
 /// Validates the inputs, params and options shared by forward and backward (q/k/v shapes and
-/// strides, positions, documents, scale, window, dropout_p, num_threads). Throws like
-/// validate_forward.
+/// strides, positions, documents, scale, window, dropout_p, num_threads) and resolves the ISA
+/// (resolve_isa: Error(kInvalidArgument) for one the CPU lacks). Throws like validate_forward.
 Problem validate_inputs(const AttentionInputs& in, const AttentionParams& params, RngState rng,
                         const KernelOptions& options);
 
@@ -16,9 +16,15 @@ Problem validate_inputs(const AttentionInputs& in, const AttentionParams& params
 /// and Error(kInvalidArgument) for a bad value (negative position, NaN scale, dropout_p outside
 /// [0, 1), window < -1, num_threads < 1, null data with non-zero size), naming expected vs got;
 /// Error(kShapeMismatch) for an output with a stride-0 dimension of size > 1 (overlapping writes).
+/// The carry's spans must be of length B * Hq * Sq unless it is an ordinary call (both empty,
+/// resume false, finish true).
 ForwardProblem validate_forward(const AttentionInputs& in, const AttentionParams& params,
                                 RngState rng, View out, std::span<float> lse,
-                                const KernelOptions& options);
+                                const SoftmaxCarry& carry, const KernelOptions& options);
+
+/// Validates attention_kernel_delta's arguments: dout readable, out of dout's shape, delta of
+/// length B * Hq * Sq. Throws Error(kShapeMismatch | kInvalidArgument) naming expected vs got.
+void validate_delta(ConstView dout, ConstView out, std::span<float> delta);
 
 /// Validates a backward call like validate_forward, plus dout/out/dq/dk/dv shapes and the lse and
 /// delta span lengths.

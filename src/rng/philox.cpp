@@ -5,23 +5,13 @@
 
 namespace cpattn {
 
-namespace {
-constexpr uint32_t kPhiloxM0 = 0xD2511F53u;
-constexpr uint32_t kPhiloxM1 = 0xCD9E8D57u;
-constexpr uint32_t kPhiloxW0 = 0x9E3779B9u;  // golden ratio
-constexpr uint32_t kPhiloxW1 = 0xBB67AE85u;  // sqrt(3) - 1
-}  // namespace
-
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, std::array<uint32_t, 2> k) {
-  for (int round = 0; round < 10; ++round) {
-    // One Philox round: two 32x32->64 multiplies, the high halves mixed with the other words.
-    const uint64_t p0 = static_cast<uint64_t>(kPhiloxM0) * c[0];
-    const uint64_t p1 = static_cast<uint64_t>(kPhiloxM1) * c[2];
-    c = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k[0], static_cast<uint32_t>(p1),
-         static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k[1], static_cast<uint32_t>(p0)};
-    k[0] += kPhiloxW0;
-    k[1] += kPhiloxW1;
-  }
+  philox4x32_10_rounds(c[0], c[1], c[2], c[3], k[0], k[1],
+                       [](uint32_t a, uint32_t m, uint32_t& hi, uint32_t& lo) {
+                         const uint64_t product = static_cast<uint64_t>(m) * a;
+                         hi = static_cast<uint32_t>(product >> 32);
+                         lo = static_cast<uint32_t>(product);
+                       });
   return c;
 }
 

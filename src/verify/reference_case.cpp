@@ -217,6 +217,7 @@ Outputs run_kernel(const Problem& p, const KernelRun& run) {
   std::vector<float> lse(static_cast<size_t>(d.B * d.Hq * d.Sq));
   KernelOptions options;
   options.num_threads = run.num_threads;
+  options.isa = run.isa;
   attention_kernel_forward(in, p.params, p.rng, out.view(run.layout), lse, options);
   Outputs result;
   result.out = to_doubles(out.view(run.layout));
@@ -228,6 +229,7 @@ Outputs run_kernel(const Problem& p, const KernelRun& run) {
       dv(storage_shape(v_shape, run.layout));
   BackwardOptions backward_options;
   backward_options.num_threads = run.num_threads;
+  backward_options.isa = run.isa;
   attention_kernel_backward(in, p.params, p.rng, dout.view(run.layout),
                             std::as_const(out).view(run.layout), lse, dq.view(run.layout),
                             dk.view(run.layout), dv.view(run.layout), backward_options);
@@ -291,10 +293,10 @@ ErrorRow compare(std::string name, const Oracle& oracle, const Outputs& got) {
   return row;
 }
 
-ErrorRow check_kernel_case(const CaseSpec& spec, int num_threads) {
+ErrorRow check_kernel_case(const CaseSpec& spec, int num_threads, Isa isa) {
   const Problem problem = make_problem(spec);
   const Oracle oracle = make_oracle(problem);
-  const Outputs got = run_kernel(problem, {spec.layout, num_threads, true});
+  const Outputs got = run_kernel(problem, {spec.layout, num_threads, true, isa});
   return compare(case_name(spec), oracle, got);
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cpattn/isa.h"
 #include "cpattn/kernel.h"
 #include "cpattn/tensor.h"
 #include "verify/reference.h"
@@ -76,6 +77,7 @@ struct KernelRun {
   MemoryLayout layout = MemoryLayout::kBSHD;
   int num_threads = 1;
   bool backward = true;
+  Isa isa = Isa::kAuto;  ///< the kernel's code path (KernelOptions::isa)
 };
 
 /// Runs attention_kernel_forward (and backward) on the problem with fp32 tensors stored in
@@ -126,7 +128,7 @@ struct ErrorRow {
 /// Applies the tolerance rule to `got` (gradients skipped when got has none).
 ErrorRow compare(std::string name, const Oracle& oracle, const Outputs& got);
 
-/// make_problem + both references + run_kernel (spec.layout, num_threads) + compare.
-ErrorRow check_kernel_case(const CaseSpec& spec, int num_threads = 1);
+/// make_problem + both references + run_kernel (spec.layout, num_threads, isa) + compare.
+ErrorRow check_kernel_case(const CaseSpec& spec, int num_threads = 1, Isa isa = Isa::kAuto);
 
 }  // namespace cpattn::reference

@@ -72,6 +72,7 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
   options.num_threads = run.num_threads;
   options.strategy = run.strategy;
   options.document_aware = run.document_aware;
+  options.isa = run.isa;
   if (!run.stats.empty()) options.stats = &run.stats[static_cast<size_t>(r)];
   const unchecked::RingForwardResult fwd = unchecked::strategy_attention_forward(
       comm, q_r.view(m), k_r.view(m), v_r.view(m), qs, ks, p.params, p.rng, options);

@@ -26,6 +26,7 @@ struct RingRun {
   bool document_aware = true;                 ///< RingOptions::document_aware
   /// When not empty (one entry per rank), rank r adds its RingStats of the call to stats[r].
   std::span<RingStats> stats{};
+  Isa isa = Isa::kAuto;  ///< the kernel's code path (RingOptions::isa)
 };
 
 /// Zero whole-sequence Outputs of the problem's shapes (gradients only when backward).

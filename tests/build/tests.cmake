@@ -38,3 +38,27 @@ if(CPATTN_CLANG_FORMAT)
            COMMAND ${CPATTN_CLANG_FORMAT} --dry-run -Werror ${CPATTN_FORMATTED_SOURCES})
   set_tests_properties(build.clang_format PROPERTIES LABELS build)
 endif()
+
+# The kernel's per-ISA copies define no symbol another copy or the baseline code could bind to
+# (docs/design.md section 3): checked on the object files of each copy.
+if(CMAKE_NM)
+  foreach(isa ${CPATTN_KERNEL_ISAS})
+    add_test(NAME build.isa_symbols_${isa}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/check_isa_symbols.sh ${CMAKE_NM} ${isa}
+                     "$<JOIN:$<TARGET_OBJECTS:cpattn_kernel_${isa}>, >")
+    set_tests_properties(build.isa_symbols_${isa} PROPERTIES LABELS build
+                         PASS_REGULAR_EXPRESSION "every shared symbol is in")
+  endforeach()
+endif()
+if(CMAKE_NM)
+  # ... and the check fires on a copy that leaks a std::vector<float> instance.
+  add_library(cpattn_isa_symbols_fixture OBJECT
+              ${CMAKE_CURRENT_LIST_DIR}/isa_symbols_fixture/leaky_copy.cpp)
+  target_compile_options(cpattn_isa_symbols_fixture PRIVATE -mavx2 -mfma)
+  set_target_properties(cpattn_isa_symbols_fixture PROPERTIES EXCLUDE_FROM_ALL OFF)
+  add_test(NAME build.isa_symbols_check_fires
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/check_isa_symbols.sh ${CMAKE_NM} avx2
+                   "$<JOIN:$<TARGET_OBJECTS:cpattn_isa_symbols_fixture>, >")
+  set_tests_properties(build.isa_symbols_check_fires PROPERTIES LABELS build
+                       PASS_REGULAR_EXPRESSION "std::vector<float.*outside cpattn::detail::avx2")
+endif()

@@ -1,11 +1,13 @@
 // Ring vs the double reference: gathered out/lse/dq/dk/dv of P in-process ranks within the kernel's
-// tolerance rule, over a case list that covers every P, layout, mask, dropout, head and size value.
+// tolerance rule, on every ISA path, over a case list that covers every P, layout, mask, dropout,
+// head and size value.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "cp/ring_harness.h"
+#include "cpattn/isa.h"
 #include "support/metrics.h"
 #include "verify/reference_case.h"
 
@@ -69,11 +71,18 @@ const std::vector<RingCase> kCases = {
 
 class RingParity : public ::testing::TestWithParam<RingCase> {};
 
+// On every ISA path the CPU runs (the oracle is computed once per case).
 TEST_P(RingParity, MatchesDoubleReference) {
   const RingCase& c = GetParam();
   const reference::Problem p = reference::make_problem(c.spec);
-  const reference::Outputs got = run_ring(p, {c.cp_size, c.layout, c.spec.layout});
-  EXPECT_TRUE(row_passes(reference::compare(ring_case_name(c), reference::make_oracle(p), got)));
+  const reference::Oracle oracle = reference::make_oracle(p);
+  for (Isa isa : available_isas()) {
+    RingRun run{c.cp_size, c.layout, c.spec.layout};
+    run.isa = isa;
+    const reference::Outputs got = run_ring(p, run);
+    EXPECT_TRUE(
+        row_passes(reference::compare(ring_case_name(c) + " isa " + isa_name(isa), oracle, got)));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RingParity, ::testing::ValuesIn(kCases),

@@ -1,18 +1,22 @@
-// The vectorised exp of the softmax (simd.h: exp_8) against double exp over its whole valid
-// range, and its documented behaviour outside it.
+// The vectorised exp of the softmax (isa/simd.h: exp_v) of every ISA copy the CPU runs, against
+// double exp over its whole valid range, and its documented behaviour outside it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
-#include "kernel/simd.h"
+#include "cpattn/isa.h"
+#include "kernel/plan.h"
 
 namespace cpattn::detail {
 namespace {
 
-// The accuracy claim of exp_8, as a test parameter: for every float x in [-86, 88],
+// The accuracy claim of exp_v, as a test parameter: for every float x in [-86, 88],
 // |exp_8(x) - e^x| <= kMaxUlp ulps of float(e^x) (e^x computed in double). Measured over every
 // float of the range (2.2e9 values, tests/kernel/exp_test.cpp with kStride = 1): worst 1.010
 // ulps, at x = -5.87788439. kMaxUlp leaves a few percent of margin; a broken polynomial
@@ -34,24 +38,25 @@ uint32_t to_bits(float f) {
 }
 
 // Largest error in ulps of float(e^x) over the floats from `first` to `last` (same sign, walking
-// away from zero), every kStride-th bit pattern plus `last` itself.
-double worst_ulp(float first, float last, float* worst_x) {
+// away from zero), every kStride-th bit pattern plus `last` itself, of the exp of `isa`'s copy.
+double worst_ulp(const IsaKernels& isa, float first, float last, float* worst_x) {
+  constexpr int64_t kBatch = 4096;  // a multiple of every copy's lane count
   double worst = 0.0;
   const uint32_t a = to_bits(first), b = to_bits(last);
-  alignas(32) float x[kLanes];
-  for (uint64_t u = a; u <= b; u += kStride * kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
+  std::vector<float> x(kBatch), y(kBatch);
+  for (uint64_t u = a; u <= b; u += uint64_t{kStride} * kBatch) {
+    for (int64_t l = 0; l < kBatch; ++l) {
       x[l] = from_bits(static_cast<uint32_t>(std::min<uint64_t>(u + uint64_t{kStride} * l, b)));
     }
-    if (u + kStride * kLanes > b) x[kLanes - 1] = last;
-    const V8 got = exp_8(load8(x));
-    for (int l = 0; l < kLanes; ++l) {
+    if (u + uint64_t{kStride} * kBatch > b) x[kBatch - 1] = last;
+    isa.exp(x.data(), y.data(), kBatch);
+    for (int64_t l = 0; l < kBatch; ++l) {
       const double exact = std::exp(static_cast<double>(x[l]));
       const float rounded = static_cast<float>(exact);
       const double ulp =
           static_cast<double>(std::nextafter(rounded, std::numeric_limits<float>::infinity())) -
           static_cast<double>(rounded);
-      const double err = std::fabs(static_cast<double>(got[l]) - exact) / ulp;
+      const double err = std::fabs(static_cast<double>(y[l]) - exact) / ulp;
       if (err > worst) {
         worst = err;
         *worst_x = x[l];
@@ -61,20 +66,26 @@ double worst_ulp(float first, float last, float* worst_x) {
   return worst;
 }
 
-TEST(Exp8, WithinTheUlpBoundOverTheWholeValidRange) {
+class ExpV : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(ExpV, WithinTheUlpBoundOverTheWholeValidRange) {
+  const IsaKernels isa = isa_kernels(GetParam());
   float at_pos = 0, at_neg = 0;
-  const double pos = worst_ulp(0.0f, 88.0f, &at_pos);
-  const double neg = worst_ulp(-0.0f, -86.0f, &at_neg);
+  const double pos = worst_ulp(isa, 0.0f, 88.0f, &at_pos);
+  const double neg = worst_ulp(isa, -0.0f, -86.0f, &at_neg);
   EXPECT_LE(pos, kMaxUlp) << "at x = " << at_pos;
   EXPECT_LE(neg, kMaxUlp) << "at x = " << at_neg;
   // The bound is not vacuous: the polynomial does round (an exact exp would give <= 0.5).
   EXPECT_GT(std::max(pos, neg), 0.5);
 }
 
-TEST(Exp8, OutsideTheRange) {
+TEST_P(ExpV, OutsideTheRange) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  const V8 x = {0.0f, -86.5f, -1000.0f, -kInf, 88.5f, kInf, std::nanf(""), -std::nanf("")};
-  const V8 y = exp_8(x);
+  std::vector<float> x(16, 0.0f), y(16);
+  const float special[8] = {0.0f,  -86.5f, -1000.0f,      -kInf,
+                            88.5f, kInf,   std::nanf(""), -std::nanf("")};
+  std::copy(special, special + 8, x.begin());
+  isa_kernels(GetParam()).exp(x.data(), y.data(), 16);
   EXPECT_EQ(y[0], 1.0f);  // exact at 0
   EXPECT_EQ(y[1], 0.0f);  // flushed below -86: masked scores cost no branch
   EXPECT_EQ(y[2], 0.0f);
@@ -84,6 +95,9 @@ TEST(Exp8, OutsideTheRange) {
   EXPECT_TRUE(std::isnan(y[6]));  // NaN poisons its row, never reads as a masked key
   EXPECT_TRUE(std::isnan(y[7]));
 }
+
+INSTANTIATE_TEST_SUITE_P(Isas, ExpV, ::testing::ValuesIn(available_isas()),
+                         [](const auto& p) { return std::string(isa_name(p.param)); });
 
 }  // namespace
 }  // namespace cpattn::detail

@@ -1,12 +1,14 @@
 // The kernel against the double reference over a designed sweep: every value of every axis
 // (sizes, head dims, GQA, batch, masks, position layouts, dropout, memory layout) and the pairs
-// that interact, ~100 cases instead of the full product. Tolerance rule: reference_case.h.
+// that interact, ~100 cases instead of the full product, each on every ISA path the CPU runs.
+// Tolerance rule: reference_case.h.
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 #include <vector>
 
+#include "cpattn/isa.h"
 #include "support/metrics.h"
 #include "verify/reference_case.h"
 
@@ -113,8 +115,16 @@ std::vector<CaseSpec> sweep_cases() {
 
 class KernelSweep : public ::testing::TestWithParam<CaseSpec> {};
 
-TEST_P(KernelSweep, MatchesDoubleReferenceWithinFp32Tolerance) {
-  EXPECT_TRUE(testing::row_passes(reference::check_kernel_case(GetParam())));
+// The oracle is computed once per case; the kernel runs on every available ISA.
+TEST_P(KernelSweep, MatchesDoubleReferenceWithinFp32ToleranceOnEveryIsa) {
+  const CaseSpec& spec = GetParam();
+  const reference::Problem problem = reference::make_problem(spec);
+  const reference::Oracle oracle = reference::make_oracle(problem);
+  for (Isa isa : available_isas()) {
+    const reference::Outputs got = reference::run_kernel(problem, {spec.layout, 1, true, isa});
+    EXPECT_TRUE(testing::row_passes(
+        reference::compare(reference::case_name(spec) + " isa " + isa_name(isa), oracle, got)));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, KernelSweep, ::testing::ValuesIn(sweep_cases()),

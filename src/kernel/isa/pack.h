@@ -1,12 +1,14 @@
 // Copies strided [B, S, H, D] tiles into contiguous scratch so the micro-kernel's inner loops are
-// unit-stride whatever the caller's layout (BSHD, BHSD, SBHD or any other strides).
+// unit-stride whatever the caller's layout (BSHD, BHSD, SBHD or any other strides). These are the
+// only functions of the kernel that read q, k, v and dout memory (and out, for D_i), so another
+// input dtype is a change of this file alone.
 #pragma once
 
 #include <cstdint>
 
 #include "cpattn/tensor.h"
 
-namespace cpattn::detail {
+namespace cpattn::detail::CPATTN_ISA_NS {
 
 /// Which rows of which head of a view form a tile: x(b, begin + i, h, :) for i < rows.
 struct TileRows {
@@ -31,4 +33,10 @@ void pack_panels_transposed(const ConstView& x, TileRows t, float mul, float* ds
 /// prefetchers stop, so without this every k/v tile load waits on L3/DRAM latency.
 void prefetch_rows(const ConstView& x, TileRows t);
 
-}  // namespace cpattn::detail
+/// D_i = <dout_i, out_i> for rows i = begin .. begin + n - 1 of head h of batch b, into d[0 .. n)
+/// (FlashAttention-2 Alg. 2 line 4). Each row is summed in 16 fixed partial sums (dim d goes to
+/// sum d % 16, one FMA chain each) added pairwise at the end: the order does not depend on the
+/// lane count, so every FMA path gives the same bits.
+void row_dots(const ConstView& dout, const ConstView& out, TileRows t, float* d);
+
+}  // namespace cpattn::detail::CPATTN_ISA_NS

@@ -1,0 +1,223 @@
+// One backward work item (FlashAttention-2, Dao 2023, Alg. 2) of the plan the driver made
+// (kernel/backward.cpp): an item (batch, kv head, k-tile chunk) owns the dk/dv rows of its k tiles
+// (summed over the GQA group) and adds its dq contributions to dq (one chunk) or to its chunk's
+// partial rows.
+#include "kernel/isa/backward.h"
+
+#include "kernel/isa/dropout.h"
+#include "kernel/isa/gemm.h"
+#include "kernel/isa/pack.h"
+#include "kernel/isa/simd.h"
+
+namespace cpattn::detail::CPATTN_ISA_NS {
+namespace {
+
+constexpr float kNegInf = -__builtin_inff();
+constexpr float kPosInf = __builtin_inff();
+constexpr int64_t kTileQ = kBackwardTileQ;
+constexpr int64_t kTileK = kBackwardTileK;
+
+void fill(float* x, int64_t n, float value) {
+  for (int64_t i = 0; i < n; ++i) x[i] = value;
+}
+
+// A worker's scratch arrays (floats), carved at the plan's offsets (the driver's ScratchLayout,
+// kernel/backward.cpp). Score-shaped tiles are transposed ([keys][queries]) so that K and V rows
+// are the broadcast operands of S^T = K Q^T and dP^T = V dO^T, and per-query lse/D load as
+// vectors along a row.
+struct Scratch {
+  float* qt;        // [kTileQ/nr][Dqk][nr]      Q^T panels  (B of S^T = K Q^T)
+  float* ot;        // [kTileQ/nr][Dv][nr]       dO^T panels (B of dP^T = V dO^T)
+  float* qp;        // [Dqk_pad/nr][kTileQ][nr]  Q panels    (B of dK += dS^T Q)
+  float* op;        // [Dv_pad/nr][kTileQ][nr]   dO panels   (B of dV += (Z P)^T dO)
+  float* dq;        // [kTileQ][Dqk_pad]         dQ accumulator of the q tile
+  float* kr;        // [kTileK][Dqk]             K rows      (A of S^T)
+  float* kp;        // [Dqk_pad/nr][kTileK][nr]  K panels    (B of dQ += dS K)
+  float* vr;        // [kTileK][Dv]              V rows      (A of dP^T)
+  float* st;        // [kTileK][kTileQ]          P^T
+  float* dst;       // [kTileK][kTileQ]          dP^T, then scale * dS^T
+  float* pzt;       // [kTileK][kTileQ]          (Z P)^T (dropout only)
+  float* lse_safe;  // [kTileQ]                  lse, +inf for empty rows and padding
+  float* dd;        // [kTileQ]                  D_i = <dout_i, out_i>
+  float* dk;        // [chunk keys][Dqk_pad]     dK accumulators of the item's k tiles
+  float* dv;        // [chunk keys][Dv_pad]      dV accumulators
+};
+
+Scratch carve(const BackwardOffsets& o, float* f) {
+  return {f + o.qt, f + o.ot,  f + o.qp,  f + o.op,       f + o.dq, f + o.kr, f + o.kp, f + o.vr,
+          f + o.st, f + o.dst, f + o.pzt, f + o.lse_safe, f + o.dd, f + o.dk, f + o.dv};
+}
+
+class Item {
+ public:
+  Item(const BackwardPlan& plan, float* scratch)
+      : plan_(plan), p_(*plan.p), mask_(*plan.mask), dropout_(p_), w_(carve(plan.at, scratch)) {}
+
+  void run(int64_t item) const {
+    const int64_t chunks = plan_.chunks;
+    const int64_t chunk = item % chunks;
+    const int64_t g = item / chunks % p_.Hkv;
+    const int64_t b = item / chunks / p_.Hkv;
+    const int64_t n_kt = plan_.n_k_tiles;
+    fill(w_.dk, plan_.tiles_per_chunk * kTileK * plan_.dqk_pad, 0.0f);
+    fill(w_.dv, plan_.tiles_per_chunk * kTileK * plan_.dv_pad, 0.0f);
+    for (int64_t h = g * p_.group; h < (g + 1) * p_.group; ++h) {
+      for (int64_t qi = 0; qi < plan_.n_q_tiles; ++qi) {
+        const TileRange& qt = plan_.q_tiles[qi];
+        fill(w_.dq, kTileQ * plan_.dqk_pad, 0.0f);
+        bool packed = false;
+        for (int64_t t = chunk; t < n_kt; t += chunks) {
+          const TileRange& kv = plan_.k_tiles[t];
+          const BlockVisibility kind = mask_.classify(qt, kv);
+          if (kind == BlockVisibility::kHidden) continue;
+          if (!packed) {
+            pack_q_tile(b, h, qt);
+            packed = true;
+          }
+          if (t + chunks < n_kt) {
+            const TileRange& nkv = plan_.k_tiles[t + chunks];
+            prefetch_rows(p_.k, {b, g, nkv.begin, nkv.size});
+            prefetch_rows(p_.v, {b, g, nkv.begin, nkv.size});
+          }
+          const int64_t local = (t / chunks) * kTileK;  // the k tile's rows in w.dk / w.dv
+          run_pair(b, g, h, qt, kv, kind, w_.dk + local * plan_.dqk_pad,
+                   w_.dv + local * plan_.dv_pad);
+        }
+        write_dq(b, h, chunk, qt);
+      }
+    }
+    before_dkdv_write(plan_);
+    for (int64_t t = chunk; t < n_kt; t += chunks) {
+      const int64_t local = (t / chunks) * kTileK;
+      write_dkdv(b, g, plan_.k_tiles[t], w_.dk + local * plan_.dqk_pad,
+                 w_.dv + local * plan_.dv_pad);
+    }
+  }
+
+ private:
+  void pack_q_tile(int64_t b, int64_t h, const TileRange& qt) const {
+    const TileRows rows{b, h, qt.begin, qt.size};
+    pack_panels_transposed(p_.q, rows, 1.0f, w_.qt);
+    pack_panels_transposed(p_.dout, rows, 1.0f, w_.ot);
+    pack_panels(p_.q, rows, w_.qp);
+    pack_panels(p_.dout, rows, w_.op);
+    const int64_t row0 = (b * p_.Hq + h) * p_.Sq + qt.begin;
+    for (int64_t i = 0; i < kTileQ; ++i) {
+      const float lse = i < qt.size ? p_.lse[static_cast<size_t>(row0 + i)] : kNegInf;
+      // Empty rows (lse = -inf) and padding columns must give P = 0: exp(s - (+inf)) = 0.
+      w_.lse_safe[i] = lse == kNegInf ? kPosInf : lse;
+      w_.dd[i] = i < qt.size ? plan_.delta[row0 + i] : 0.0f;
+    }
+  }
+
+  void run_pair(int64_t b, int64_t g, int64_t h, const TileRange& qt, const TileRange& kv,
+                BlockVisibility kind, float* dk, float* dv) const {
+    const int64_t nq = qt.size, nk = kv.size, nq_pad = round_up_nr(nq);
+    const TileRows rows{b, g, kv.begin, nk};
+    pack_rows(p_.k, rows, 1.0f, w_.kr, p_.Dqk);
+    pack_panels(p_.k, rows, w_.kp);
+    pack_rows(p_.v, rows, 1.0f, w_.vr, p_.Dv);
+
+    gemm_tile(nk, nq_pad, {w_.kr, p_.Dqk, 1}, {w_.qt, p_.Dqk}, w_.st, kTileQ, false);  // S^T
+    gemm_tile(nk, nq_pad, {w_.vr, p_.Dv, 1}, {w_.ot, p_.Dv}, w_.dst, kTileQ, false);   // dP^T
+    const VF c = splat(p_.scale);
+    for (int64_t j = 0; j < nk; ++j) {
+      float* s = w_.st + j * kTileQ;
+      for (int64_t i = 0; i < nq_pad; i += kLanes) {
+        // s - lse <= 0 exactly (P <= 1), but rounding can push it above 0 (the forward rounded
+        // scale * s before subtracting its max; here the two may fuse into one FMA): by more than
+        // 88, where exp overflows, once |logits| ~ 1e11. Clamp at 0; NaN stays (NaN > 0 is false).
+        const VF x = load(s + i) * c - load(w_.lse_safe + i);
+        store(s + i, x > VF{} ? VF{} : x);
+      }
+    }
+    if (kind == BlockVisibility::kPartial) {
+      for (int64_t i = 0; i < nq; ++i) mask_.mask_keys(qt.begin + i, kv, w_.st + i, kTileQ);
+    }
+    const bool dropout = p_.dropout_p > 0.0f;
+    if (dropout) {
+      // Z^T into pzt (padding columns 0); the loop below turns it into (Z P)^T in place.
+      dropout_.fill(b, h, qt, kv, w_.pzt, kTileQ);
+      for (int64_t j = 0; j < nk; ++j) fill(w_.pzt + j * kTileQ + nq, nq_pad - nq, 0.0f);
+    }
+    // P = exp(scale s - lse); dS = P (Z dP' - D) with dP' = dO V^T (Z enters dP and dV).
+    const VF scale = splat(p_.scale);
+    for (int64_t j = 0; j < nk; ++j) {
+      float* s = w_.st + j * kTileQ;
+      float* ds = w_.dst + j * kTileQ;
+      if (dropout) {
+        float* pz = w_.pzt + j * kTileQ;
+        for (int64_t i = 0; i < nq_pad; i += kLanes) {
+          const VF pr = exp_v(load(s + i));
+          const VF zz = load(pz + i);
+          store(s + i, pr);
+          store(pz + i, pr * zz);
+          store(ds + i, pr * (load(ds + i) * zz - load(w_.dd + i)) * scale);
+        }
+      } else {
+        for (int64_t i = 0; i < nq_pad; i += kLanes) {
+          const VF pr = exp_v(load(s + i));
+          store(s + i, pr);
+          store(ds + i, pr * (load(ds + i) - load(w_.dd + i)) * scale);
+        }
+      }
+    }
+    const int64_t dqk_pad = plan_.dqk_pad, dv_pad = plan_.dv_pad;
+    // dV += (Z P)^T dO and dK += dS^T Q: rows of the transposed tiles are the A rows.
+    gemm_tile(nk, dv_pad, {dropout ? w_.pzt : w_.st, kTileQ, 1}, {w_.op, nq}, dv, dv_pad, true);
+    gemm_tile(nk, dqk_pad, {w_.dst, kTileQ, 1}, {w_.qp, nq}, dk, dqk_pad, true);
+    // dQ += dS K, reading dS through dS^T (row stride 1, k stride kTileQ).
+    gemm_tile(nq, dqk_pad, {w_.dst, 1, kTileQ}, {w_.kp, nk}, w_.dq, dqk_pad, true);
+  }
+
+  // dk/dv rows of one k tile: overwritten, or added to what dk/dv hold (accumulate without
+  // overwrite_dkdv).
+  void write_dkdv(int64_t b, int64_t g, const TileRange& kv, const float* dk,
+                  const float* dv) const {
+    const bool acc = p_.accumulate && !p_.overwrite_dkdv;
+    for (int64_t j = 0; j < kv.size; ++j) {
+      const float* sk = dk + j * plan_.dqk_pad;
+      for (int64_t d = 0; d < p_.Dqk; ++d) {
+        float& dst = p_.dk(b, kv.begin + j, g, d);
+        dst = acc ? dst + sk[d] : sk[d];
+      }
+      const float* sv = dv + j * plan_.dv_pad;
+      for (int64_t d = 0; d < p_.Dv; ++d) {
+        float& dst = p_.dv(b, kv.begin + j, g, d);
+        dst = acc ? dst + sv[d] : sv[d];
+      }
+    }
+  }
+
+  // One chunk: the q tile's dq rows are complete and go straight to dq. Several: they go to the
+  // chunk's partial rows (each written by exactly one item) and the driver sums them.
+  void write_dq(int64_t b, int64_t h, int64_t chunk, const TileRange& qt) const {
+    const int64_t dqk_pad = plan_.dqk_pad;
+    if (plan_.chunks > 1) {
+      float* part =
+          plan_.dq_partial + (((chunk * p_.B + b) * p_.Hq + h) * p_.Sq + qt.begin) * dqk_pad;
+      for (int64_t e = 0; e < qt.size * dqk_pad; ++e) part[e] = w_.dq[e];
+      return;
+    }
+    for (int64_t i = 0; i < qt.size; ++i) {
+      for (int64_t d = 0; d < p_.Dqk; ++d) {
+        float& dst = p_.dq(b, qt.begin + i, h, d);
+        dst = p_.accumulate ? dst + w_.dq[i * dqk_pad + d] : w_.dq[i * dqk_pad + d];
+      }
+    }
+  }
+
+  const BackwardPlan& plan_;
+  const BackwardProblem& p_;
+  const TileMask& mask_;
+  DropoutTile dropout_;
+  Scratch w_;
+};
+
+}  // namespace
+
+void backward_item(const BackwardPlan& plan, int64_t item, float* scratch) {
+  Item(plan, scratch).run(item);
+}
+
+}  // namespace cpattn::detail::CPATTN_ISA_NS

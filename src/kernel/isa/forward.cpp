@@ -1,0 +1,190 @@
+// One forward work item (FlashAttention-2, Dao 2023, Alg. 1) of the plan the driver made
+// (kernel/forward.cpp): a q tile of <= kForwardMaxHeadsPerItem q heads of one kv group streams the
+// k/v tiles it can see, packs each once and runs every q head against it (GQA reuse), with fp32
+// online softmax.
+#include "kernel/isa/forward.h"
+
+#include "kernel/isa/dropout.h"
+#include "kernel/isa/gemm.h"
+#include "kernel/isa/pack.h"
+#include "kernel/isa/simd.h"
+
+namespace cpattn::detail::CPATTN_ISA_NS {
+namespace {
+
+constexpr float kNegInf = -__builtin_inff();
+
+void fill(float* x, int64_t n, float value) {
+  for (int64_t i = 0; i < n; ++i) x[i] = value;
+}
+
+// Online softmax down the columns of S^T, kLanes queries per vector: m_new = max(m, max_j s_ji),
+// s_ji <- exp(s_ji - m_new), l <- l * exp(m - m_new) + sum_j, and alpha = exp(m - m_new) for
+// rescaling O. Masked scores are -inf and give exactly 0; a column that has seen only masked keys
+// keeps m = -inf and subtracts 0 instead (no NaN). Every step is lane-wise and runs down the keys
+// in order, so the results do not depend on the lane count.
+void softmax_columns(int64_t nk, int64_t nq_pad, float scale, float* st, float* m, float* l,
+                     float* alpha) {
+  const VF neg_inf = splat(kNegInf), sc = splat(scale);
+  for (int64_t c = 0; c < nq_pad; c += 2 * kLanes) {
+    float* col = st + c;
+    const VF m_old0 = load(m + c), m_old1 = load(m + c + kLanes);
+    VF mx0 = m_old0, mx1 = m_old1;
+    for (int64_t j = 0; j < nk; ++j) {
+      const VF s0 = load(col + j * kForwardTileQ) * sc;
+      const VF s1 = load(col + j * kForwardTileQ + kLanes) * sc;
+      store(col + j * kForwardTileQ, s0);
+      store(col + j * kForwardTileQ + kLanes, s1);
+      mx0 = vmax(mx0, s0);
+      mx1 = vmax(mx1, s1);
+    }
+    const VF ref0 = mx0 == neg_inf ? VF{} : mx0;
+    const VF ref1 = mx1 == neg_inf ? VF{} : mx1;
+    VF sum0{}, sum1{};
+    for (int64_t j = 0; j < nk; ++j) {
+      const VF p0 = exp_v(load(col + j * kForwardTileQ) - ref0);
+      const VF p1 = exp_v(load(col + j * kForwardTileQ + kLanes) - ref1);
+      store(col + j * kForwardTileQ, p0);
+      store(col + j * kForwardTileQ + kLanes, p1);
+      sum0 += p0;
+      sum1 += p1;
+    }
+    const VF a0 = exp_v(m_old0 - ref0), a1 = exp_v(m_old1 - ref1);
+    store(l + c, load(l + c) * a0 + sum0);
+    store(l + c + kLanes, load(l + c + kLanes) * a1 + sum1);
+    store(m + c, mx0);
+    store(m + c + kLanes, mx1);
+    store(alpha + c, a0);
+    store(alpha + c + kLanes, a1);
+  }
+}
+
+// The item's start state of one head: empty (O = 0, m = -inf, l = 0), or, when the call resumes a
+// SoftmaxCarry, the rows' O from out and m, l from the carry.
+void load_state(const ForwardPlan& plan, int64_t b, int64_t h, const TileRange& qt, float* o,
+                float* m, float* l) {
+  const ForwardProblem& p = *plan.p;
+  fill(o, kForwardTileQ * plan.dv_pad, 0.0f);
+  fill(m, kForwardTileQ, kNegInf);
+  fill(l, kForwardTileQ, 0.0f);
+  if (!p.resume) return;
+  const int64_t row0 = (b * p.Hq + h) * p.Sq + qt.begin;
+  const int64_t sd = p.out.stride[3];
+  for (int64_t i = 0; i < qt.size; ++i) {
+    m[i] = p.row_max[static_cast<size_t>(row0 + i)];
+    l[i] = p.row_sum[static_cast<size_t>(row0 + i)];
+    if (p.Dv == 0) continue;  // out may have null data: no row address is formed
+    const float* src = &p.out(b, qt.begin + i, h, 0);
+    for (int64_t d = 0; d < p.Dv; ++d) o[i * plan.dv_pad + d] = src[d * sd];
+  }
+}
+
+// The item's end: out_i = O_i / l_i, lse_i = m_i + ln l_i (rows that saw no key get 0 and -inf),
+// or, for a carry that does not finish, O, m and l as they are.
+void write_rows(const ForwardPlan& plan, int64_t b, int64_t h, const TileRange& qt, const float* o,
+                const float* m, const float* l) {
+  const ForwardProblem& p = *plan.p;
+  const int64_t row0 = (b * p.Hq + h) * p.Sq + qt.begin;
+  const int64_t sd = p.out.stride[3];
+  for (int64_t i = 0; i < qt.size; ++i) {
+    // Dv = 0: out may have null data, so no row address is formed.
+    float* dst = p.Dv > 0 ? &p.out(b, qt.begin + i, h, 0) : nullptr;
+    const float* src = o + i * plan.dv_pad;
+    const size_t row = static_cast<size_t>(row0 + i);
+    if (!p.finish) {
+      for (int64_t d = 0; d < p.Dv; ++d) dst[d * sd] = src[d];
+      p.row_max[row] = m[i];
+      p.row_sum[row] = l[i];
+    } else if (l[i] > 0.0f || __builtin_isnan(l[i])) {  // NaN: a NaN input reached the row
+      const float inv = 1.0f / l[i];
+      for (int64_t d = 0; d < p.Dv; ++d) dst[d * sd] = src[d] * inv;
+      p.lse[row] = m[i] + __builtin_logf(l[i]);
+    } else {
+      for (int64_t d = 0; d < p.Dv; ++d) dst[d * sd] = 0.0f;
+      p.lse[row] = kNegInf;
+    }
+  }
+}
+
+}  // namespace
+
+void forward_item(const ForwardPlan& plan, int64_t item, float* scratch) {
+  const ForwardProblem& p = *plan.p;
+  const TileMask& mask = *plan.mask;
+  const ForwardOffsets& at = plan.at;
+  const int64_t chunk = item % plan.head_chunks;
+  const int64_t g = item / plan.head_chunks % p.Hkv;
+  const int64_t b = item / plan.head_chunks / p.Hkv % p.B;
+  const TileRange& qt = plan.q_tiles[plan.q_order[item / plan.head_chunks / p.Hkv / p.B]];
+  const int64_t h0 = g * p.group + chunk * plan.heads_per_item;
+  const int64_t rest = p.group - chunk * plan.heads_per_item;
+  const int64_t nh = plan.heads_per_item < rest ? plan.heads_per_item : rest;
+  const int64_t nq_pad = round_up_nr(qt.size);
+  const int64_t dv_pad = plan.dv_pad;
+
+  float* kr = scratch + at.kr;
+  float* vp = scratch + at.vp;
+  float* st = scratch + at.st;
+  float* alpha = scratch + at.alpha;
+  const auto head = [&](int64_t hh) { return scratch + at.heads + hh * at.head_stride; };
+  for (int64_t hh = 0; hh < nh; ++hh) {
+    pack_panels_transposed(p.q, {b, h0 + hh, qt.begin, qt.size}, 1.0f, head(hh) + at.qt);
+    load_state(plan, b, h0 + hh, qt, head(hh) + at.o, head(hh) + at.m, head(hh) + at.l);
+  }
+  const DropoutTile dropout(p);
+
+  const auto next_visible = [&](int64_t t) {
+    while (t < plan.n_k_tiles && mask.classify(qt, plan.k_tiles[t]) == BlockVisibility::kHidden) {
+      ++t;
+    }
+    return t;
+  };
+  for (int64_t t = next_visible(0); t < plan.n_k_tiles;) {
+    const TileRange& kv = plan.k_tiles[t];
+    const BlockVisibility kind = mask.classify(qt, kv);
+    const int64_t next = next_visible(t + 1);
+    if (next < plan.n_k_tiles) {
+      const TileRange& nkv = plan.k_tiles[next];
+      prefetch_rows(p.k, {b, g, nkv.begin, nkv.size});
+      prefetch_rows(p.v, {b, g, nkv.begin, nkv.size});
+    }
+    pack_rows(p.k, {b, g, kv.begin, kv.size}, 1.0f, kr, p.Dqk);
+    pack_panels(p.v, {b, g, kv.begin, kv.size}, vp);
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      float* qtp = head(hh) + at.qt;
+      float* o = head(hh) + at.o;
+      float* m = head(hh) + at.m;
+      float* l = head(hh) + at.l;
+      gemm_tile(kv.size, nq_pad, {kr, p.Dqk, 1}, {qtp, p.Dqk}, st, kForwardTileQ, false);
+      float scale = p.scale;
+      if (kind == BlockVisibility::kPartial) {
+        // Scale first so that masked -inf stays -inf whatever the sign of the scale.
+        const VF sc = splat(scale);
+        for (int64_t e = 0; e < kv.size * kForwardTileQ; e += kLanes) {
+          store(st + e, load(st + e) * sc);
+        }
+        scale = 1.0f;
+        for (int64_t i = 0; i < qt.size; ++i) {
+          mask.mask_keys(qt.begin + i, kv, st + i, kForwardTileQ);
+        }
+      }
+      softmax_columns(kv.size, nq_pad, scale, st, m, l, alpha);
+      for (int64_t i = 0; i < qt.size; ++i) {
+        if (alpha[i] == 1.0f) continue;
+        const VF a = splat(alpha[i]);
+        float* orow = o + i * dv_pad;
+        for (int64_t d = 0; d < dv_pad; d += kLanes) store(orow + d, load(orow + d) * a);
+      }
+      if (p.dropout_p > 0.0f) dropout.apply(b, h0 + hh, qt, kv, st, kForwardTileQ);
+      // O += P V with P read through S^T (row stride 1, k stride kForwardTileQ).
+      gemm_tile(qt.size, dv_pad, {st, 1, kForwardTileQ}, {vp, kv.size}, o, dv_pad, true);
+    }
+    t = next;
+  }
+
+  for (int64_t hh = 0; hh < nh; ++hh) {
+    write_rows(plan, b, h0 + hh, qt, head(hh) + at.o, head(hh) + at.m, head(hh) + at.l);
+  }
+}
+
+}  // namespace cpattn::detail::CPATTN_ISA_NS

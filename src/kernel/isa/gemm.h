@@ -1,0 +1,49 @@
+// Register-blocked fp32 tile products C (+)= A * B for the attention kernels. B is pre-packed in
+// kNr-column panels; A is read through two strides, so A and A^T (for dV, dK) use one code path.
+#pragma once
+
+#include <cstdint>
+
+#include "kernel/isa/simd.h"
+
+namespace cpattn::detail::CPATTN_ISA_NS {
+
+/// Micro-tile: kMr rows x kNr = 2 vectors of columns of C live in 2 * kMr registers while the k
+/// loop runs; each k step loads 2 B vectors and broadcasts kMr A values. FMA pipes (2 on Zen 3/4/5
+/// and recent Intel) with 4-cycle latency need >= 8 independent accumulators.
+/// - generic (4 lanes, 16 xmm): 6 x 8, 12 accumulators + 2 B + 1 broadcast = 15 registers.
+/// - avx2 (8 lanes, 16 ymm): 6 x 16, 12 + 2 + 1 = 15 registers; 8 loads per 12 FMAs fit 3 load
+///   ports.
+/// - avx512 (16 lanes, 32 zmm): 8 x 32, 16 + 2 + 1 = 19 registers (the broadcast may also fold
+///   into the FMA as an embedded {1to16} operand). 16 accumulators cover twice the FMA latency;
+///   kMr = 8 divides every kernel tile (64, 128, 192 rows), so no remainder kernel runs; larger
+///   kMr (12, 14: 24-28 accumulators) measured no faster (docs/performance.md).
+/// Each B panel (K x kNr floats, <= 32 KiB for K <= 256 on AVX-512) stays in L1 while all row
+/// blocks of A stream past it. Every C element is one FMA chain over k in order, from 0 (or from
+/// C), whatever kMr and kNr: products are bitwise equal across the FMA paths (avx2, avx512).
+constexpr int64_t kMr = kLanes == 16 ? 8 : 6;
+constexpr int64_t kNr = 2 * kLanes;
+
+/// Rounds n up to a multiple of kNr (the padded column count of packed tiles).
+inline int64_t round_up_nr(int64_t n) { return (n + kNr - 1) / kNr * kNr; }
+
+/// Packed-B layout: panel p (p = 0 .. N/kNr - 1) holds B[k][kNr*p + c] at
+/// b[p * K * kNr + k * kNr + c] for k < K, c < kNr; columns past the real N are zero.
+struct PackedB {
+  const float* data;
+  int64_t k;  ///< rows per panel (the K of the product)
+};
+
+/// A[m][k] = a[m * row_stride + k * k_stride]: row-major A has (ld, 1), A^T of a row-major
+/// matrix has (1, ld).
+struct AOperand {
+  const float* data;
+  int64_t row_stride;
+  int64_t k_stride;
+};
+
+/// C[m][n] = (accumulate ? C[m][n] : 0) + sum_{k < K} A[m][k] * B[k][n], for m < M and n < N,
+/// where N is a multiple of kNr and K = b.k. C is row-major with leading dimension ldc.
+void gemm_tile(int64_t m, int64_t n, AOperand a, PackedB b, float* c, int64_t ldc, bool accumulate);
+
+}  // namespace cpattn::detail::CPATTN_ISA_NS

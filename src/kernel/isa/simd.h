@@ -1,0 +1,136 @@
+// The SIMD layer of the kernel's per-ISA code. Everything under src/kernel/isa/ is compiled once
+// per ISA (src/CMakeLists.txt: generic, avx2, avx512), each copy with its own compiler flags and
+// in its own namespace cpattn::detail::<isa>, so no inline function or template instance of one
+// copy can stand in for another's at link time. The lane count is the one parameter that differs:
+// Lanes<W> (GCC/Clang vector extensions) serves 4, 8 and 16 fp32 lanes from one source.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#if !defined(CPATTN_ISA_NS) || !defined(CPATTN_ISA_LANES)
+#error "src/kernel/isa/ is compiled once per ISA with CPATTN_ISA_NS and CPATTN_ISA_LANES defined"
+#endif
+
+namespace cpattn::detail::CPATTN_ISA_NS {
+
+/// W fp32 lanes: one register of the ISA (xmm, ymm, zmm for W = 4, 8, 16).
+template <int W>
+struct Lanes {
+  static constexpr int kLanes = W;
+  typedef float F __attribute__((vector_size(4 * W)));
+  typedef int32_t I __attribute__((vector_size(4 * W)));
+  typedef uint32_t U __attribute__((vector_size(4 * W)));
+  /// For loads/stores at any float address (packed tiles are 64-byte aligned, rows of odd-sized
+  /// tiles need not be).
+  typedef float Fu __attribute__((vector_size(4 * W), aligned(4)));
+  typedef uint32_t Uu __attribute__((vector_size(4 * W), aligned(4)));
+};
+
+/// This copy's vectors: CPATTN_ISA_LANES lanes (4 generic, 8 AVX2, 16 AVX-512).
+using Vec = Lanes<CPATTN_ISA_LANES>;
+using VF = Vec::F;
+using VI = Vec::I;
+using VU = Vec::U;
+constexpr int kLanes = Vec::kLanes;
+
+inline VF load(const float* p) { return *reinterpret_cast<const Vec::Fu*>(p); }
+inline void store(float* p, VF x) { *reinterpret_cast<Vec::Fu*>(p) = x; }
+inline VU load_u32(const uint32_t* p) { return *reinterpret_cast<const Vec::Uu*>(p); }
+
+template <int... L>
+inline VF splat_lanes(float x, std::integer_sequence<int, L...>) {
+  return VF{((void)L, x)...};
+}
+/// All lanes = x. Spelled out lane by lane: `VF{} + x` would be a real add (0 + -0 is +0, so the
+/// compiler may not drop it) in front of every broadcast of the micro-kernel.
+inline VF splat(float x) { return splat_lanes(x, std::make_integer_sequence<int, kLanes>{}); }
+
+inline VF vmax(VF a, VF b) { return a > b ? a : b; }
+inline VF vmin(VF a, VF b) { return a < b ? a : b; }
+
+/// Bit casts between the float and int lanes.
+inline VI as_int(VF x) {
+  VI i;
+  std::memcpy(&i, &x, sizeof i);
+  return i;
+}
+inline VF as_float(VI i) {
+  VF x;
+  std::memcpy(&x, &i, sizeof x);
+  return x;
+}
+
+/// hi, lo = the high and low words of every lane's 64-bit product a * m (Philox's multiply). The
+/// one ISA-specific helper: vector extensions have no widening multiply, so AVX2/AVX-512 take
+/// the even and odd lanes' 32 x 32 -> 64 products (vpmuludq) and interleave their high words.
+inline void mul_hi_lo(VU a, uint32_t m, VU& hi, VU& lo) {
+  lo = a * m;
+#if (CPATTN_ISA_LANES == 16 && defined(__AVX512F__)) || (CPATTN_ISA_LANES == 8 && defined(__AVX2__))
+  typedef uint64_t U64 __attribute__((vector_size(4 * kLanes)));
+#if CPATTN_ISA_LANES == 16
+  // The maskz form: GCC 12's plain one warns of its undefined pass-through operand.
+  const auto mul_even = [](U64 x, uint32_t y) {
+    return __builtin_bit_cast(U64, _mm512_maskz_mul_epu32(0xFF, __builtin_bit_cast(__m512i, x),
+                                                          _mm512_set1_epi32(static_cast<int>(y))));
+  };
+#else
+  const auto mul_even = [](U64 x, uint32_t y) {
+    return __builtin_bit_cast(U64, _mm256_mul_epu32(__builtin_bit_cast(__m256i, x),
+                                                    _mm256_set1_epi32(static_cast<int>(y))));
+  };
+#endif
+  const U64 a64 = __builtin_bit_cast(U64, a);
+  const U64 even = mul_even(a64, m) >> 32;  // high words of lanes 0, 2, ... in the low halves
+  const U64 odd = mul_even(a64 >> 32, m) & 0xFFFFFFFF00000000ull;  // lanes 1, 3, ... in place
+  hi = __builtin_bit_cast(VU, even | odd);
+#else
+  for (int l = 0; l < kLanes; ++l) {
+    hi[l] = static_cast<uint32_t>((static_cast<uint64_t>(a[l]) * m) >> 32);
+  }
+#endif
+}
+
+/// e^x for each lane, within 1.05 ulps over [-86, 88] (Cephes expf: x = n ln 2 + r with
+/// n = round(x log2 e) and r reduced in two steps (Cody-Waite, ln 2 = C1 + C2 with C1 exact in 9
+/// bits) so |r| <= ln2/2 carries no rounding from the reduction; degree-7 polynomial for e^r; 2^n
+/// added to the exponent bits). Lanes with x < -86 (including -inf) give exactly 0, so masked
+/// scores cost no branch (the flushed values are below e^-86 ~ 1e-37, invisible next to the row
+/// maximum's e^0). NaN lanes return NaN and x > 88 gives +inf (the forward softmax only passes
+/// x <= 0; the backward's s - lse can exceed 0 by rounding, by a lot only for absurd logits or a
+/// wrong lse). Every operation is lane-wise, so each lane's result does not depend on W (with
+/// FMA contraction, a * b + c is one rounding on AVX2/AVX-512 and two on the generic path).
+inline VF exp_v(VF x) {
+  const VF in = x;
+  const VI keep = x >= splat(-86.0f);
+  x = vmax(x, splat(-86.0f));  // keeps the exponent of p * 2^n normal for flushed lanes
+  // ... and n <= 127 for large lanes, so the int32 exponent addition below cannot overflow.
+  x = vmin(x, splat(88.0f));
+  // Adding 1.5 * 2^23 rounds to the nearest integer in the low mantissa bits (no float->int
+  // conversion on the critical path).
+  const VF magic = splat(12582912.0f);
+  const VF t = x * 1.44269504088896341f + magic;
+  const VF n = t - magic;
+  const VF r = x - n * 0.693359375f - n * -2.12194440e-4f;
+  VF p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  // t's low mantissa bits hold 0x4B400000 + n; p * 2^n is p with n added to its exponent field.
+  const VI n_exp = (as_int(t) - 0x4B400000) << 23;
+  VF out = as_float((as_int(p) + n_exp) & keep);
+  // A NaN score (NaN or Inf in q/k) must poison its row like any softmax would; the clamp and
+  // `keep` above would otherwise turn it into 0, i.e. a silently masked key.
+  out = in > splat(88.0f) ? splat(__builtin_inff()) : out;
+  return in == in ? out : in;
+}
+
+}  // namespace cpattn::detail::CPATTN_ISA_NS

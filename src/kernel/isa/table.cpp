@@ -1,0 +1,28 @@
+// The entry points of this ISA copy (kernel/plan.h: IsaKernels), looked up by kernel/dispatch.cpp.
+#include "kernel/isa/table.h"
+
+#include "kernel/isa/backward.h"
+#include "kernel/isa/forward.h"
+#include "kernel/isa/gemm.h"
+#include "kernel/isa/pack.h"
+#include "kernel/isa/simd.h"
+
+namespace cpattn::detail::CPATTN_ISA_NS {
+namespace {
+
+void row_dots_entry(const ConstView& dout, const ConstView& out, int64_t b, int64_t h,
+                    int64_t begin, int64_t rows, float* d) {
+  row_dots(dout, out, {b, h, begin, rows}, d);
+}
+
+void exp_entry(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += kLanes) store(y + i, exp_v(load(x + i)));
+}
+
+}  // namespace
+
+IsaKernels kernels() {
+  return {Isa::CPATTN_ISA_ENUM, kNr, &forward_item, &backward_item, &row_dots_entry, &exp_entry};
+}
+
+}  // namespace cpattn::detail::CPATTN_ISA_NS

@@ -1,0 +1,96 @@
+// The work plans of a forward and a backward call: what the drivers (forward.cpp, backward.cpp,
+// compiled once) decide and the per-ISA work-item code (isa/forward.cpp, isa/backward.cpp)
+// follows, and the table of one ISA copy's entry points (IsaKernels). Plain data only: the ISA
+// copies read it without calling any inline function of the baseline code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cpattn/isa.h"
+#include "kernel/problem.h"
+#include "kernel/tiles.h"
+
+namespace cpattn::detail {
+
+/// Tile sizes (chosen by measurement, docs/performance.md), the same for every ISA so that work
+/// items, tile order and online-softmax rescales, and hence the bits of every result, do not
+/// depend on the vector width. Every size is a multiple of each ISA's panel width (8, 16, 32).
+/// Forward: the k loop's S^T product has the keys as rows (128) and the queries as columns (192
+/// = 6..24 panels), so each packed Q^T panel is reused from L1 by every key row block. Each K/V
+/// tile is read from L3/DRAM once per q tile, so the q tile is as tall as L2 allows: 192 rows
+/// measured 20-25 % faster than 96 at Hkv = Hq. A k tile of 128 keys amortises the per-query
+/// bookkeeping (max, rescale of O) over 128 keys.
+constexpr int64_t kForwardTileQ = 192;
+constexpr int64_t kForwardTileK = 128;
+/// Query heads of one kv group handled by one forward work item (they share each packed K/V tile).
+constexpr int64_t kForwardMaxHeadsPerItem = 4;
+/// Backward: five products per (q tile, k tile) pair; 64 x 64 keeps the pair's operands (S^T,
+/// dP^T/dS^T, Z P: 16 KiB each; packed Q/dO/K/V tiles: <= 32 KiB each at D = 128) in L2.
+constexpr int64_t kBackwardTileQ = 64;
+constexpr int64_t kBackwardTileK = 64;
+
+/// Offsets (floats) of the arrays of a forward worker's scratch buffer (ScratchLayout).
+struct ForwardOffsets {
+  int64_t kr, vp, st, alpha, heads;  ///< in the worker's buffer
+  int64_t qt, o, m, l, head_stride;  ///< in one head's block (heads + hh * head_stride)
+};
+
+/// A forward call's work: items (q tile in q_order, batch, kv head, chunk of <= heads_per_item q
+/// heads), item index = ((q_order index * B + b) * Hkv + g) * head_chunks + chunk.
+struct ForwardPlan {
+  const ForwardProblem* p;
+  const TileMask* mask;
+  const TileRange* q_tiles;
+  const TileRange* k_tiles;
+  int64_t n_k_tiles;
+  const size_t* q_order;  ///< q tiles, longest job first
+  int64_t heads_per_item, head_chunks;
+  int64_t dv_pad;  ///< Dv rounded up to the ISA's panel width
+  ForwardOffsets at;
+};
+
+/// Offsets (floats) of the arrays of a backward worker's scratch buffer (sizes in
+/// isa/backward.cpp).
+struct BackwardOffsets {
+  int64_t qt, ot, qp, op, dq, kr, kp, vr, st, dst, pzt, lse_safe, dd, dk, dv;
+};
+
+/// A backward call's work: items (batch, kv head, k-tile chunk), item index = (b * Hkv + g) *
+/// chunks + chunk; chunk c owns k tiles c, c + chunks, ...
+struct BackwardPlan {
+  const BackwardProblem* p;
+  const TileMask* mask;
+  const TileRange* q_tiles;
+  int64_t n_q_tiles;
+  const TileRange* k_tiles;
+  int64_t n_k_tiles;
+  int64_t chunks, tiles_per_chunk;
+  int64_t dqk_pad, dv_pad;  ///< head dims rounded up to the ISA's panel width
+  const float* delta;       ///< D_i, [B, Hq, Sq]
+  float* dq_partial;        ///< [chunks][B][Hq][Sq][dqk_pad] when chunks > 1, else null
+  BackwardOffsets at;
+  void* hook_state;  ///< the driver's once-only caller of BackwardOptions::before_dkdv
+};
+
+/// Called by backward work items before their first dk/dv write (backward.cpp): runs
+/// BackwardOptions::before_dkdv once per call, the other workers waiting until it returned.
+void before_dkdv_write(const BackwardPlan& plan);
+
+/// The entry points of one per-ISA copy of src/kernel/isa/ (namespace cpattn::detail::<isa>).
+struct IsaKernels {
+  Isa isa;
+  int64_t nr;  ///< column panel width of packed operands (2 vectors): drivers pad scratch to it
+  void (*forward_item)(const ForwardPlan& plan, int64_t item, float* scratch);
+  void (*backward_item)(const BackwardPlan& plan, int64_t item, float* scratch);
+  /// D_i = <dout_i, out_i> of rows begin .. begin + rows - 1 of (b, h) into d.
+  void (*row_dots)(const ConstView& dout, const ConstView& out, int64_t b, int64_t h, int64_t begin,
+                   int64_t rows, float* d);
+  /// The kernel's exp over x[0 .. n) (n a multiple of 16): the exp test checks every copy.
+  void (*exp)(const float* x, float* y, int64_t n);
+};
+
+/// The copy that runs `isa` (resolved: not kAuto; available: resolve_isa checked it).
+IsaKernels isa_kernels(Isa isa);
+
+}  // namespace cpattn::detail

@@ -1,0 +1,240 @@
+// Runtime dispatch (cpattn/isa.h, docs/design.md section 3): the dispatcher picks the best path
+// the CPU supports (checked here against CPUID read independently), forcing each path (by
+// KernelOptions::isa and by CPATTN_ISA) runs that copy, the FMA paths agree bitwise, every path is
+// deterministic, and paths the CPU lacks are refused.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include "cpattn/error.h"
+#include "cpattn/isa.h"
+#include "cpattn/kernel.h"
+#include "kernel/plan.h"
+#include "support/metrics.h"
+#include "verify/reference_case.h"
+
+namespace cpattn {
+namespace {
+
+using reference::CaseSpec;
+using reference::MaskKind;
+using reference::PositionKind;
+
+constexpr Isa kPaths[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512};
+
+// Whether this build compiled a copy (src/CMakeLists.txt passes the list).
+bool compiled(Isa isa) {
+  return std::string("," CPATTN_TEST_KERNEL_ISAS ",")
+             .find(std::string(",") + isa_name(isa) + ",") != std::string::npos;
+}
+
+// What the CPU and OS support, from CPUID and XCR0 read here, independently of the library's
+// __builtin_cpu_supports: AVX2 needs CPUID.7.EBX[5], FMA CPUID.1.ECX[12] and YMM state in XCR0
+// (bits 1, 2); AVX-512 needs F/DQ/BW/VL (CPUID.7.EBX bits 16, 17, 30, 31) and opmask/ZMM state
+// (XCR0 bits 5, 6, 7) as well.
+bool cpu_has(Isa isa) {
+  if (isa == Isa::kGeneric) return true;
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const bool fma = (c >> 12) & 1, osxsave = (c >> 27) & 1;
+  if (!osxsave) return false;
+  unsigned xcr0_lo, xcr0_hi;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool ymm = (xcr0_lo & 0x6) == 0x6, zmm = (xcr0_lo & 0xE6) == 0xE6;
+  const bool avx2 = (b >> 5) & 1;
+  const bool avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);
+  if (isa == Isa::kAvx2) return fma && avx2 && ymm;
+  if (isa == Isa::kAvx512) return fma && avx2 && avx512 && ymm && zmm;
+#endif
+  return false;
+}
+
+// Sets CPATTN_ISA for one scope and restores the previous value.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const char* value) {
+    if (const char* old = std::getenv("CPATTN_ISA")) old_ = old;
+    if (value == nullptr) {
+      unsetenv("CPATTN_ISA");
+    } else {
+      setenv("CPATTN_ISA", value, 1);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv("CPATTN_ISA", old_->c_str(), 1);
+    } else {
+      unsetenv("CPATTN_ISA");
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::optional<std::string> old_;
+};
+
+TEST(Isa, DetectedIsTheBestPathTheCpuSupports) {
+  Isa want = Isa::kGeneric;
+  for (Isa isa : kPaths) {
+    if (compiled(isa) && cpu_has(isa)) want = isa;
+  }
+  EXPECT_EQ(isa_name(detected_isa()), std::string(isa_name(want)));
+  const ScopedEnv unset(nullptr);
+  EXPECT_EQ(resolve_isa(Isa::kAuto), detected_isa());
+}
+
+TEST(Isa, AvailableListsEverySupportedPathInOrder) {
+  std::vector<Isa> want;
+  for (Isa isa : kPaths) {
+    if (compiled(isa) && cpu_has(isa)) want.push_back(isa);
+  }
+  EXPECT_EQ(available_isas(), want);
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(want.front(), Isa::kGeneric);
+  EXPECT_EQ(want.back(), detected_isa());
+}
+
+TEST(Isa, Names) {
+  EXPECT_STREQ(isa_name(Isa::kAuto), "auto");
+  EXPECT_STREQ(isa_name(Isa::kGeneric), "generic");
+  EXPECT_STREQ(isa_name(Isa::kAvx2), "avx2");
+  EXPECT_STREQ(isa_name(Isa::kAvx512), "avx512");
+}
+
+TEST(Isa, EnvironmentChoosesForAutoOnlyAndIsChecked) {
+  for (Isa isa : available_isas()) {
+    const ScopedEnv env(isa_name(isa));
+    EXPECT_EQ(resolve_isa(Isa::kAuto), isa);
+    // An explicit request wins over the environment.
+    EXPECT_EQ(resolve_isa(Isa::kGeneric), Isa::kGeneric);
+  }
+  for (const char* value : {"", "auto"}) {
+    const ScopedEnv env(value);
+    EXPECT_EQ(resolve_isa(Isa::kAuto), detected_isa()) << "CPATTN_ISA='" << value << "'";
+  }
+  const ScopedEnv bad("sse9");
+  try {
+    resolve_isa(Isa::kAuto);
+    ADD_FAILURE() << "CPATTN_ISA=sse9 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("auto, generic, avx2, avx512"), std::string::npos)
+        << e.what();
+  }
+  // A kernel call resolves kAuto through the same check.
+  CaseSpec small;
+  small.dims = {1, 7, 7, 1, 1, 8, 8};
+  try {
+    reference::run_kernel(reference::make_problem(small), {});
+    ADD_FAILURE() << "a kernel call with CPATTN_ISA=sse9 ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CPATTN_ISA=sse9"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Isa, PathsTheCpuLacksAreRefused) {
+  int refused = 0;
+  for (Isa isa : kPaths) {
+    if (compiled(isa) && cpu_has(isa)) continue;
+    ++refused;
+    EXPECT_THROW(resolve_isa(isa), Error) << isa_name(isa);
+    const ScopedEnv env(isa_name(isa));
+    EXPECT_THROW(resolve_isa(Isa::kAuto), Error) << "CPATTN_ISA=" << isa_name(isa);
+  }
+  if (refused == 0) std::printf("(this CPU and build run every path: nothing to refuse)\n");
+}
+
+CaseSpec spec_of(MaskKind mask, reference::Dims dims, PositionKind pos, float p,
+                 MemoryLayout layout, uint64_t seed) {
+  CaseSpec s;
+  s.mask = mask;
+  s.dims = dims;
+  s.positions = pos;
+  s.dropout_p = p;
+  s.layout = layout;
+  s.seed = seed;
+  return s;
+}
+
+// Masks, GQA, Dqk != Dv, dropout, odd sizes, batches, every memory layout.
+const std::vector<CaseSpec> kCases = {
+    spec_of(MaskKind::kCausal, {2, 97, 1025, 8, 2, 192, 128}, PositionKind::kZigzag, 0.1f,
+            MemoryLayout::kBHSD, 1),
+    spec_of(MaskKind::kDocsCausal, {1, 257, 257, 4, 1, 40, 24}, PositionKind::kStriped, 0.0f,
+            MemoryLayout::kSBHD, 2),
+    spec_of(MaskKind::kWindow, {3, 7, 97, 4, 4, 8, 8}, PositionKind::kContiguous, 0.5f,
+            MemoryLayout::kBSHD, 3),
+    spec_of(MaskKind::kNone, {1, 300, 300, 2, 1, 128, 128}, PositionKind::kContiguous, 0.0f,
+            MemoryLayout::kBSHD, 4),
+};
+
+std::string case_label(const ::testing::TestParamInfo<CaseSpec>& info) {
+  return reference::case_name(info.param);
+}
+
+class IsaPaths : public ::testing::TestWithParam<CaseSpec> {};
+
+// Forcing a path by KernelOptions::isa and by CPATTN_ISA runs that copy: both give the same bits,
+// and each path passes the tolerance rule.
+TEST_P(IsaPaths, ForcingEachPathRunsThatCopy) {
+  const CaseSpec& spec = GetParam();
+  const reference::Problem p = reference::make_problem(spec);
+  const reference::Oracle oracle = reference::make_oracle(p);
+  for (Isa isa : available_isas()) {
+    EXPECT_EQ(detail::isa_kernels(resolve_isa(isa)).isa, isa);
+    const reference::Outputs forced = reference::run_kernel(p, {spec.layout, 2, true, isa});
+    EXPECT_TRUE(testing::row_passes(
+        reference::compare(std::string("isa ") + isa_name(isa), oracle, forced)));
+    const ScopedEnv env(isa_name(isa));
+    const reference::Outputs by_env = reference::run_kernel(p, {spec.layout, 2, true});
+    EXPECT_TRUE(testing::outputs_bitwise_equal(forced, by_env)) << "CPATTN_ISA=" << isa_name(isa);
+  }
+}
+
+// The FMA paths run the same operations in the same order (every reduction's order is fixed
+// independently of the lane count), so out, lse, dq, dk and dv are bitwise equal across them.
+TEST_P(IsaPaths, FmaPathsAgreeBitwise) {
+  std::vector<Isa> fma;
+  for (Isa isa : available_isas()) {
+    if (isa != Isa::kGeneric) fma.push_back(isa);
+  }
+  if (fma.size() < 2) GTEST_SKIP() << "fewer than two FMA paths on this CPU";
+  const CaseSpec& spec = GetParam();
+  const reference::Problem p = reference::make_problem(spec);
+  for (int threads : {1, 3}) {
+    const reference::Outputs first = reference::run_kernel(p, {spec.layout, threads, true, fma[0]});
+    for (size_t i = 1; i < fma.size(); ++i) {
+      const reference::Outputs other =
+          reference::run_kernel(p, {spec.layout, threads, true, fma[i]});
+      EXPECT_TRUE(testing::outputs_bitwise_equal(first, other))
+          << isa_name(fma[0]) << " vs " << isa_name(fma[i]) << ", " << threads << " threads";
+    }
+  }
+}
+
+// Same path, same thread count: the same bits, run after run.
+TEST_P(IsaPaths, EachPathIsDeterministic) {
+  const CaseSpec& spec = GetParam();
+  const reference::Problem p = reference::make_problem(spec);
+  for (Isa isa : available_isas()) {
+    const reference::Outputs a = reference::run_kernel(p, {spec.layout, 2, true, isa});
+    const reference::Outputs b = reference::run_kernel(p, {spec.layout, 2, true, isa});
+    EXPECT_TRUE(testing::outputs_bitwise_equal(a, b)) << isa_name(isa);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, IsaPaths, ::testing::ValuesIn(kCases), case_label);
+
+}  // namespace
+}  // namespace cpattn
