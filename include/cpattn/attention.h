@@ -114,7 +114,8 @@ StateMemoryStats memory_stats(const MemoryCounter& counter = process_memory());
 /// Sq != Sk); their cp_rank/cp_size must equal comm.rank()/size(). `rng` is recorded in the result
 /// (take it from a Generator). Before any data moves, every rank learns every other rank's
 /// description of the call (call number, shapes, layouts, lengths, positions/documents, params,
-/// RngState; one all_to_all of 160-byte records, the strategy included) and all throw
+/// RngState; one all_to_all of 160-byte records, the strategy and
+/// RingOptions::document_aware included) and all throw
 /// Error(kRankDisagreement) naming the field and the ranks when they differ. A strategy that
 /// cannot run this call (check_strategy) throws Error(kInvalidArgument) on every rank. Throws
 /// Error(kShapeMismatch | kInvalidArgument) for bad arguments, and the communicator's errors

@@ -72,9 +72,10 @@ void attention_kernel_forward(const AttentionInputs& in, const AttentionParams& 
 /// l_i (Dao 2023, Alg. 1; Milakov & Gimelshein 2018), fp32 [B, Hq, Sq] contiguous, together with
 /// `out`, which holds the unnormalised accumulator O_i = sum_j exp(s_ij - m_i) Z_ij v_j between
 /// the calls (m_i = -inf, l_i = 0, O_i = 0 before any visible key). A call continues the state
-/// key tile by key tile exactly as one call over all the keys would, so a result split over N
-/// calls carries the roundings of one online softmax, not those of N - 1 merges of normalised
-/// partials (which grow with N: docs/design.md section 5.4).
+/// key tile by key tile as one call over all the keys would (bitwise so when every call but the
+/// last covers a multiple of the 128-key tile; otherwise the tiles are cut where the calls
+/// split), so a result split over N calls carries the roundings of one online softmax, not those
+/// of N - 1 merges of normalised partials (which grow with N: docs/design.md section 5.4).
 struct SoftmaxCarry {
   std::span<float> row_max;  ///< m_i
   std::span<float> row_sum;  ///< l_i

@@ -44,7 +44,7 @@ struct KernelModel {
   /// Ranks that run at full speed at once (cores of a host running in-process ranks); 0: all.
   /// With P > concurrent_ranks every rank runs at concurrent_ranks / P of flops_per_s.
   int concurrent_ranks = 0;
-  /// Local copies (packing the all-to-alls, merging partial results), bytes per second.
+  /// Local copies (packing the all-to-alls and the ring's relay), bytes per second.
   double copy_bytes_per_s = 4e9;
 };
 

@@ -46,7 +46,10 @@ struct RingStep {
 /// 0 <= rank < world and 0 <= step < world.
 RingStep ring_step(int rank, int world, int step);
 
-/// Merges two partial attention results over disjoint key sets (fp32, -inf is the identity):
+/// Merges two partial attention results over disjoint key sets (fp32, -inf is the identity). A
+/// utility for callers that combine normalised partial results of their own; the ring does not
+/// use it (its blocks continue one online softmax, SoftmaxCarry in kernel.h, so its rounding does
+/// not grow with P):
 ///   lse = m + log(exp(a - m) + exp(b - m)), m = max(a, b)  (computed as m + log1p(exp(min - m)))
 ///   out = out_a * exp(a - lse) + out_b * exp(b - lse)
 /// a = b = -inf gives lse = -inf and leaves out unchanged (no NaN).
@@ -109,12 +112,16 @@ void check_ring_arguments(const Communicator& comm, ConstView q, ConstView k, Co
 /// (docs/design.md section 1) for this rank's queries:
 ///   out_i = sum_{visible j, all ranks} keep_ij / (1 - p) * exp(s_ij - lse_i) * v_j
 /// in P steps: at step s the kernel runs q against the k/v block of rank (r - s) mod P with that
-/// block's global positions and document ids, while the next block is already in flight; partial
-/// (out, lse) pairs merge with merge_attention_partials. Blocks that the mask hides entirely
-/// (MaskRule::classify of their position and document ranges) are not computed.
-/// \param comm         the CP group; comm.size() == P and comm.rank() == cp_rank of the shardings
-/// \param q            [B, Sq_r, Hq, Dqk], any strides, Sq_r = q_sharding.local_length()
-/// \param k, v         [B, Sk_r, Hkv, Dqk] and [B, Sk_r, Hkv, Dv], any strides,
+/// block's global positions and document ids, while the next block is already in flight; the
+/// blocks continue one fp32 online softmax (SoftmaxCarry, kernel.h), normalised once after the
+/// last computed block, so there is no merge pass and the rounding is that of one online softmax
+/// over every key (bitwise one kernel call's when the blocks split the keys at the kernel's
+/// 128-key tile boundaries; otherwise its tiles are cut at the block boundaries). Blocks that the
+/// mask hides entirely (MaskRule::classify of their position and document ranges) are not computed;
+/// with RingOptions::document_aware they do not even travel to ranks that do not need them. \param
+/// comm         the CP group; comm.size() == P and comm.rank() == cp_rank of the shardings \param q
+/// [B, Sq_r, Hq, Dqk], any strides, Sq_r = q_sharding.local_length() \param k, v         [B, Sk_r,
+/// Hkv, Dqk] and [B, Sk_r, Hkv, Dv], any strides,
 ///                     Sk_r = kv_sharding.local_length()
 /// \param q_sharding   how the query sequence is split (positions, documents)
 /// \param kv_sharding  how the key/value sequence is split; same cp_size and cp_rank
@@ -132,7 +139,9 @@ RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstV
 /// returns the gradients (FlashAttention-2 backward, kernel.h). D_i = <dout_i, out_i> is computed
 /// once; dq accumulates locally in fp32 over the P blocks in step order; each block's dk/dv
 /// accumulator travels around the ring behind its k/v, every rank adding its share in rank order,
-/// and reaches its home rank after step P - 1. The reduction order is fixed, so two runs are
+/// and reaches its home rank after step P - 1 (document-aware: straight from the last rank that
+/// needs the block); the kernel adds each share into the received accumulator itself (no share
+/// buffer, no add pass). The reduction order is fixed, so two runs are
 /// bitwise identical. Messages per rank: P - 1 k/v sends + P dk/dv sends (0 when P == 1), the
 /// same number of receives. Nothing checks that out, lse and rng come from the forward of these
 /// inputs (attention_backward does). Throws like the forward.

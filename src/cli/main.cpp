@@ -19,13 +19,17 @@ namespace {
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 // "cpattn: error (out_of_memory): ..." with what was being allocated (train::AllocationError
-// says; a plain std::bad_alloc says "std::bad_alloc") and what cpattn held when it failed.
-int out_of_memory(const std::bad_alloc& e) {
+// says; a plain std::bad_alloc says "std::bad_alloc"), what cpattn held when it failed, and what
+// to reduce for the command that ran (`command`: its name).
+int out_of_memory(const std::bad_alloc& e, const std::string& command) {
   const cpattn::MemoryStats m = cpattn::process_memory().stats();
+  const char* advice = command == "train"
+                           ? "reduce --batch, --seq, --d-model or --layers, or keep --recompute on"
+                           : "reduce --seq (or --batch, the heads or the head dims)";
   std::fprintf(stderr,
                "cpattn: error (out_of_memory): %s failed while cpattn held %.1f MiB (peak %.1f "
-               "MiB); reduce --batch, --seq, --d-model or --layers, or keep --recompute on\n",
-               e.what(), mib(m.live_bytes), mib(m.peak_bytes));
+               "MiB); %s\n",
+               e.what(), mib(m.live_bytes), mib(m.peak_bytes), advice);
   return cpattn::cli::kExitOutOfMemory;
 }
 
@@ -61,15 +65,18 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  std::string command;
   try {
     for (size_t i = 0; i < commands.size(); ++i) {
-      if (app.got_subcommand(commands[i].name)) return runners[i]();
+      if (!app.got_subcommand(commands[i].name)) continue;
+      command = commands[i].name;
+      return runners[i]();
     }
   } catch (const cpattn::Error& e) {
     cpattn::cli::print_error(e);
     return cpattn::cli::exit_status(e);
   } catch (const std::bad_alloc& e) {
-    return out_of_memory(e);
+    return out_of_memory(e, command);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cpattn: error: %s\n", e.what());
     return 2;

@@ -5,6 +5,7 @@
 #include "cpattn/plan.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -43,13 +45,26 @@ struct PlanOptions {
   double timeout_s = 300;
 };
 
+// One document length of --docs: a whole decimal number in [1, 2^40], else
+// Error(kInvalidArgument) naming the accepted forms.
+int64_t parse_doc_length(std::string_view item) {
+  constexpr int64_t kMaxLength = int64_t{1} << 40;
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+  CPATTN_CHECK(
+      ec == std::errc() && end == item.data() + item.size() && value >= 1 && value <= kMaxLength,
+      ErrorCode::kInvalidArgument, "--docs: '", item,
+      "' is not a document length in [1, 2^40]; expected L1,L2,... or mean:N");
+  return value;
+}
+
 // "300,5,700,19": those lengths; "mean:N": documents of lengths cycling around N (N/2 .. 3N/2)
 // until S is covered (the last one cut).
 std::vector<int64_t> parse_docs(const std::string& text, int64_t S) {
   std::vector<int64_t> lengths;
   if (text.empty()) return lengths;
   if (text.rfind("mean:", 0) == 0) {
-    const int64_t mean = std::stoll(text.substr(5));
+    const int64_t mean = parse_doc_length(std::string_view(text).substr(5));
     CPATTN_CHECK(mean >= 2, ErrorCode::kInvalidArgument, "--docs mean:N needs N >= 2");
     for (int64_t at = 0, i = 0; at < S; ++i) {
       const int64_t l = std::min(S - at, mean / 2 + (i * 37) % (mean + 1));
@@ -58,9 +73,13 @@ std::vector<int64_t> parse_docs(const std::string& text, int64_t S) {
     }
     return lengths;
   }
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) lengths.push_back(std::stoll(item));
+  std::string_view rest(text);
+  while (true) {
+    const size_t comma = rest.find(',');
+    lengths.push_back(parse_doc_length(rest.substr(0, comma)));
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
   return lengths;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "cp/ring_detail.h"
 #include "cp/transpose.h"
@@ -16,6 +17,17 @@ namespace cpattn {
 namespace {
 
 constexpr double kFloat = 4.0;  // bytes
+
+// The ring's buffers of the largest block besides the caller's tensors (src/cp/ring_backward.cpp,
+// its backward peak): 2 k|v relay buffers, 2 dk|dv accumulators, the home accumulator.
+constexpr double kRingBlocks = 5.0;
+
+// The ring's own copies of a forward + backward, read and write each: packing the own k|v into
+// the relay in both passes, and unpacking the finished dk|dv (merges and share additions happen
+// inside the kernel).
+double ring_copy_seconds(double block_bytes, const KernelModel& kernel) {
+  return 2 * 3 * block_bytes / kernel.copy_bytes_per_s;
+}
 
 // The sequence of the problem on rank `rank` (documents as ids 0, 1, ...).
 SequenceSharding sharding(const PlanProblem& p, const std::vector<int64_t>& docs, int rank) {
@@ -50,20 +62,17 @@ double computed_pairs(const MaskRule& rule, const Tiles& q, const Tiles& k) {
   return n;
 }
 
-// Bytes a ring rank sends (forward + backward) on block tables `q`/`kv` of `heads` kv heads,
-// with the document-aware relay; and messages.
+// A ring rank's traffic (forward + backward) on block tables of `heads` kv heads with the
+// document-aware relay: the bytes and messages it sends; the largest block.
 struct RingTraffic {
   double bytes = 0;
   int64_t messages = 0;
   int64_t max_block = 0;
 };
-RingTraffic ring_traffic(const PlanProblem& p, const detail::BlockTable& q,
+RingTraffic rank_traffic(const PlanProblem& p, const detail::RelayPlan& plan,
                          const detail::BlockTable& kv, int64_t heads, int rank) {
-  const int P = q.size();
+  const int P = kv.size();
   RingTraffic t;
-  t.max_block = kv.max_length();
-  if (P == 1) return t;
-  const detail::RelayPlan plan(p.params, q, kv, true);
   const double per_token = static_cast<double>(p.B * heads * (p.Dqk + p.Dv)) * kFloat;
   for (int s = 0; s < P; ++s) {
     const int b = ((rank - s) % P + P) % P;
@@ -76,6 +85,21 @@ RingTraffic ring_traffic(const PlanProblem& p, const detail::BlockTable& q,
       t.bytes += bytes;
       t.messages += 1;
     }
+  }
+  return t;
+}
+
+// The maximum of rank_traffic over the ranks (one RelayPlan for all: O(P^2) classifications).
+RingTraffic ring_traffic(const PlanProblem& p, const detail::BlockTable& q,
+                         const detail::BlockTable& kv, int64_t heads) {
+  RingTraffic t;
+  t.max_block = kv.max_length();
+  if (kv.size() == 1) return t;
+  const detail::RelayPlan plan(p.params, q, kv, true);
+  for (int r = 0; r < kv.size(); ++r) {
+    const RingTraffic tr = rank_traffic(p, plan, kv, heads, r);
+    t.bytes = std::max(t.bytes, tr.bytes);
+    t.messages = std::max(t.messages, tr.messages);
   }
   return t;
 }
@@ -179,11 +203,14 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
         const detail::BlockTable table = detail::BlockTable::of(shards[0]);
         // The slowest rank: its own compute or its own sends (the relay is pruned unevenly).
         RingTraffic t;
+        t.max_block = table.max_length();
+        const std::optional<detail::RelayPlan> plan =
+            P > 1 ? std::optional<detail::RelayPlan>(std::in_place, p.params, table, table, true)
+                  : std::nullopt;
         for (int r = 0; r < P; ++r) {
-          const RingTraffic tr = ring_traffic(p, table, table, p.Hkv, r);
+          const RingTraffic tr = plan ? rank_traffic(p, *plan, table, p.Hkv, r) : RingTraffic{};
           t.bytes = std::max(t.bytes, tr.bytes);
           t.messages = std::max(t.messages, tr.messages);
-          t.max_block = tr.max_block;
           const double compute = pairs[static_cast<size_t>(r)] * Hq * flops_per_pair_head /
                                  (kernel.flops_per_s * slowdown);
           ring_slowest =
@@ -193,11 +220,10 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
         e.bytes_sent = t.bytes;
         e.messages = t.messages;
         const double block = static_cast<double>(t.max_block) * kv_token;
-        // Backward: dq, dk|dv, delta, 2 relay buffers, 2 accumulators, share, home; the state.
-        e.peak_bytes =
-            q_local + Sr * kv_token + rows_local + (P > 1 ? 6 * block : 0) + o_local + rows_local;
-        // Merging P - 1 partial outputs; adding P - 1 dk/dv shares (read 2, write 1).
-        e.copy_seconds = 3 * (P - 1) * (o_local + block) / kernel.copy_bytes_per_s;
+        // Backward: dq, dk|dv, delta, 2 relay buffers, 2 accumulators, home; the state.
+        e.peak_bytes = q_local + Sr * kv_token + rows_local + (P > 1 ? kRingBlocks * block : 0) +
+                       o_local + rows_local;
+        e.copy_seconds = P > 1 ? ring_copy_seconds(block, kernel) : 0;
         break;
       }
       case Strategy::Kind::kAllGather: {
@@ -266,18 +292,14 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
           kv_rows = q_rows;
           PlanProblem rows = p;
           rows.Hkv = static_cast<int64_t>(kvl);
-          RingTraffic t;  // the row that sends the most
-          for (int j = 0; j < strategy.ring_size; ++j) {
-            const RingTraffic tj = ring_traffic(rows, q_rows, kv_rows, rows.Hkv, j);
-            t.bytes = std::max(t.bytes, tj.bytes);
-            t.messages = std::max(t.messages, tj.messages);
-            t.max_block = tj.max_block;
-          }
+          const RingTraffic t = ring_traffic(rows, q_rows, kv_rows, rows.Hkv);  // busiest row
           e.bytes_sent += t.bytes;
           e.messages += t.messages;
           const double block = static_cast<double>(t.max_block) * kv_head_token;
-          e.peak_bytes += strategy.ring_size > 1 ? 6 * block : 0;
-          e.copy_seconds += 3 * (strategy.ring_size - 1) * (o_h + block) / kernel.copy_bytes_per_s;
+          if (strategy.ring_size > 1) {
+            e.peak_bytes += kRingBlocks * block;
+            e.copy_seconds += ring_copy_seconds(block, kernel);
+          }
           // The ring's transfers hide under compute; the row all-to-alls do not.
           const double ring_comm = t.bytes / link.bandwidth_bytes_per_s;
           const double a2a = (e.bytes_sent - t.bytes) / link.bandwidth_bytes_per_s;

@@ -85,7 +85,7 @@ ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstV
                               const AttentionOptions& options, Fingerprint fp,
                               std::optional<Error> local_error) {
   if (!local_error) local_error = check_call(comm, q, k, v, q_seq, kv_seq, params, options);
-  fp.call_number = agree_or_throw(comm, op, fp, std::nullopt, local_error);
+  fp.call_number = agree_or_throw(comm, op, fp, options, std::nullopt, local_error);
   unchecked::RingForwardResult r =
       unchecked::strategy_attention_forward(comm, q, k, v, q_seq, kv_seq, params, rng, options);
   return ForwardResult(std::move(r.out), std::move(r.lse), r.rng, std::move(fp), comm.memory());
@@ -97,7 +97,8 @@ AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstVie
                                     const AttentionParams& params, const AttentionOptions& options,
                                     const Fingerprint& called, std::optional<Error> local_error) {
   if (!local_error) local_error = check_call(comm, q, k, v, q_seq, kv_seq, params, options);
-  agree_or_throw(comm, CallOp::kBackward, called, state.fingerprint.call_number, local_error);
+  agree_or_throw(comm, CallOp::kBackward, called, options, state.fingerprint.call_number,
+                 local_error);
   return unchecked::strategy_attention_backward(comm, dout, q, k, v, state.out, state.lse, q_seq,
                                                 kv_seq, params, state.rng, options);
 }

@@ -73,6 +73,8 @@ std::vector<Field> fields() {
          return strategy_name(
              {static_cast<Strategy::Kind>(r.strategy_kind), r.ulysses_size, r.ring_size});
        }},
+      {"document_aware",
+       [](const CallRecord& r) { return std::string(r.document_aware ? "true" : "false"); }},
       {"its own checks of the call",
        [](const CallRecord& r) { return std::string(r.local_check_passed ? "passed" : "failed"); }},
   };
@@ -92,7 +94,7 @@ std::string ranks_text(const std::vector<int>& ranks) {
 }  // namespace
 
 CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
-                       const Fingerprint& fp) {
+                       const Fingerprint& fp, const AttentionOptions& options) {
   CallRecord r;
   r.op = static_cast<uint32_t>(op);
   r.cp_size = static_cast<uint32_t>(fp.cp_size);
@@ -118,6 +120,7 @@ CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
   r.strategy_kind = static_cast<int32_t>(fp.strategy.kind);
   r.ulysses_size = fp.strategy.ulysses_size;
   r.ring_size = fp.strategy.ring_size;
+  r.document_aware = options.document_aware ? 1 : 0;
   return r;
 }
 
@@ -165,10 +168,10 @@ void agree_on_call(Communicator& comm, const CallRecord& mine) {
 namespace cpattn::detail {
 
 uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint& fp,
-                        std::optional<uint64_t> forward_number,
+                        const AttentionOptions& options, std::optional<uint64_t> forward_number,
                         const std::optional<Error>& local_error) {
   const uint64_t number = comm.take_call_number();
-  CallRecord record = call_record(op, number, forward_number.value_or(number), fp);
+  CallRecord record = call_record(op, number, forward_number.value_or(number), fp, options);
   record.local_check_passed = local_error ? 0 : 1;
   try {
     agree_on_call(comm, record);

@@ -16,7 +16,9 @@ enum class CallOp : uint32_t { kForward = 1, kBackward = 2, kRecompute = 3 };
 /// The rank-independent description of one checked call: what every rank of the group must
 /// agree on (shapes but the rank's own sequence length, layouts, whole lengths, positions and
 /// documents, parameters, RngState, the call's number and, for backward, the number of the
-/// forward whose state it uses). Fixed size and trivially copyable: it travels as bytes.
+/// forward whose state it uses), and the options that decide which messages travel (the
+/// strategy; the ring's document-aware relay). Fixed size and trivially copyable: it travels as
+/// bytes.
 struct CallRecord {
   uint32_t op = 0;
   uint32_t cp_size = 0;
@@ -34,13 +36,15 @@ struct CallRecord {
   uint64_t rng_seed = 0, rng_offset = 0;
   int32_t strategy_kind = 0;  ///< Strategy::Kind
   int32_t ulysses_size = 0, ring_size = 0;
-  int32_t reserved = 0;  ///< keeps the record free of padding (it is compared bytewise)
+  int32_t document_aware = 0;  ///< RingOptions::document_aware (ranks that differ would send
+                               ///< and expect different messages)
 };
 static_assert(sizeof(CallRecord) == 160, "CallRecord must have no padding");
 
-/// The record of a call from its fingerprint (shapes, shardings, parameters, RngState).
+/// The record of a call from its fingerprint (shapes, shardings, parameters, RngState, the
+/// strategy) and its options (the document-aware relay).
 CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
-                       const Fingerprint& fp);
+                       const Fingerprint& fp, const AttentionOptions& options);
 
 /// Exchanges `mine` with every rank of comm (one all_to_all of P records) and returns when all
 /// are equal. Otherwise throws, on every rank alike, Error(kRankDisagreement) naming the first
@@ -55,7 +59,7 @@ void agree_on_call(Communicator& comm, const CallRecord& mine);
 /// agreement anyway, marked as refusing, and then throws that error, so the other ranks throw
 /// at once too (their error names it) instead of waiting for it. Returns the call number.
 uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint& fp,
-                        std::optional<uint64_t> forward_number,
+                        const AttentionOptions& options, std::optional<uint64_t> forward_number,
                         const std::optional<Error>& local_error);
 
 }  // namespace cpattn::detail

@@ -54,3 +54,16 @@ set_tests_properties(cli.verify_isa_invalid PROPERTIES LABELS cli ENVIRONMENT CP
 add_test(NAME cli.version_names_isa COMMAND cpattn_cli --version)
 set_tests_properties(cli.version_names_isa PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "; kernel ISA (generic|avx2|avx512) \\(available: generic")
+
+# `cpattn plan`: the table of every strategy with a recommendation, valid JSON, and bad document
+# lists refused with the accepted forms.
+add_test(NAME cli.plan COMMAND cpattn_cli plan --seq 8192 --cp 4 --causal)
+set_tests_properties(cli.plan PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "\\| hybrid:2x2 \\|.*recommended: [a-z:0-9]+ \\(predicted")
+add_test(NAME cli.plan_json
+         COMMAND cpattn_cli plan --seq 1000 --cp 8 --layout contiguous --docs mean:64 --causal --json)
+set_tests_properties(cli.plan_json PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "\"recommended\": \"[a-z:0-9]+\"")
+add_test(NAME cli.plan_rejects_bad_docs COMMAND cpattn_cli plan --seq 10 --cp 2 --docs 5x,5)
+set_tests_properties(cli.plan_rejects_bad_docs PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "--docs: '5x' is not a document length in \\[1, 2\\^40\\]; expected L1,L2,... or mean:N")

@@ -1,6 +1,7 @@
-// The strategy in the safe API: a rank that uses another strategy fails the call agreement on
-// every rank (naming it), a ForwardResult of one strategy is refused by a backward with another,
-// a strategy that cannot run the call fails on every rank, and the fingerprint says which.
+// The strategy in the safe API: a rank that uses another strategy (or relay) fails the call
+// agreement on every rank (naming it), a ForwardResult of one strategy is refused by a backward
+// with another, a strategy that cannot run the call fails on every rank, and the fingerprint says
+// which.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -62,6 +63,24 @@ TEST(StrategyAgreement, ARankWithAnotherStrategyFailsEveryRankNamingIt) {
     EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kRankDisagreement) << r;
     EXPECT_THAT(o.messages[static_cast<size_t>(r)],
                 HasSubstr("rank 2 has strategy=ulysses, ranks 0, 1, 3 have strategy=ring"));
+  }
+}
+
+// The document-aware relay decides which messages travel: ranks that differ on it would wait
+// for messages that are never sent, so the agreement fails the call on every rank at once.
+TEST(StrategyAgreement, ARankWithAnotherRelayFailsEveryRankNamingIt) {
+  const Case c;
+  const Outcome o = run_all(4, [&](Communicator& comm) {
+    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
+    AttentionOptions options;
+    options.document_aware = comm.rank() != 3;
+    attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(4, comm.rank()), c.params,
+                      {1, 0}, options);
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kRankDisagreement) << r;
+    EXPECT_THAT(o.messages[static_cast<size_t>(r)],
+                HasSubstr("rank 3 has document_aware=false, ranks 0-2 have document_aware=true"));
   }
 }
 
