@@ -93,6 +93,7 @@ double group_max(Communicator& comm, double mine) {
 
 struct Measured {
   double seconds = 0, bytes = 0, peak = 0;
+  double kernel_seconds = 0, comm_seconds = 0;  ///< the slowest rank's RingStats
 };
 
 // One forward + backward of `strategy` on every rank; the slowest rank's time, the largest
@@ -125,7 +126,8 @@ Measured run_call(Communicator& comm, const PlanProblem& p, const Strategy& stra
   const double seconds = watch.seconds();
   const double peak = static_cast<double>(mem->stats().peak_bytes - live);
   return {group_max(comm, seconds), group_max(comm, static_cast<double>(stats.bytes_sent)),
-          group_max(comm, peak)};
+          group_max(comm, peak), group_max(comm, stats.kernel_seconds),
+          group_max(comm, stats.comm_seconds)};
 }
 
 PlanProblem problem_of(int64_t S, int64_t hkv, int P) {
@@ -257,20 +259,27 @@ void ulysses_check(const Options& o) {
     SingleRankCommunicator one;
     bench::record("single", run_call(one, p, Strategy::ring(), true, 2).seconds);
     run_ranks(2, [&](Communicator& comm) {
-      const double t = run_call(comm, p, Strategy::ulysses()).seconds;
-      if (comm.rank() == 0) bench::record("ulysses2", t);
+      const Measured m = run_call(comm, p, Strategy::ulysses());
+      if (comm.rank() != 0) return;
+      bench::record("ulysses2", m.seconds);
+      bench::record("ulysses2_kernel", m.kernel_seconds);
+      bench::record("ulysses2_comm", m.comm_seconds);
     });
-    std::printf("rep %d: single %.2f s, ulysses P=2 %.2f s\n", rep,
-                bench::samples()["single"].back(), bench::samples()["ulysses2"].back());
+    std::printf("rep %d: single %.2f s, ulysses P=2 %.2f s (kernel %.2f s, communication %.2f s)\n",
+                rep, bench::samples()["single"].back(), bench::samples()["ulysses2"].back(),
+                bench::samples()["ulysses2_kernel"].back(),
+                bench::samples()["ulysses2_comm"].back());
     std::fflush(stdout);
   }
   const double single = bench::median_of("single"), ulysses = bench::median_of("ulysses2");
   std::printf(
       "\nUlysses, P=2 x 1 thread vs the single-rank kernel with 2 threads, S=%lld, Hq=Hkv=%lld, "
       "D=%lld, causal, forward + backward (medians of %d; target <= 1.10)\n| single-rank s | "
-      "ulysses s | ulysses / single |\n|---|---|---|\n| %.2f | %.2f | %.3f |\n",
+      "ulysses s | ulysses / single | ulysses kernel s (slowest rank) | communication s |\n"
+      "|---|---|---|---|---|\n| %.2f | %.2f | %.3f | %.2f | %.2f |\n",
       static_cast<long long>(S), static_cast<long long>(kHeads), static_cast<long long>(kDim),
-      o.reps, single, ulysses, ulysses / single);
+      o.reps, single, ulysses, ulysses / single, bench::median_of("ulysses2_kernel"),
+      bench::median_of("ulysses2_comm"));
 }
 
 // Bytes the document-aware ring sends at P = 8 against the plain ring, documents of mean length

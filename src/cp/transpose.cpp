@@ -83,26 +83,41 @@ int64_t block_floats(const HeadPart& p, int64_t tokens, const HeadRange& heads) 
   return tokens * p.from.shape[0] * heads.count * p.from.shape[3];
 }
 
-// Copies rows (b, i, heads) of v, token-major ([i][b][h][d]), into dst; returns the end.
+// Copies rows (b, i, heads) of v, token-major ([i][b][h][d]), into dst; returns the end. A row of
+// D elements with unit stride (every dense layout) is one block copy.
 float* pack(ConstView v, std::span<const int64_t> rows, HeadRange heads, float* dst) {
+  const int64_t D = v.shape[3], sd = v.stride[3];
   for (const int64_t i : rows)
     for (int64_t b = 0; b < v.shape[0]; ++b)
-      for (int64_t h = heads.begin; h < heads.begin + heads.count; ++h)
-        for (int64_t d = 0; d < v.shape[3]; ++d) *dst++ = v(b, i, h, d);
+      for (int64_t h = heads.begin; h < heads.begin + heads.count; ++h) {
+        if (D == 0) continue;
+        const float* row = &v(b, i, h, 0);
+        if (sd == 1) {
+          dst = std::copy_n(row, D, dst);
+        } else {
+          for (int64_t d = 0; d < D; ++d) *dst++ = row[d * sd];
+        }
+      }
   return dst;
 }
 
 // The inverse of pack into v at rows (b, i, heads); adds instead of assigning when `add`.
 const float* unpack(const float* src, std::span<const int64_t> rows, HeadRange heads, View v,
                     bool add) {
+  const int64_t D = v.shape[3], sd = v.stride[3];
   for (const int64_t i : rows)
     for (int64_t b = 0; b < v.shape[0]; ++b)
-      for (int64_t h = heads.begin; h < heads.begin + heads.count; ++h)
-        for (int64_t d = 0; d < v.shape[3]; ++d) {
-          float& x = v(b, i, h, d);
-          x = add ? x + *src : *src;
-          ++src;
+      for (int64_t h = heads.begin; h < heads.begin + heads.count; ++h, src += D) {
+        if (D == 0) continue;
+        float* row = &v(b, i, h, 0);
+        if (sd == 1 && !add) {
+          std::copy_n(src, D, row);
+        } else if (sd == 1) {
+          for (int64_t d = 0; d < D; ++d) row[d] += src[d];
+        } else {
+          for (int64_t d = 0; d < D; ++d) row[d * sd] = add ? row[d * sd] + src[d] : src[d];
         }
+      }
   return src;
 }
 
