@@ -165,10 +165,7 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
                                            const RingOptions& options) {
   const detail::RingDims d =
       detail::validate_ring_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
-  check_view(dout, "dout", "[B, Sq_local, Hq, Dv]", {d.B, d.Sq, d.Hq, d.Dv});
-  check_view(out, "out", "[B, Sq_local, Hq, Dv]", {d.B, d.Sq, d.Hq, d.Dv});
-  CPATTN_CHECK_EQ(static_cast<int64_t>(lse.size()), d.B * d.Hq * d.Sq, ErrorCode::kShapeMismatch,
-                  "lse length (B * Hq * Sq_local)");
+  detail::check_backward_state(d, dout, out, lse);
   const detail::CallTimer call_timer(options.stats);
   MemoryCounter* mem = &comm.memory();
   const detail::BlockTable q_blocks = detail::BlockTable::of(q_sharding);

@@ -195,6 +195,14 @@ void KvRelay::finish() {
   for (Request& r : sends_) channel_.wait_if_pending(r);
 }
 
+void check_backward_state(const RingDims& d, ConstView dout, ConstView out,
+                          std::span<const float> lse) {
+  check_view(dout, "dout", "[B, Sq_local, Hq, Dv]", {d.B, d.Sq, d.Hq, d.Dv});
+  check_view(out, "out", "[B, Sq_local, Hq, Dv]", {d.B, d.Sq, d.Hq, d.Dv});
+  CPATTN_CHECK_EQ(static_cast<int64_t>(lse.size()), d.B * d.Hq * d.Sq, ErrorCode::kShapeMismatch,
+                  "lse length (B * Hq * Sq_local)");
+}
+
 Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, MemoryCounter* mem) {
   Tensor delta({out.shape[0], out.shape[2], out.shape[1]}, mem);
   attention_kernel_delta(dout, out, delta.span(), kernel);

@@ -203,6 +203,11 @@ class KvRelay {
   int64_t len_ = 0;
 };
 
+/// The backward's extra arguments against the call's sizes: dout and out [B, Sq_r, Hq, Dv] (any
+/// strides), lse of B * Hq * Sq_r floats. Throws Error(kShapeMismatch) naming expected vs got.
+void check_backward_state(const RingDims& d, ConstView dout, ConstView out,
+                          std::span<const float> lse);
+
 /// D_i = <dout_i, out_i> in fp32, [B, H, S] (FlashAttention-2 backward, Alg. 2 line 4), for
 /// dout/out [B, S, H, Dv] (any strides), charged to `mem`: attention_kernel_delta, the sums the
 /// kernel itself would form.

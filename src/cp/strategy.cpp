@@ -132,11 +132,7 @@ AttentionGradients strategy_attention_backward(Communicator& comm, ConstView dou
                                                const AttentionOptions& options) {
   const detail::StrategyCall c =
       validated(comm, q, k, v, q_sharding, kv_sharding, params, rng, options);
-  const detail::RingDims& d = c.d;
-  check_view(dout, "dout", "[B, Sq_local, Hq, Dv]", {d.B, d.Sq, d.Hq, d.Dv});
-  check_view(out, "out", "[B, Sq_local, Hq, Dv]", {d.B, d.Sq, d.Hq, d.Dv});
-  CPATTN_CHECK_EQ(static_cast<int64_t>(lse.size()), d.B * d.Hq * d.Sq, ErrorCode::kShapeMismatch,
-                  "lse length (B * Hq * Sq_local)");
+  detail::check_backward_state(c.d, dout, out, lse);
   const detail::BackwardState s{dout, out, lse};
   switch (options.strategy.kind) {
     case Strategy::Kind::kRing:

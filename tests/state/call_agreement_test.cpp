@@ -13,35 +13,12 @@
 #include "state/stack_harness.h"
 #include "support/counting_communicator.h"
 #include "support/errors.h"
+#include "support/rank_outcomes.h"
 
 namespace cpattn::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-struct Outcome {
-  std::vector<ErrorCode> codes;
-  std::vector<std::string> messages;
-};
-
-// Runs fn on P ranks; records every rank's error (kInternal + "" for a rank that did not throw).
-Outcome run_all(int P, const std::function<void(Communicator&)>& fn) {
-  Outcome o{std::vector<ErrorCode>(static_cast<size_t>(P), ErrorCode::kInternal),
-            std::vector<std::string>(static_cast<size_t>(P))};
-  try {
-    run_ranks(P, [&](Communicator& comm) {
-      try {
-        fn(comm);
-      } catch (const Error& e) {
-        o.codes[static_cast<size_t>(comm.rank())] = e.code();
-        o.messages[static_cast<size_t>(comm.rank())] = e.what();
-        throw;
-      }
-    });
-  } catch (const Error&) {
-  }
-  return o;
-}
 
 struct Case {
   StackProblem p{1, 37, 2, 8, 5};
@@ -54,7 +31,7 @@ struct Case {
 
 TEST(CallAgreement, DifferentDropoutOnOneRankFailsEveryRankNamingIt) {
   const Case c;
-  const Outcome o = run_all(4, [&](Communicator& comm) {
+  const RankOutcomes o = run_all(4, [&](Communicator& comm) {
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
     AttentionParams params = c.params;
     if (comm.rank() == 3) params.dropout_p = 0.0f;
@@ -90,7 +67,7 @@ TEST(CallAgreement, EachFieldIsCompared) {
            }},
       };
   for (const auto& [needle, change] : variants) {
-    const Outcome o = run_all(2, [&](Communicator& comm) {
+    const RankOutcomes o = run_all(2, [&](Communicator& comm) {
       const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
       AttentionParams params = c.params;
       SequenceSharding seq = c.p.sharding(2, comm.rank());
@@ -109,7 +86,7 @@ TEST(CallAgreement, EachFieldIsCompared) {
 
 TEST(CallAgreement, RanksThatDisagreeOnTheSequenceLengthFailBeforeAnyKvMessage) {
   const Case c;
-  const Outcome o = run_all(2, [&](Communicator& comm) {
+  const RankOutcomes o = run_all(2, [&](Communicator& comm) {
     // S = 37 on rank 0, 38 on rank 1: both shard lengths are 19 in zigzag, so only the
     // agreement can tell.
     const int64_t S = comm.rank() == 0 ? 37 : 38;
@@ -128,7 +105,7 @@ TEST(CallAgreement, RanksThatDisagreeOnTheSequenceLengthFailBeforeAnyKvMessage) 
 TEST(CallAgreement, BackwardCallsInDifferentOrdersAreCaught) {
   Case c;
   c.params.dropout_p = 0.0f;
-  const Outcome o = run_all(2, [&](Communicator& comm) {
+  const RankOutcomes o = run_all(2, [&](Communicator& comm) {
     const SequenceSharding seq = c.p.sharding(2, comm.rank());
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
     const Tensor y = shard_tensor(c.p.w.view(), c.p.layout, 2, comm.rank(), &comm.memory());
@@ -153,7 +130,7 @@ TEST(CallAgreement, BackwardCallsInDifferentOrdersAreCaught) {
 // backward for the second must not accept the first's state. This is the RngState check.
 TEST(CallAgreement, StateOfAnotherForwardOnTheSameInputsIsRefused) {
   const Case c;
-  const Outcome o = run_all(2, [&](Communicator& comm) {
+  const RankOutcomes o = run_all(2, [&](Communicator& comm) {
     const SequenceSharding seq = c.p.sharding(2, comm.rank());
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
     Generator gen(9);
@@ -176,7 +153,7 @@ TEST(CallAgreement, StateOfAnotherForwardOnTheSameInputsIsRefused) {
 // recompute with other RNG) is refused.
 TEST(CallAgreement, ViewWhoseOutputsCameFromAnotherRngStateIsRefused) {
   const Case c;
-  const Outcome o = run_all(1, [&](Communicator& comm) {
+  const RankOutcomes o = run_all(1, [&](Communicator& comm) {
     const SequenceSharding seq = c.p.sharding(1, 0);
     const ConstView x = c.p.x.view();
     const ForwardResult f = attention_forward(comm, x, x, x, seq, c.params, {4, 4});

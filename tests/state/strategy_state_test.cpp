@@ -11,35 +11,12 @@
 #include "cpattn/error.h"
 #include "state/stack_harness.h"
 #include "support/errors.h"
+#include "support/rank_outcomes.h"
 
 namespace cpattn::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-struct Outcome {
-  std::vector<ErrorCode> codes;
-  std::vector<std::string> messages;
-};
-
-// Runs fn on P ranks; records every rank's error (kInternal + "" for a rank that did not throw).
-Outcome run_all(int P, const std::function<void(Communicator&)>& fn) {
-  Outcome o{std::vector<ErrorCode>(static_cast<size_t>(P), ErrorCode::kInternal),
-            std::vector<std::string>(static_cast<size_t>(P))};
-  try {
-    run_ranks(P, [&](Communicator& comm) {
-      try {
-        fn(comm);
-      } catch (const Error& e) {
-        o.codes[static_cast<size_t>(comm.rank())] = e.code();
-        o.messages[static_cast<size_t>(comm.rank())] = e.what();
-        throw;
-      }
-    });
-  } catch (const Error&) {
-  }
-  return o;
-}
 
 struct Case {
   StackProblem p{1, 37, 4, 8, 5};
@@ -52,7 +29,7 @@ struct Case {
 
 TEST(StrategyAgreement, ARankWithAnotherStrategyFailsEveryRankNamingIt) {
   const Case c;
-  const Outcome o = run_all(4, [&](Communicator& comm) {
+  const RankOutcomes o = run_all(4, [&](Communicator& comm) {
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
     AttentionOptions options;
     if (comm.rank() == 2) options.strategy = Strategy::ulysses();
@@ -70,7 +47,7 @@ TEST(StrategyAgreement, ARankWithAnotherStrategyFailsEveryRankNamingIt) {
 // for messages that are never sent, so the agreement fails the call on every rank at once.
 TEST(StrategyAgreement, ARankWithAnotherRelayFailsEveryRankNamingIt) {
   const Case c;
-  const Outcome o = run_all(4, [&](Communicator& comm) {
+  const RankOutcomes o = run_all(4, [&](Communicator& comm) {
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
     AttentionOptions options;
     options.document_aware = comm.rank() != 3;
@@ -86,7 +63,7 @@ TEST(StrategyAgreement, ARankWithAnotherRelayFailsEveryRankNamingIt) {
 
 TEST(StrategyAgreement, AStateOfAnotherStrategyIsRefused) {
   const Case c;
-  const Outcome o = run_all(2, [&](Communicator& comm) {
+  const RankOutcomes o = run_all(2, [&](Communicator& comm) {
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
     const SequenceSharding seq = c.p.sharding(2, comm.rank());
     AttentionOptions ulysses;
@@ -105,7 +82,7 @@ TEST(StrategyAgreement, AStateOfAnotherStrategyIsRefused) {
 
 TEST(StrategyAgreement, AStrategyThatCannotRunTheCallFailsOnEveryRank) {
   const Case c;  // 4 heads
-  const Outcome o = run_all(3, [&](Communicator& comm) {
+  const RankOutcomes o = run_all(3, [&](Communicator& comm) {
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 3, comm.rank(), &comm.memory());
     AttentionOptions options;
     options.strategy = Strategy::ulysses();
@@ -121,7 +98,7 @@ TEST(StrategyAgreement, AStrategyThatCannotRunTheCallFailsOnEveryRank) {
 
 TEST(StrategyAgreement, RecomputeWithAnotherStrategyDiverges) {
   const Case c;
-  const Outcome o = run_all(2, [&](Communicator& comm) {
+  const RankOutcomes o = run_all(2, [&](Communicator& comm) {
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
     const SequenceSharding seq = c.p.sharding(2, comm.rank());
     AttentionOptions hybrid;
