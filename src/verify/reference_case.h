@@ -38,6 +38,19 @@ struct CaseSpec {
   uint64_t seed = 1;  ///< inputs, positions and the dropout RngState derive from it
 };
 
+/// A spec from its fields in declaration order (the test sweeps' shorthand).
+inline CaseSpec spec_of(MaskKind mask, Dims dims, PositionKind positions, float dropout_p,
+                        uint64_t seed, MemoryLayout layout = MemoryLayout::kBSHD) {
+  CaseSpec s;
+  s.mask = mask;
+  s.dims = dims;
+  s.positions = positions;
+  s.dropout_p = dropout_p;
+  s.layout = layout;
+  s.seed = seed;
+  return s;
+}
+
 /// Readable unique name, e.g. "Causal_GQA8x2_Sq97_Sk1025_D192x128_p0p1_BHSD" (plus "_Zigzag",
 /// "_Striped" and "_B3" when not the defaults). Only letters, digits and '_'.
 std::string case_name(const CaseSpec& spec);

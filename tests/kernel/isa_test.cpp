@@ -155,28 +155,18 @@ TEST(Isa, PathsTheCpuLacksAreRefused) {
   if (refused == 0) std::printf("(this CPU and build run every path: nothing to refuse)\n");
 }
 
-CaseSpec spec_of(MaskKind mask, reference::Dims dims, PositionKind pos, float p,
-                 MemoryLayout layout, uint64_t seed) {
-  CaseSpec s;
-  s.mask = mask;
-  s.dims = dims;
-  s.positions = pos;
-  s.dropout_p = p;
-  s.layout = layout;
-  s.seed = seed;
-  return s;
-}
+using reference::spec_of;
 
 // Masks, GQA, Dqk != Dv, dropout, odd sizes, batches, every memory layout.
 const std::vector<CaseSpec> kCases = {
-    spec_of(MaskKind::kCausal, {2, 97, 1025, 8, 2, 192, 128}, PositionKind::kZigzag, 0.1f,
-            MemoryLayout::kBHSD, 1),
-    spec_of(MaskKind::kDocsCausal, {1, 257, 257, 4, 1, 40, 24}, PositionKind::kStriped, 0.0f,
-            MemoryLayout::kSBHD, 2),
-    spec_of(MaskKind::kWindow, {3, 7, 97, 4, 4, 8, 8}, PositionKind::kContiguous, 0.5f,
-            MemoryLayout::kBSHD, 3),
-    spec_of(MaskKind::kNone, {1, 300, 300, 2, 1, 128, 128}, PositionKind::kContiguous, 0.0f,
-            MemoryLayout::kBSHD, 4),
+    spec_of(MaskKind::kCausal, {2, 97, 1025, 8, 2, 192, 128}, PositionKind::kZigzag, 0.1f, 1,
+            MemoryLayout::kBHSD),
+    spec_of(MaskKind::kDocsCausal, {1, 257, 257, 4, 1, 40, 24}, PositionKind::kStriped, 0.0f, 2,
+            MemoryLayout::kSBHD),
+    spec_of(MaskKind::kWindow, {3, 7, 97, 4, 4, 8, 8}, PositionKind::kContiguous, 0.5f, 3,
+            MemoryLayout::kBSHD),
+    spec_of(MaskKind::kNone, {1, 300, 300, 2, 1, 128, 128}, PositionKind::kContiguous, 0.0f, 4,
+            MemoryLayout::kBSHD),
 };
 
 std::string case_label(const ::testing::TestParamInfo<CaseSpec>& info) {

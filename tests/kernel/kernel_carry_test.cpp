@@ -24,15 +24,7 @@ using reference::MaskKind;
 using reference::PositionKind;
 using testing::bitwise_equal;
 
-CaseSpec spec_of(MaskKind mask, reference::Dims dims, PositionKind pos, float p, uint64_t seed) {
-  CaseSpec s;
-  s.mask = mask;
-  s.dims = dims;
-  s.positions = pos;
-  s.dropout_p = p;
-  s.seed = seed;
-  return s;
-}
+using reference::spec_of;
 
 // One key set of a split: rows `rows` of the problem's k/v (dense BSHD copies), positions, docs.
 struct KeyPiece {

@@ -17,15 +17,7 @@ using reference::CaseSpec;
 using reference::MaskKind;
 using reference::PositionKind;
 
-CaseSpec spec_of(MaskKind mask, reference::Dims dims, PositionKind pos, float p, uint64_t seed) {
-  CaseSpec s;
-  s.mask = mask;
-  s.dims = dims;
-  s.positions = pos;
-  s.dropout_p = p;
-  s.seed = seed;
-  return s;
-}
+using reference::spec_of;
 
 class KernelThreads : public ::testing::TestWithParam<CaseSpec> {};
 
