@@ -87,6 +87,13 @@ void check_strategy(const Strategy& s, int cp_size, int64_t Hq, int64_t Hkv) {
   throw Error(ErrorCode::kInvalidArgument, "strategy: unknown kind");
 }
 
+void check_strategy_dtype(const Strategy& strategy, DType dtype) {
+  CPATTN_CHECK(dtype == DType::kF32 || strategy.kind == Strategy::Kind::kRing,
+               ErrorCode::kInvalidArgument, "strategy ", strategy_name(strategy), " takes fp32 ",
+               "tensors only, got ", dtype_name(dtype),
+               " (bf16 and fp16 run on the ring strategy)");
+}
+
 namespace unchecked {
 
 namespace {
@@ -98,6 +105,7 @@ detail::StrategyCall validated(Communicator& comm, ConstView q, ConstView k, Con
   const detail::RingDims d =
       detail::validate_ring_call(comm, q, k, v, q_seq, kv_seq, params, options);
   check_strategy(options.strategy, comm.size(), d.Hq, d.Hkv);
+  check_strategy_dtype(options.strategy, q.dtype);
   return {comm, q, k, v, q_seq, kv_seq, params, rng, options, d};
 }
 
@@ -137,6 +145,7 @@ AttentionGradients strategy_attention_backward(Communicator& comm, ConstView dou
   check_view(out, "out", "[B, Sq_local, Hq, Dv]", {d.B, d.Sq, d.Hq, d.Dv});
   CPATTN_CHECK_EQ(static_cast<int64_t>(lse.size()), d.B * d.Hq * d.Sq, ErrorCode::kShapeMismatch,
                   "lse length (B * Hq * Sq_local)");
+  detail::check_backward_dtypes(q, dout, out);
   const detail::BackwardState s{dout, out, lse};
   switch (options.strategy.kind) {
     case Strategy::Kind::kRing:
