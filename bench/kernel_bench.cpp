@@ -4,6 +4,7 @@
 // time, and the peak extra memory of a long forward. The machine (CPU flags, ISA paths, OpenBLAS
 // core) is printed first, a summary of the target ratios after the Google Benchmark table.
 // Quick subset: --benchmark_filter='FmaPeak|Sgemm|/D:128/S:4096/causal:0/|Naive/D:128|PeakMemory'
+// bf16 / fp16 vs fp32 forward: --benchmark_filter='Forward/Hkv:8/D:128/S:4096/causal:0/isa:0/'
 // The best OpenBLAS sgemm of this CPU: run with OPENBLAS_CORETYPE unset
 // (env -u OPENBLAS_CORETYPE bench_kernel ...); the first line says which core OpenBLAS ran.
 #include <benchmark/benchmark.h>
@@ -64,19 +65,29 @@ void timed_loop(benchmark::State& state, const std::string& key, double flops, F
   if (!std::isnan(peak_gflops())) state.counters["vs_peak"] = flops / secs / 1e9 / peak_gflops();
 }
 
+// The dtype argument of the forward cases: 0 fp32, 1 bf16, 2 fp16 (q, k, v and out).
+constexpr cpattn::DType kDtypeArgs[] = {cpattn::DType::kF32, cpattn::DType::kBF16,
+                                        cpattn::DType::kF16};
+
+// N(0, 1) values, rounded to the tensor's dtype.
 void fill_random(Tensor& t, uint32_t seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> nd;
-  for (float& x : t.span()) x = nd(gen);
+  if (t.dtype() == cpattn::DType::kF32) {
+    for (float& x : t.span()) x = nd(gen);
+    return;
+  }
+  std::byte* p = t.bytes().data();
+  for (int64_t i = 0; i < t.numel(); ++i) cpattn::store_from_float(t.dtype(), p + 2 * i, nd(gen));
 }
 
-// BSHD operands of one B = 1 attention call with contiguous positions.
+// BSHD operands of one B = 1 attention call with contiguous positions (q, k, v, out in dtype).
 struct Problem {
-  Problem(int64_t s, int64_t hkv, int64_t d)
-      : q({1, s, kHeadsQ, d}),
-        k({1, s, hkv, d}),
-        v({1, s, hkv, d}),
-        out({1, s, kHeadsQ, d}),
+  Problem(int64_t s, int64_t hkv, int64_t d, cpattn::DType dtype = cpattn::DType::kF32)
+      : q({1, s, kHeadsQ, d}, dtype),
+        k({1, s, hkv, d}, dtype),
+        v({1, s, hkv, d}, dtype),
+        out({1, s, kHeadsQ, d}, dtype),
         lse({1, kHeadsQ, s}),
         pos(static_cast<size_t>(s)) {
     fill_random(q, 1);
@@ -132,12 +143,15 @@ void BM_Forward(benchmark::State& state) {
   const int64_t hkv = state.range(0), d = state.range(1), s = state.range(2);
   const bool causal = state.range(3) != 0;
   const Isa isa = isa_arg(state.range(4));
-  Problem p(s, hkv, d);
+  const cpattn::DType dtype = kDtypeArgs[static_cast<size_t>(state.range(5))];
+  Problem p(s, hkv, d, dtype);
   cpattn::AttentionParams params;
   params.causal = causal;
   cpattn::KernelOptions opt{kThreads};
   opt.isa = isa;
-  timed_loop(state, case_key("fwd", hkv, d, s, causal, isa), attention_flops(s, d, causal), [&] {
+  std::string key = case_key("fwd", hkv, d, s, causal, isa);
+  if (dtype != cpattn::DType::kF32) key += std::string("/") + cpattn::dtype_name(dtype);
+  timed_loop(state, key, attention_flops(s, d, causal), [&] {
     cpattn::attention_kernel_forward(p.inputs(), params, {}, p.out.view(), p.lse.span(), opt);
   });
 }
@@ -243,6 +257,22 @@ void attention_args(benchmark::internal::Benchmark* b) {
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
+// attention_args with a dtype argument (0 fp32), plus the S = 4096, D = 128, Hkv = 8 full case in
+// bf16 and fp16 on the path kAuto resolves to (docs/performance.md, "bf16 and fp16").
+void forward_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"Hkv", "D", "S", "causal", "isa", "dtype"});
+  for (int64_t s : {1024, 4096, 16384})
+    for (int64_t d : {64, 128})
+      for (int64_t hkv : {8, 2})
+        for (int64_t causal : {0, 1}) b->Args({hkv, d, s, causal, 0, 0});
+  for (Isa isa : available_isas()) {
+    const int64_t arg = std::find(std::begin(kIsaArgs), std::end(kIsaArgs), isa) - kIsaArgs;
+    for (int64_t hkv : {8, 2}) b->Args({hkv, 128, 4096, 0, arg, 0});
+  }
+  for (int64_t dtype : {1, 2}) b->Args({8, 128, 4096, 0, 0, dtype});
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
 void isa_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"isa"});
   for (Isa isa : available_isas()) {
@@ -253,7 +283,7 @@ void isa_args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_FmaPeak)->Apply(isa_args);
 BENCHMARK(BM_Sgemm)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Forward)->Apply(attention_args);
+BENCHMARK(BM_Forward)->Apply(forward_args);
 BENCHMARK(BM_Backward)->Apply(attention_args);
 BENCHMARK(BM_NaiveForward)
     ->ArgNames({"D", "S"})
@@ -321,6 +351,11 @@ void print_summary() {
     const std::string naive = "naive/D" + std::to_string(d) + "/S4096";
     print_ratio((naive + " time / flash fwd Hkv8").c_str(),
                 median_of(naive) / median_of(case_key("fwd", 8, d, 4096, false)), ">= 1.5");
+  }
+  for (const char* dtype : {"bf16", "fp16"}) {
+    const std::string fp32 = case_key("fwd", 8, 128, 4096, false);
+    print_ratio((fp32 + " fp32 time / " + dtype + " time").c_str(),
+                median_of(fp32) / median_of(fp32 + "/" + dtype), ">= 1.6 with AVX-512-BF16");
   }
   if (!std::isnan(median_of("peak_memory/counted_MiB"))) {
     std::printf(

@@ -27,6 +27,7 @@ namespace cpattn {
 struct Fingerprint {
   std::array<int64_t, 4> q_shape{}, k_shape{}, v_shape{};     ///< [B, S_r, H, D]
   std::array<int64_t, 4> q_stride{}, k_stride{}, v_stride{};  ///< elements
+  DType dtype = DType::kF32;  ///< of q, k and v (one dtype per call)
   /// Layouts, lengths, global positions and document ids of both shardings.
   uint64_t positions_digest = 0;
   uint64_t inputs_digest = 0;  ///< the values of q, k and v (identifies the layer/microbatch)
@@ -114,7 +115,7 @@ StateMemoryStats memory_stats(const MemoryCounter& counter = process_memory());
 /// Sq != Sk); their cp_rank/cp_size must equal comm.rank()/size(). `rng` is recorded in the result
 /// (take it from a Generator). Before any data moves, every rank learns every other rank's
 /// description of the call (call number, shapes, layouts, lengths, positions/documents, params,
-/// RngState; one all_to_all of 160-byte records, the strategy and
+/// RngState; one all_to_all of 168-byte records, the strategy and
 /// RingOptions::document_aware included) and all throw
 /// Error(kRankDisagreement) naming the field and the ranks when they differ. A strategy that
 /// cannot run this call (check_strategy) throws Error(kInvalidArgument) on every rank. Throws

@@ -56,13 +56,13 @@ std::vector<int64_t> shard_values(std::span<const int64_t> global, Layout layout
                                   int rank);
 
 /// Rank `rank`'s piece of a whole [B, S, H, D] tensor (any strides) as a dense BSHD Tensor
-/// [B, S_r, H, D] charged to `counter` (process_memory() when null).
+/// [B, S_r, H, D] of the same dtype, charged to `counter` (process_memory() when null).
 Tensor shard_tensor(ConstView global, Layout layout, int cp_size, int rank,
                     MemoryCounter* counter = nullptr);
 
 /// Inverse of shard_tensor: pieces[r] is rank r's [B, S_r, H, D] view (any strides, shapes as
-/// shard_length says); returns the dense BSHD [B, S, H, D] tensor. Throws Error(kShapeMismatch) if
-/// pieces.size() != P or a piece's shape is not the expected one.
+/// shard_length says); returns the dense BSHD [B, S, H, D] tensor (of piece 0's dtype). Throws
+/// Error(kShapeMismatch) if pieces.size() != P or a piece's shape is not the expected one.
 Tensor unshard_tensor(std::span<const ConstView> pieces, Layout layout, int64_t seq_len,
                       MemoryCounter* counter = nullptr);
 

@@ -63,6 +63,11 @@ Strategy parse_strategy(std::string_view name);
 /// Hq % P == 0 and Hkv % P == 0 or P % Hkv == 0; sizes of 0 for a non-hybrid kind.
 void check_strategy(const Strategy& strategy, int cp_size, int64_t Hq, int64_t Hkv);
 
+/// Checks that `strategy` takes tensors of `dtype`: every strategy takes fp32; bf16 and fp16
+/// (cpattn/dtype.h) run on the ring only (docs/design.md section 1.1). Throws
+/// Error(kInvalidArgument) naming the strategy, the dtype and the ring.
+void check_strategy_dtype(const Strategy& strategy, DType dtype);
+
 /// The options of the safe API's calls (attention.h, recompute.h): the ring's execution knobs
 /// (RingOptions: threads, statistics, the document-aware relay) plus the strategy. A RingOptions
 /// converts to it (strategy ring), so code written for the ring keeps compiling.

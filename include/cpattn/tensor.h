@@ -1,4 +1,5 @@
-// Strided 4-D views (the kernel's argument type) and Tensor, cpattn's owning, counted fp32 buffer.
+// Strided 4-D views (the kernel's argument type) and Tensor, cpattn's owning, counted buffer of
+// fp32, bf16 or fp16 elements (cpattn/dtype.h).
 #pragma once
 
 #include <array>
@@ -9,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cpattn/dtype.h"
 #include "cpattn/memory.h"
 
 namespace cpattn {
@@ -16,19 +18,30 @@ namespace cpattn {
 /// A non-owning 4-D strided view. Logical dimensions are [B, S, H, D] (batch, sequence, heads,
 /// head dim); strides are in elements, so BSHD, BHSD (BNSD) and SBHD memory are all views with
 /// different strides. T is float or const float.
+///
+/// `dtype` says what the memory holds (default fp32). For bf16 and fp16 views, `data` is the
+/// address of element (0, 0, 0, 0) cast to T* (it need not be 4-byte aligned and must never be
+/// dereferenced as float), strides count 2-byte elements, and elements are read and written
+/// through read_element / write_element (or offset() and the dtype.h conversions), never through
+/// operator(), which is for fp32 views only.
 template <typename T>
 struct StridedView {
   T* data = nullptr;
   std::array<int64_t, 4> shape{};   ///< [B, S, H, D]
   std::array<int64_t, 4> stride{};  ///< elements between consecutive b, s, h, d
+  DType dtype = DType::kF32;        ///< element type of the memory at data
 
-  /// Element (b, s, h, d); no bounds check.
+  /// Element (b, s, h, d) of an fp32 view; no bounds check.
   T& operator()(int64_t b, int64_t s, int64_t h, int64_t d) const {
-    return data[b * stride[0] + s * stride[1] + h * stride[2] + d * stride[3]];
+    return data[offset(b, s, h, d)];
+  }
+  /// Elements from data to element (b, s, h, d) (any dtype).
+  int64_t offset(int64_t b, int64_t s, int64_t h, int64_t d) const {
+    return b * stride[0] + s * stride[1] + h * stride[2] + d * stride[3];
   }
   int64_t numel() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
   /// Implicit conversion float -> const float view.
-  operator StridedView<const T>() const { return {data, shape, stride}; }
+  operator StridedView<const T>() const { return {data, shape, stride, dtype}; }
 };
 using View = StridedView<float>;
 using ConstView = StridedView<const float>;
@@ -59,26 +72,49 @@ void check_readable(StridedView<const float> view, std::string_view name);
 void check_view(StridedView<const float> view, std::string_view name, std::string_view dims,
                 const std::array<int64_t, 4>& expected);
 
+/// Element (b, s, h, d) of a view of any dtype, as fp32 (exact); no bounds check.
+float read_element(StridedView<const float> view, int64_t b, int64_t s, int64_t h, int64_t d);
+/// Stores x into element (b, s, h, d) of a view of any dtype, rounding to nearest even for bf16
+/// and fp16 (dtype.h: store_from_float); no bounds check.
+void write_element(StridedView<float> view, int64_t b, int64_t s, int64_t h, int64_t d, float x);
+
+/// A view of a bf16 or fp16 (or fp32) buffer: `data` is the buffer of 2-byte (4-byte) elements,
+/// strides in elements. The way to hand cpattn 16-bit tensors held elsewhere (e.g. PyTorch).
+StridedView<float> typed_view(void* data, DType dtype, const std::array<int64_t, 4>& shape,
+                              const std::array<int64_t, 4>& stride);
+StridedView<const float> typed_view(const void* data, DType dtype,
+                                    const std::array<int64_t, 4>& shape,
+                                    const std::array<int64_t, 4>& stride);
+
 /// Copies every element of src into dst (same shape, any strides on either side; they must not
-/// overlap). Throws Error(kShapeMismatch) when the shapes differ.
+/// overlap), converting between dtypes: exact when dst is as wide as src, rounded to nearest even
+/// (dtype.h) when dst is bf16 or fp16 and src is wider or another 16-bit type. Throws
+/// Error(kShapeMismatch) when the shapes differ.
 void copy_view(StridedView<const float> src, StridedView<float> dst);
 
 class Tensor;
 /// A dense copy of `src` stored in `layout` order (charged to `counter`, process_memory() when
-/// null): Tensor shape storage_shape(src.shape, layout), viewed back with view(layout).
+/// null): Tensor shape storage_shape(src.shape, layout), viewed back with view(layout), of
+/// src's dtype.
 Tensor dense_copy(StridedView<const float> src, MemoryLayout layout = MemoryLayout::kBSHD,
                   MemoryCounter* counter = nullptr);
 
-/// An owning, contiguous fp32 buffer with a shape (any rank). Its bytes are counted in a
-/// MemoryCounter (process_memory() unless another is given) from allocation until destruction;
-/// the tensor holds a reference to that counter until then.
+/// A dense copy of `src` converted to `dtype` (copy_view's rounding), stored in `layout` order.
+Tensor dense_copy(StridedView<const float> src, DType dtype, MemoryLayout layout,
+                  MemoryCounter* counter = nullptr);
+
+/// An owning, contiguous buffer of fp32 (default), bf16 or fp16 elements with a shape (any rank).
+/// Its bytes are counted in a MemoryCounter (process_memory() unless another is given) from
+/// allocation until destruction; the tensor holds a reference to that counter until then.
 /// Move-only: copies are explicit (clone()) so a hidden duplicate of a big activation cannot
 /// happen.
 class Tensor {
  public:
   Tensor() = default;
-  /// Zero-filled tensor of `shape`; throws Error(kInvalidArgument) on a negative dimension.
+  /// Zero-filled fp32 tensor of `shape`; throws Error(kInvalidArgument) on a negative dimension.
   explicit Tensor(std::vector<int64_t> shape, MemoryCounter* counter = nullptr);
+  /// Zero-filled tensor of `shape` with elements of `dtype` (dtype_size(dtype) bytes each).
+  Tensor(std::vector<int64_t> shape, DType dtype, MemoryCounter* counter = nullptr);
   Tensor(Tensor&&) noexcept = default;
   Tensor& operator=(Tensor&&) noexcept = default;
   Tensor(const Tensor&) = delete;
@@ -87,13 +123,22 @@ class Tensor {
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(size_t i) const { return shape_.at(i); }
   int64_t numel() const { return numel_; }
+  DType dtype() const { return dtype_; }
+  /// The storage; for a bf16 or fp16 tensor the address of its 2-byte elements cast to float*
+  /// (read it through view(), or bytes()).
   float* data() { return storage_.get(); }
   const float* data() const { return storage_.get(); }
-  std::span<float> span() { return {storage_.get(), static_cast<size_t>(numel_)}; }
-  std::span<const float> span() const { return {storage_.get(), static_cast<size_t>(numel_)}; }
+  /// The storage as bytes: numel() * dtype_size(dtype()) of them.
+  std::span<std::byte> bytes();
+  std::span<const std::byte> bytes() const;
+  /// The elements of an fp32 tensor (numel() floats). Throws Error(kInvalidArgument) for
+  /// another dtype.
+  std::span<float> span();
+  std::span<const float> span() const;
 
   /// A rank-4 tensor seen as [B, S, H, D] stored in `layout` order (shape_ holds the storage
-  /// order's dims, e.g. [B, H, S, D] for kBHSD). Throws if the rank is not 4.
+  /// order's dims, e.g. [B, H, S, D] for kBHSD), of the tensor's dtype. Throws if the rank is
+  /// not 4.
   View view(MemoryLayout layout = MemoryLayout::kBSHD);
   ConstView view(MemoryLayout layout = MemoryLayout::kBSHD) const;
 
@@ -110,6 +155,7 @@ class Tensor {
   };
   std::vector<int64_t> shape_;
   int64_t numel_ = 0;
+  DType dtype_ = DType::kF32;
   std::unique_ptr<float[], Release> storage_{nullptr, Release{}};
 };
 

@@ -6,8 +6,9 @@ activation checkpointing with dropout. See docs/pytorch.md.
     out = cpattn.ring_attention(q_local, k_local, v_local, causal=True)   # this rank's shard
     y = cpattn.checkpoint(layer, x)                                        # checked recompute
 
-Tensors are float32 CPU tensors in BSHD order [B, S, H, D] (any strides; no copies are made of
-strided inputs). Errors raise cpattn.Error (a RuntimeError) whose .code names the kind.
+Tensors are float32, bfloat16 or float16 CPU tensors (one dtype per call; 16-bit ones are
+computed with fp32 accumulation and the results rounded once, ring strategy only) in BSHD order
+[B, S, H, D] (any strides; no copies are made of strided inputs). Errors raise cpattn.Error (a RuntimeError) whose .code names the kind.
 """
 
 import torch  # noqa: F401  (loads libtorch before the extension module)

@@ -91,8 +91,9 @@ def attention(q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False, windo
               doc_ids=None, return_lse=False):
     """Exact attention on one rank (the formulas of docs/design.md section 1).
 
-    q [B, S, Hq, Dqk], k [B, S, Hkv, Dqk], v [B, S, Hkv, Dv]: float32 CPU tensors, any strides
-    (BSHD views of BHSD memory included; no copies). Hq must be a multiple of Hkv (GQA/MQA).
+    q [B, S, Hq, Dqk], k [B, S, Hkv, Dqk], v [B, S, Hkv, Dv]: float32, bfloat16 or float16 CPU
+    tensors of one dtype, any strides (BSHD views of BHSD memory included; no copies); out and
+    the gradients come back in that dtype (fp32 accumulation, rounded once). Hq must be a multiple of Hkv (GQA/MQA).
     softmax_scale defaults to 1/sqrt(Dqk); window_size = (left, right) on positions, -1 for
     unbounded (flash-attn's convention); causal hides later keys; doc_ids, int64 [S], restricts
     attention to tokens of the same document (packed sequences). dropout_p drops attention

@@ -83,7 +83,7 @@ py::tuple forward(const Call& call, uint64_t call_number, const at::Tensor& q, c
   }
   // out and lse are torch tensors over the ForwardResult's buffers: the state lives as long as
   // either of them (saved by autograd for backward, or held by the caller).
-  at::Tensor out = torch_over(state, state->out.data(), state->out.shape());
+  at::Tensor out = torch_over(state, state->out.data(), state->out.shape(), state->out.dtype());
   at::Tensor lse = torch_over(state, state->lse.data(), state->lse.shape());
   return py::make_tuple(out, lse, state->fingerprint);
 }

@@ -111,3 +111,42 @@ def test_lse_is_not_differentiable_and_out_is():
     q.requires_grad_()
     out, lse = cpattn.attention(q, k, v, return_lse=True)
     assert out.requires_grad and not lse.requires_grad
+
+
+# bfloat16 / float16 tensors (docs/design.md section 1.1): out and the gradients come back in the
+# input dtype (lse float32), computed in fp32 from the 16-bit inputs and rounded once. Against
+# float64 attention of the same (rounded) inputs: out within 2 units of the dtype's rounding of
+# max |out| (the plain implementation's own rounding is 1), the gradients within the extra error
+# of D = <dout, out> taken from the rounded out (docs/design.md), a few units of the dtype.
+LOW_TOL = {torch.bfloat16: (2 * 2.0 ** -8, 8 * 2.0 ** -8),
+           torch.float16: (2 * 2.0 ** -11, 8 * 2.0 ** -11)}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("name,S,Hq,Hkv,Dqk,Dv,kw", [CASES[1], CASES[6], CASES[8], CASES[11]],
+                         ids=[CASES[i][0] for i in (1, 6, 8, 11)])
+def test_low_precision_matches_float64_reference(name, S, Hq, Hkv, Dqk, Dv, kw, dtype):
+    kw = dict(kw)
+    docs = kw.pop("documents", None)
+    doc_ids = None if docs is None else _doc_ids(docs)
+    q, k, v, dout = (t.to(dtype) for t in _inputs(S, Hq, Hkv, Dqk, Dv, "bhsd_strided", seed=3))
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    rng = rng_after_seed(123) if kw.get("dropout_p", 0.0) > 0 else (0, 0)
+    torch.manual_seed(123)
+    out, lse = cpattn.attention(q, k, v, doc_ids=doc_ids, return_lse=True, **kw)
+    out.backward(dout)
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    assert q.grad.dtype == dtype and k.grad.dtype == dtype and v.grad.dtype == dtype
+    ref_out, ref_lse, leaves = reference_attention(q, k, v, doc_ids=doc_ids, rng=rng, **kw)
+    ref_out.backward(dout.double())
+    out_tol, grad_tol = LOW_TOL[dtype]
+    assert max_rel(out.detach().float(), ref_out.detach()) <= out_tol
+    assert max_rel(lse, ref_lse.detach()) <= TOL
+    for got, leaf in ((q.grad, leaves[0]), (k.grad, leaves[1]), (v.grad, leaves[2])):
+        assert max_rel(got.float(), leaf.grad, GRAD_FLOOR) <= grad_tol, name
+
+
+def test_mixed_dtypes_are_refused():
+    q, k, v, _ = _inputs(9, 1, 1, 8, 8, "bshd")
+    with pytest.raises(cpattn.Error, match="q, k and v must have one dtype, got q bf16, k fp32"):
+        cpattn.attention(q.bfloat16(), k, v)

@@ -13,8 +13,10 @@ def _qkv(S=16, Hq=2, Hkv=1, D=8):
 
 
 @pytest.mark.parametrize("make,code,needle", [
-    (lambda q, k, v: (q.double(), k, v), "invalid_argument", "q must be float32, got Double"),
-    (lambda q, k, v: (q, k.half(), v), "invalid_argument", "k must be float32"),
+    (lambda q, k, v: (q.double(), k, v), "invalid_argument",
+     "q must be float32, bfloat16 or float16, got Double"),
+    (lambda q, k, v: (q, k.half(), v), "invalid_argument",
+     "q, k and v must have one dtype, got q fp32, k fp16, v fp32"),
     (lambda q, k, v: (q[0], k, v), "shape_mismatch", "q must be a 4-dimensional tensor"),
     (lambda q, k, v: (q, k[:, :, :, :4], v), "shape_mismatch", "k must have shape"),
     (lambda q, k, v: (torch.randn(1, 16, 3, 8), torch.randn(1, 16, 2, 8),

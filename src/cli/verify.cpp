@@ -50,6 +50,7 @@ struct VerifyOptions {
   RingShape shape;
   bool shape_given = false;
   double timeout_s = 300;
+  std::string dtype = "fp32";  // --dtype: of q, k, v, dout and the results
 };
 
 #ifdef CPATTN_HAVE_MPI
@@ -73,6 +74,7 @@ std::vector<train::ConfigField> verify_fields(const VerifyOptions& o) {
           {"--dv", num(s.dims.Dv), ""},
           {"--seed", num(s.seed), ""},
           {"--threads", num(o.threads), ""},
+          {"--dtype", o.dtype, ""},
           {"--json", o.json ? "on" : "off", ""},
           {"--timeout", train::format_value(o.timeout_s), ""}};
 }
@@ -90,10 +92,12 @@ int report(const std::string& title, const std::vector<VerifyResult>& results, b
 
 int run_kernel_sweep(const VerifyOptions& o) {
   std::vector<VerifyResult> results;
-  for (const CaseSpec& s : default_kernel_cases()) {
+  for (CaseSpec s : default_kernel_cases()) {
+    s.dtype = parse_dtype(o.dtype.c_str());
     results.push_back(verify_kernel_case(s, o.threads));
   }
-  return report("cpattn verify: kernel vs float64 reference, " + std::to_string(o.threads) +
+  const std::string dtype = o.dtype == "fp32" ? "" : o.dtype + ", ";
+  return report("cpattn verify: kernel vs float64 reference, " + dtype + std::to_string(o.threads) +
                     " thread(s), " + isa_summary(),
                 results, o.json);
 }
@@ -103,8 +107,9 @@ int run_kernel_sweep(const VerifyOptions& o) {
 // layout and the other strategies one each (rotating), so the sweep stays a few seconds.
 std::vector<RingCase> ring_cases(const VerifyOptions& o, int cp_size) {
   const std::vector<Layout> all = {Layout::kContiguous, Layout::kZigzag, Layout::kStriped};
+  const DType dtype = parse_dtype(o.dtype.c_str());
   const std::vector<Strategy> strategies =
-      o.strategy.empty() ? sweep_strategies(cp_size, o.shape.dims.Hq, o.shape.dims.Hkv)
+      o.strategy.empty() ? sweep_strategies(cp_size, o.shape.dims.Hq, o.shape.dims.Hkv, dtype)
                          : std::vector<Strategy>{parse_strategy(o.strategy)};
   std::vector<RingCase> cases;
   for (size_t i = 0; i < strategies.size(); ++i) {
@@ -115,11 +120,17 @@ std::vector<RingCase> ring_cases(const VerifyOptions& o, int cp_size) {
     } else if (o.strategy.empty() && s != Strategy::ring()) {
       layouts = {all[i % all.size()]};
     }
+    check_strategy_dtype(s, dtype);  // an explicit --strategy that refuses the dtype
     if (!o.shape_given) {
-      for (RingCase& c : default_ring_cases(cp_size, layouts, s)) cases.push_back(std::move(c));
+      for (RingCase& c : default_ring_cases(cp_size, layouts, s)) {
+        c.shape.dtype = dtype;
+        cases.push_back(std::move(c));
+      }
       continue;
     }
-    for (const Layout layout : layouts) cases.push_back({o.shape, layout, cp_size, s});
+    RingShape shape = o.shape;
+    shape.dtype = dtype;
+    for (const Layout layout : layouts) cases.push_back({shape, layout, cp_size, s});
   }
   return cases;
 }
@@ -233,6 +244,11 @@ Command verify_command() {
                 ->check(CLI::Range(1, 1024))
                 ->capture_default_str();
             sub->add_flag("--json", o->json, "Print the results as JSON");
+            sub->add_option("--dtype", o->dtype,
+                            "dtype of q, k, v, dout and out, dq, dk, dv (lse is fp32): fp32 | "
+                            "bf16 | fp16 (bf16 / fp16: kernel and ring strategy only)")
+                ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+                ->capture_default_str();
             add_timeout_option(sub, o->timeout_s);
             CLI::Option* cp = sub->add_option(
                 "--cp", o->cp,

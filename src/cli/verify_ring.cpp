@@ -37,6 +37,7 @@ std::string ring_case_name(const RingCase& c) {
     name += "_W" + side(s.window_left) + "x" + side(s.window_right);
   }
   if (d.B != 1) name += "_B" + std::to_string(d.B);
+  if (s.dtype != DType::kF32) name += std::string("_") + dtype_name(s.dtype);
   name += std::string("_") + layout_name(c.layout) + "_cp" + std::to_string(c.cp_size);
   if (c.strategy != Strategy::ring()) {
     std::string strategy = strategy_name(c.strategy);
@@ -53,6 +54,7 @@ reference::Problem make_ring_problem(const RingShape& shape) {
   spec.dims.Sk = spec.dims.Sq;
   spec.dropout_p = shape.dropout_p;
   spec.seed = shape.seed;
+  spec.dtype = shape.dtype;
   reference::Problem p = reference::make_problem(spec);
   p.params.causal = shape.causal;
   p.params.window_left = shape.window_left;
@@ -76,7 +78,7 @@ std::vector<RingCase> default_ring_cases(int cp_size, const std::vector<Layout>&
   return cases;
 }
 
-std::vector<Strategy> sweep_strategies(int cp_size, int64_t Hq, int64_t Hkv) {
+std::vector<Strategy> sweep_strategies(int cp_size, int64_t Hq, int64_t Hkv, DType dtype) {
   std::vector<Strategy> candidates = {Strategy::ring(), Strategy::allgather(), Strategy::ulysses()};
   for (int u = 2; u < cp_size; ++u) {
     if (cp_size % u == 0) candidates.push_back(Strategy::hybrid(u, cp_size / u));
@@ -85,6 +87,7 @@ std::vector<Strategy> sweep_strategies(int cp_size, int64_t Hq, int64_t Hkv) {
   for (const Strategy& s : candidates) {
     try {
       check_strategy(s, cp_size, Hq, Hkv);
+      check_strategy_dtype(s, dtype);
       out.push_back(s);
     } catch (const Error&) {
       // not for these heads on this group (e.g. ulysses with Hq % P != 0)
@@ -107,6 +110,7 @@ std::vector<VerifyResult> verify_ring_case(const RingCase& c, Communicator* worl
   run.layout = c.layout;
   run.num_threads = world != nullptr ? kernel_threads : 1;  // in-process ranks are the threads
   run.strategy = c.strategy;
+  run.dtype = c.shape.dtype;
   const reference::RankWrapper with_deadline =
       [timeout](Communicator& comm, const std::function<void(Communicator&)>& body) {
         comm.set_timeout(timeout);
@@ -118,9 +122,10 @@ std::vector<VerifyResult> verify_ring_case(const RingCase& c, Communicator* worl
   if (world != nullptr && world->rank() != 0) return {};
 
   const std::string name = ring_case_name(c);
-  reference::ErrorRow vs_exact = reference::compare(name, reference::make_oracle(p), ring);
-  const reference::Outputs kernel =
-      reference::run_kernel(p, {MemoryLayout::kBSHD, kernel_threads, true});
+  reference::ErrorRow vs_exact =
+      reference::compare(name, reference::make_oracle(p, true, c.shape.dtype), ring);
+  const reference::Outputs kernel = reference::run_kernel(
+      p, {MemoryLayout::kBSHD, kernel_threads, true, Isa::kAuto, c.shape.dtype});
   reference::ErrorRow vs_kernel;
   vs_kernel.name = name + "_vs_kernel";
   const std::array<const std::vector<double>*, 5> a = {&ring.out, &ring.lse, &ring.dq, &ring.dk,

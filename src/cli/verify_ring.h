@@ -24,6 +24,8 @@ struct RingShape {
   float dropout_p = 0.0f;
   bool docs = false;  ///< packed documents (reference::document_of)
   uint64_t seed = 1;  ///< inputs and the dropout RngState derive from it
+  /// q, k, v, dout and results (cpattn/dtype.h); bf16 / fp16 run on the ring strategy only
+  DType dtype = DType::kF32;
 };
 
 /// One line of the ring sweep: a shape split over cp_size ranks by layout, with a strategy.
@@ -49,8 +51,10 @@ std::vector<RingCase> default_ring_cases(int cp_size, const std::vector<Layout>&
                                          const Strategy& strategy = {});
 
 /// The strategies `verify --cp P` sweeps without --strategy: ring, allgather, ulysses (when Hq
-/// and Hkv allow it, check_strategy) and every proper grid hybrid:UxR (U, R > 1, U * R = P).
-std::vector<Strategy> sweep_strategies(int cp_size, int64_t Hq, int64_t Hkv);
+/// and Hkv allow it, check_strategy) and every proper grid hybrid:UxR (U, R > 1, U * R = P); for
+/// bf16 / fp16 the ring only (check_strategy_dtype).
+std::vector<Strategy> sweep_strategies(int cp_size, int64_t Hq, int64_t Hkv,
+                                       DType dtype = DType::kF32);
 
 /// Runs one case and judges it; returns two rows:
 ///   "<name>":           ring vs the float64 reference under the kernel's rule (reference_case.h);

@@ -48,6 +48,23 @@ Digest& Digest::bytes(std::span<const std::byte> data) noexcept {
 Digest& Digest::view(ConstView v) noexcept {
   value(v.shape);
   const auto [B, S, H, D] = v.shape;
+  if (v.dtype != DType::kF32) {
+    // 16-bit elements: the dtype, then each element's two bytes (fp32 views hash as before).
+    value(static_cast<int32_t>(v.dtype));
+    const auto* base = reinterpret_cast<const std::byte*>(v.data);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t s = 0; s < S; ++s) {
+        for (int64_t h = 0; h < H; ++h) {
+          if (v.stride[3] == 1 || D <= 1) {
+            bytes({base + 2 * v.offset(b, s, h, 0), static_cast<size_t>(2 * D)});
+            continue;
+          }
+          for (int64_t d = 0; d < D; ++d) bytes({base + 2 * v.offset(b, s, h, d), 2});
+        }
+      }
+    }
+    return *this;
+  }
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t s = 0; s < S; ++s) {
       for (int64_t h = 0; h < H; ++h) {

@@ -72,9 +72,61 @@ void check_view(ConstView view, std::string_view name, std::string_view dims,
   check_readable(view, name);
 }
 
+namespace {
+const std::byte* element_address(ConstView v, int64_t offset) {
+  return reinterpret_cast<const std::byte*>(v.data) + offset * dtype_size(v.dtype);
+}
+}  // namespace
+
+float read_element(ConstView view, int64_t b, int64_t s, int64_t h, int64_t d) {
+  return load_as_float(view.dtype, element_address(view, view.offset(b, s, h, d)));
+}
+
+void write_element(View view, int64_t b, int64_t s, int64_t h, int64_t d, float x) {
+  store_from_float(view.dtype,
+                   const_cast<std::byte*>(element_address(view, view.offset(b, s, h, d))), x);
+}
+
+View typed_view(void* data, DType dtype, const std::array<int64_t, 4>& shape,
+                const std::array<int64_t, 4>& stride) {
+  return {static_cast<float*>(data), shape, stride, dtype};
+}
+
+ConstView typed_view(const void* data, DType dtype, const std::array<int64_t, 4>& shape,
+                     const std::array<int64_t, 4>& stride) {
+  return {static_cast<const float*>(data), shape, stride, dtype};
+}
+
 void copy_view(ConstView src, View dst) {
   CPATTN_CHECK(src.shape == dst.shape, ErrorCode::kShapeMismatch, "copy_view: shapes ",
                shape_string(src.shape), " and ", shape_string(dst.shape), " differ");
+  if (src.dtype != DType::kF32 || dst.dtype != DType::kF32) {
+    // Another dtype on either side: element by element through the one conversion (dtype.h).
+    const int64_t esize = dtype_size(src.dtype);
+    const bool same = src.dtype == dst.dtype;
+    const bool rows = same && src.stride[3] == 1 && dst.stride[3] == 1;  // whole-row memcpy
+    for (int64_t b = 0; b < src.shape[0]; ++b) {
+      for (int64_t s = 0; s < src.shape[1]; ++s) {
+        for (int64_t h = 0; h < src.shape[2]; ++h) {
+          if (rows && src.shape[3] > 0) {
+            std::memcpy(const_cast<std::byte*>(element_address(dst, dst.offset(b, s, h, 0))),
+                        element_address(src, src.offset(b, s, h, 0)),
+                        static_cast<size_t>(esize * src.shape[3]));
+            continue;
+          }
+          for (int64_t d = 0; d < src.shape[3]; ++d) {
+            if (same) {
+              std::memcpy(const_cast<std::byte*>(element_address(dst, dst.offset(b, s, h, d))),
+                          element_address(src, src.offset(b, s, h, d)), static_cast<size_t>(esize));
+            } else {
+              write_element(dst, b, s, h, d, read_element(src, b, s, h, d));
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
   const int64_t D = src.shape[3], ss = src.stride[3], ds = dst.stride[3];
   for (int64_t b = 0; b < src.shape[0]; ++b) {
     for (int64_t s = 0; s < src.shape[1]; ++s) {
@@ -93,19 +145,27 @@ void copy_view(ConstView src, View dst) {
 }
 
 Tensor dense_copy(ConstView src, MemoryLayout layout, MemoryCounter* counter) {
-  Tensor t(storage_shape(src.shape, layout), counter);
+  return dense_copy(src, src.dtype, layout, counter);
+}
+
+Tensor dense_copy(ConstView src, DType dtype, MemoryLayout layout, MemoryCounter* counter) {
+  Tensor t(storage_shape(src.shape, layout), dtype, counter);
   copy_view(src, t.view(layout));
   return t;
 }
 
-Tensor::Tensor(std::vector<int64_t> shape, MemoryCounter* counter) : shape_(std::move(shape)) {
+Tensor::Tensor(std::vector<int64_t> shape, MemoryCounter* counter)
+    : Tensor(std::move(shape), DType::kF32, counter) {}
+
+Tensor::Tensor(std::vector<int64_t> shape, DType dtype, MemoryCounter* counter)
+    : shape_(std::move(shape)), dtype_(dtype) {
   numel_ = 1;
   for (int64_t d : shape_) {
     CPATTN_CHECK(d >= 0, ErrorCode::kInvalidArgument, "Tensor dimensions must be >= 0, got ",
                  shape_string());
     numel_ *= d;
   }
-  const int64_t bytes = numel_ * static_cast<int64_t>(sizeof(float));
+  const int64_t bytes = numel_ * dtype_size(dtype_);
   // An empty tensor is not charged anywhere, so it never touches (or pins) a counter.
   std::shared_ptr<MemoryCounter> charged;
   if (bytes > 0) charged = (counter ? *counter : process_memory()).shared_from_this();
@@ -141,17 +201,39 @@ std::array<int64_t, 4> logical_shape(const std::vector<int64_t>& s, MemoryLayout
 
 View Tensor::view(MemoryLayout layout) {
   const auto shape = logical_shape(shape_, layout);
-  return {data(), shape, dense_strides(shape, layout)};
+  return {data(), shape, dense_strides(shape, layout), dtype_};
 }
 
 ConstView Tensor::view(MemoryLayout layout) const {
   const auto shape = logical_shape(shape_, layout);
-  return {data(), shape, dense_strides(shape, layout)};
+  return {data(), shape, dense_strides(shape, layout), dtype_};
+}
+
+std::span<std::byte> Tensor::bytes() {
+  return {reinterpret_cast<std::byte*>(storage_.get()),
+          static_cast<size_t>(numel_ * dtype_size(dtype_))};
+}
+
+std::span<const std::byte> Tensor::bytes() const {
+  return {reinterpret_cast<const std::byte*>(storage_.get()),
+          static_cast<size_t>(numel_ * dtype_size(dtype_))};
+}
+
+std::span<float> Tensor::span() {
+  CPATTN_CHECK(dtype_ == DType::kF32, ErrorCode::kInvalidArgument,
+               "Tensor::span: the tensor holds ", dtype_name(dtype_), ", not fp32");
+  return {storage_.get(), static_cast<size_t>(numel_)};
+}
+
+std::span<const float> Tensor::span() const {
+  CPATTN_CHECK(dtype_ == DType::kF32, ErrorCode::kInvalidArgument,
+               "Tensor::span: the tensor holds ", dtype_name(dtype_), ", not fp32");
+  return {storage_.get(), static_cast<size_t>(numel_)};
 }
 
 Tensor Tensor::clone() const {
-  Tensor t(shape_, storage_.get_deleter().counter.get());
-  if (numel_ > 0) std::memcpy(t.data(), data(), static_cast<size_t>(numel_) * sizeof(float));
+  Tensor t(shape_, dtype_, storage_.get_deleter().counter.get());
+  if (numel_ > 0) std::memcpy(t.data(), data(), bytes().size());
   return t;
 }
 

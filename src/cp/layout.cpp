@@ -96,7 +96,8 @@ std::vector<int64_t> shard_values(std::span<const int64_t> global, Layout layout
 namespace {
 
 // Copies rows of a strided [B, S, H, D] view: dst(b, i) = src(b, map[i]) (gather) or
-// dst(b, map[i]) = src(b, i) (scatter). Rows are whole [H, D] slices.
+// dst(b, map[i]) = src(b, i) (scatter). Rows are whole [H, D] slices. Both views have one dtype
+// (exact element copies).
 void copy_rows(ConstView src, View dst, const std::vector<int64_t>& map, bool gather) {
   const auto& sh = gather ? dst.shape : src.shape;
   for (int64_t b = 0; b < sh[0]; ++b) {
@@ -104,7 +105,13 @@ void copy_rows(ConstView src, View dst, const std::vector<int64_t>& map, bool ga
       const int64_t si = gather ? map[static_cast<size_t>(i)] : i;
       const int64_t di = gather ? i : map[static_cast<size_t>(i)];
       for (int64_t h = 0; h < sh[2]; ++h) {
-        for (int64_t d = 0; d < sh[3]; ++d) dst(b, di, h, d) = src(b, si, h, d);
+        for (int64_t d = 0; d < sh[3]; ++d) {
+          if (src.dtype == DType::kF32 && dst.dtype == DType::kF32) {
+            dst(b, di, h, d) = src(b, si, h, d);
+          } else {
+            write_element(dst, b, di, h, d, read_element(src, b, si, h, d));
+          }
+        }
       }
     }
   }
@@ -117,7 +124,7 @@ Tensor shard_tensor(ConstView global, Layout layout, int cp_size, int rank,
   const auto idx = shard_token_indices(layout, global.shape[1], cp_size, rank);
   Tensor piece(
       {global.shape[0], static_cast<int64_t>(idx.size()), global.shape[2], global.shape[3]},
-      counter);
+      global.dtype, counter);
   copy_rows(global, piece.view(), idx, /*gather=*/true);
   return piece;
 }
@@ -128,7 +135,7 @@ Tensor unshard_tensor(std::span<const ConstView> pieces, Layout layout, int64_t 
                "unshard_tensor: expected one piece per rank, got none");
   const int cp_size = static_cast<int>(pieces.size());
   const auto& s0 = pieces[0].shape;
-  Tensor whole({s0[0], seq_len, s0[2], s0[3]}, counter);
+  Tensor whole({s0[0], seq_len, s0[2], s0[3]}, pieces[0].dtype, counter);
   for (int r = 0; r < cp_size; ++r) {
     const auto idx = shard_token_indices(layout, seq_len, cp_size, r);
     const std::array<int64_t, 4> want{s0[0], static_cast<int64_t>(idx.size()), s0[2], s0[3]};

@@ -28,10 +28,16 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   const RingDims d = ring_dims(comm, p);
   RingChannel channel(comm, options.stats);
   MemoryCounter* mem = &comm.memory();
-  zero_view(dq);  // the kernel accumulates dq over the blocks
+  // The kernel accumulates dq over the blocks, in fp32: a bf16 or fp16 dq gets an fp32
+  // accumulator and is rounded once at the end.
+  const bool own_dq = dq.dtype != DType::kF32;
+  Tensor dq_accumulator({own_dq ? d.B : 0, own_dq ? d.Sq : 0, d.Hq, own_dq ? d.Dqk : 0}, mem);
+  const View dq_target = own_dq ? dq_accumulator.view() : dq;
+  zero_view(dq_target);
 
   // Buffers besides the k/v relay (each sized for the largest block, packed dk|dv as PackedKv):
-  //   grad[2]  dk/dv accumulators: grad[s % 2] is received at step s while this rank computes,
+  //   grad[2]  dk/dv accumulators (fp32 whatever the dtype of k/v, on the wire too): grad[s % 2] is
+  //   received at step s while this rank computes,
   //            and the kernel adds this rank's share straight into it (BackwardOptions::
   //            before_dkdv waits for the accumulator just before the first dk/dv write, so the
   //            transfer overlaps the work before it); it is then sent on while grad[(s + 1) % 2]
@@ -41,7 +47,8 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   //            (its receive is posted before step 0, so that send never waits for this rank)
   const RelayPlan plan(p.params, *p.q_blocks, *p.kv_blocks, options.document_aware);
   KvRelay relay(channel, d, *p.kv_blocks, plan, RingStream::kBackwardKv, p.k, p.v);
-  const PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv};
+  const PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv};                // the fp32 dk/dv accumulators
+  const PackedKv pk_kv{d.B, d.Hkv, d.Dqk, d.Dv, p.k.dtype};  // the travelling k/v blocks
   const int64_t ring_floats = d.world > 1 ? pk.floats(d.max_block) : 0;
   std::array<Tensor, 2> grad{Tensor({ring_floats}, mem), Tensor({ring_floats}, mem)};
   const int own_reach = plan.reach(d.rank);
@@ -49,9 +56,10 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   if (options.stats != nullptr) {
     // The plain ring relays P - 1 k/v blocks (as in the forward) and sends P accumulators.
     for (int s = 0; s < d.world && d.world > 1; ++s) {
-      const int64_t bytes = static_cast<int64_t>(sizeof(float)) *
-                            pk.floats(p.kv_blocks->length(ring_step(d.rank, d.world, s).kv_block));
-      options.stats->bytes_sent_plain_ring += s + 1 < d.world ? 2 * bytes : bytes;
+      const int64_t len = p.kv_blocks->length(ring_step(d.rank, d.world, s).kv_block);
+      const int64_t kv_bytes = static_cast<int64_t>(sizeof(float)) * pk_kv.floats(len);
+      const int64_t grad_bytes = static_cast<int64_t>(sizeof(float)) * pk.floats(len);
+      options.stats->bytes_sent_plain_ring += s + 1 < d.world ? kv_bytes + grad_bytes : grad_bytes;
     }
   }
 
@@ -108,7 +116,7 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
       const double comm0 = options.stats ? options.stats->comm_seconds : 0.0;
       const Stopwatch watch;
       // With delta given the kernel never reads out (kernel.h): dout stands in for it.
-      attention_kernel_backward(in, p.params, p.rng, dout, dout, lse, dq, target_k, target_v,
+      attention_kernel_backward(in, p.params, p.rng, dout, dout, lse, dq_target, target_k, target_v,
                                 kernel);
       if (options.stats != nullptr) {
         // The accumulator's wait inside the call is communication, counted as such.
@@ -148,6 +156,7 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
     copy_view(pk.k(std::as_const(home).data(), d.Sk), dk);
     copy_view(pk.v(std::as_const(home).data(), d.Sk), dv);
   }
+  if (own_dq) copy_view(std::as_const(dq_accumulator).view(), dq);
   relay.finish();
   for (Request& r : grad_sends) channel.wait_if_pending(r);
 }
@@ -165,14 +174,14 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
                                            const RingOptions& options) {
   const detail::RingDims d =
       detail::validate_ring_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
-  detail::check_backward_state(d, dout, out, lse);
+  detail::check_backward_state(d, q, dout, out, lse);
   const detail::CallTimer call_timer(options.stats);
   MemoryCounter* mem = &comm.memory();
   const detail::BlockTable q_blocks = detail::BlockTable::of(q_sharding);
   const detail::BlockTable kv_blocks = detail::BlockTable::of(kv_sharding);
-  AttentionGradients g{Tensor({d.B, d.Sq, d.Hq, d.Dqk}, mem),
-                       Tensor({d.B, d.Sk, d.Hkv, d.Dqk}, mem),
-                       Tensor({d.B, d.Sk, d.Hkv, d.Dv}, mem)};
+  AttentionGradients g{Tensor({d.B, d.Sq, d.Hq, d.Dqk}, q.dtype, mem),
+                       Tensor({d.B, d.Sk, d.Hkv, d.Dqk}, q.dtype, mem),
+                       Tensor({d.B, d.Sk, d.Hkv, d.Dv}, q.dtype, mem)};
   const Tensor delta = detail::row_dot(dout, out, detail::kernel_options(comm, options), mem);
   const detail::RingProblem p{q, k, v, &q_blocks, &kv_blocks, params, rng};
   detail::ring_backward(comm, p, options, dout, lse, delta.span(), g.dq.view(), g.dk.view(),

@@ -39,6 +39,9 @@ RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, 
   check_view(q, "q", "[B, Sq_local, Hq, Dqk]", {d.B, d.Sq, d.Hq, d.Dqk});
   check_view(k, "k", "[B, Sk_local, Hkv, Dqk]", {d.B, d.Sk, d.Hkv, d.Dqk});
   check_view(v, "v", "[B, Sk_local, Hkv, Dv]", {d.B, d.Sk, d.Hkv, d.Dv});
+  CPATTN_CHECK(k.dtype == q.dtype && v.dtype == q.dtype, ErrorCode::kInvalidArgument,
+               "q, k and v must have one dtype, got q ", dtype_name(q.dtype), ", k ",
+               dtype_name(k.dtype), ", v ", dtype_name(v.dtype));
   CPATTN_CHECK(d.Hkv >= 1 && d.Hq % d.Hkv == 0, ErrorCode::kShapeMismatch,
                "Hq must be a multiple of Hkv >= 1, got Hq ", d.Hq, ", Hkv ", d.Hkv);
   CPATTN_CHECK(d.Dqk >= 1 && d.Dv >= 1, ErrorCode::kShapeMismatch,
@@ -157,7 +160,7 @@ KvRelay::KvRelay(RingChannel& channel, const RingDims& d, const BlockTable& kv,
       world_(d.world),
       own_k_(k),
       own_v_(v),
-      pk_{d.B, d.Hkv, d.Dqk, d.Dv},
+      pk_{d.B, d.Hkv, d.Dqk, d.Dv, k.dtype},
       // Both buffers hold the largest block of the group; with one rank nothing travels.
       buf_{Tensor({d.world > 1 ? pk_.floats(d.max_block) : 0}, &channel.memory()),
            Tensor({d.world > 1 ? pk_.floats(d.max_block) : 0}, &channel.memory())},
@@ -195,12 +198,17 @@ void KvRelay::finish() {
   for (Request& r : sends_) channel_.wait_if_pending(r);
 }
 
-void check_backward_state(const RingDims& d, ConstView dout, ConstView out,
+void check_backward_state(const RingDims& d, ConstView q, ConstView dout, ConstView out,
                           std::span<const float> lse) {
   check_view(dout, "dout", "[B, Sq_local, Hq, Dv]", {d.B, d.Sq, d.Hq, d.Dv});
   check_view(out, "out", "[B, Sq_local, Hq, Dv]", {d.B, d.Sq, d.Hq, d.Dv});
   CPATTN_CHECK_EQ(static_cast<int64_t>(lse.size()), d.B * d.Hq * d.Sq, ErrorCode::kShapeMismatch,
                   "lse length (B * Hq * Sq_local)");
+  CPATTN_CHECK(dout.dtype == q.dtype, ErrorCode::kInvalidArgument, "dout must have q's dtype ",
+               dtype_name(q.dtype), ", got ", dtype_name(dout.dtype));
+  CPATTN_CHECK(out.dtype == q.dtype || out.dtype == DType::kF32, ErrorCode::kInvalidArgument,
+               "out must be ", dtype_name(q.dtype), " (q's dtype) or fp32, got ",
+               dtype_name(out.dtype));
 }
 
 Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, MemoryCounter* mem) {
@@ -218,10 +226,17 @@ KernelOptions kernel_options(Communicator& comm, const RingOptions& options) {
 }
 
 void zero_view(View v) {
+  const bool fp32 = v.dtype == DType::kF32;
   for (int64_t b = 0; b < v.shape[0]; ++b)
     for (int64_t s = 0; s < v.shape[1]; ++s)
       for (int64_t h = 0; h < v.shape[2]; ++h)
-        for (int64_t d = 0; d < v.shape[3]; ++d) v(b, s, h, d) = 0.0f;
+        for (int64_t d = 0; d < v.shape[3]; ++d) {
+          if (fp32) {
+            v(b, s, h, d) = 0.0f;
+          } else {
+            write_element(v, b, s, h, d, 0.0f);
+          }
+        }
 }
 
 }  // namespace cpattn::detail

@@ -23,9 +23,9 @@ struct RingDims {
 };
 
 /// The single validation layer of the ring: group vs shardings, shapes vs local lengths,
-/// resolve_params and the options (resolve_isa included). Throws Error(kShapeMismatch |
-/// kInvalidArgument) naming expected vs got. Every rank checks the same things, so a bad call fails
-/// on every rank before any message.
+/// resolve_params and the options (resolve_isa included), and one dtype for q, k, v. Throws
+/// Error(kShapeMismatch | kInvalidArgument) naming expected vs got. Every rank checks the same
+/// things, so a bad call fails on every rank before any message.
 RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
                             const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
                             const AttentionParams& params, const RingOptions& options);
@@ -85,22 +85,31 @@ class CallTimer {
 };
 
 /// A travelling k/v block packed in one buffer: k [B, len, Hkv, Dqk] then v [B, len, Hkv, Dv],
-/// both dense BSHD. The buffer holds max_block tokens; a block of `len` tokens uses the prefix.
-/// The backward's dk/dv accumulators use the same layout.
+/// both dense BSHD, in `dtype` (the call's input dtype: k/v travel exactly as given; 16-bit
+/// elements sit two to a 4-byte word and the k part is rounded up to whole words). The buffer
+/// holds max_block tokens; a block of `len` tokens uses the prefix. The backward's dk/dv
+/// accumulators use the same layout in fp32 (they are sums, rounded once at home).
 struct PackedKv {
   int64_t B, Hkv, Dk, Dv;
-  int64_t floats(int64_t len) const { return B * len * Hkv * (Dk + Dv); }
-  View k(float* base, int64_t len) const { return {base, k_shape(len), k_strides(len)}; }
+  DType dtype = DType::kF32;
+  /// 4-byte words of a block of len tokens (the unit of the ring's buffers and messages).
+  int64_t floats(int64_t len) const { return k_words(len) + words(B * len * Hkv * Dv); }
+  View k(float* base, int64_t len) const { return {base, k_shape(len), k_strides(len), dtype}; }
   View v(float* base, int64_t len) const {
-    return {base + k_floats(len), v_shape(len), v_strides(len)};
+    return {base + k_words(len), v_shape(len), v_strides(len), dtype};
   }
-  ConstView k(const float* base, int64_t len) const { return {base, k_shape(len), k_strides(len)}; }
+  ConstView k(const float* base, int64_t len) const {
+    return {base, k_shape(len), k_strides(len), dtype};
+  }
   ConstView v(const float* base, int64_t len) const {
-    return {base + k_floats(len), v_shape(len), v_strides(len)};
+    return {base + k_words(len), v_shape(len), v_strides(len), dtype};
   }
 
  private:
-  int64_t k_floats(int64_t len) const { return B * len * Hkv * Dk; }
+  int64_t words(int64_t elements) const {
+    return dtype == DType::kF32 ? elements : (elements + 1) / 2;
+  }
+  int64_t k_words(int64_t len) const { return words(B * len * Hkv * Dk); }
   std::array<int64_t, 4> k_shape(int64_t len) const { return {B, len, Hkv, Dk}; }
   std::array<int64_t, 4> v_shape(int64_t len) const { return {B, len, Hkv, Dv}; }
   std::array<int64_t, 4> k_strides(int64_t len) const {
@@ -203,9 +212,11 @@ class KvRelay {
   int64_t len_ = 0;
 };
 
-/// The backward's extra arguments against the call's sizes: dout and out [B, Sq_r, Hq, Dv] (any
-/// strides), lse of B * Hq * Sq_r floats. Throws Error(kShapeMismatch) naming expected vs got.
-void check_backward_state(const RingDims& d, ConstView dout, ConstView out,
+/// The backward's extra arguments against the call (every rank checks them before any
+/// message): dout and out [B, Sq_r, Hq, Dv] (any strides) and lse of B * Hq * Sq_r floats, else
+/// Error(kShapeMismatch) naming expected vs got; dout of q's dtype and out of it or fp32, else
+/// Error(kInvalidArgument) naming both dtypes.
+void check_backward_state(const RingDims& d, ConstView q, ConstView dout, ConstView out,
                           std::span<const float> lse);
 
 /// D_i = <dout_i, out_i> in fp32, [B, H, S] (FlashAttention-2 backward, Alg. 2 line 4), for
@@ -218,7 +229,7 @@ Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, Memor
 /// cooperative cancellation (Communicator::throw_if_group_failed between work items).
 KernelOptions kernel_options(Communicator& comm, const RingOptions& options);
 
-/// Sets every element of `v` to 0 (any strides).
+/// Sets every element of `v` to 0 (any strides, any dtype).
 void zero_view(View v);
 
 }  // namespace cpattn::detail

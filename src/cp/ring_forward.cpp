@@ -2,6 +2,7 @@
 // fp32 online softmax from block to block (SoftmaxCarry), so there is no separate merge pass.
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "cp/ring_core.h"
 #include "cpattn/error.h"
@@ -35,7 +36,7 @@ void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& o
   KvRelay relay(channel, d, *p.kv_blocks, plan, RingStream::kForwardKv, p.k, p.v);
   if (options.stats != nullptr) {
     // The plain ring relays blocks r, r - 1, ..., r - P + 2 (every step but the last).
-    const PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv};
+    const PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv, p.k.dtype};
     for (int s = 0; s + 1 < d.world; ++s) {
       options.stats->bytes_sent_plain_ring +=
           static_cast<int64_t>(sizeof(float)) *
@@ -57,8 +58,14 @@ void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& o
   }
   // The blocks continue one online softmax (SoftmaxCarry): out holds the unnormalised
   // accumulator between them, row_max/row_sum the running max and sum. One computed block needs
-  // no carry: it writes out like a single kernel call.
+  // no carry: it writes out like a single kernel call. The accumulator is fp32: a bf16 or fp16
+  // out gets an fp32 one and is rounded once, from the finished result, at the end.
   const bool carried = first != last;
+  const bool own_accumulator = carried && out.dtype != DType::kF32;
+  Tensor accumulator(
+      {own_accumulator ? d.B : 0, own_accumulator ? d.Sq : 0, d.Hq, own_accumulator ? d.Dv : 0},
+      mem);
+  const View target = own_accumulator ? accumulator.view() : out;
   Tensor row_max({carried ? d.B : 0, d.Hq, d.Sq}, mem),
       row_sum({carried ? d.B : 0, d.Hq, d.Sq}, mem);
   const std::vector<int64_t>& q_pos = p.q_blocks->pos[static_cast<size_t>(d.rank)];
@@ -82,10 +89,11 @@ void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& o
     if (carried) carry = {row_max.span(), row_sum.span(), s != first, s == last};
     {
       const ScopedSeconds t(options.stats ? &options.stats->kernel_seconds : nullptr);
-      attention_kernel_forward(in, p.params, p.rng, out, lse, carry, kernel);
+      attention_kernel_forward(in, p.params, p.rng, target, lse, carry, kernel);
     }
     if (options.stats != nullptr) ++options.stats->blocks_computed;
   }
+  if (own_accumulator) copy_view(std::as_const(accumulator).view(), out);
   relay.finish();
 }
 
@@ -110,7 +118,8 @@ RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstV
   const detail::BlockTable q_blocks = detail::BlockTable::of(q_sharding);
   const detail::BlockTable kv_blocks = detail::BlockTable::of(kv_sharding);
   MemoryCounter* mem = &comm.memory();
-  RingForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, mem), Tensor({d.B, d.Hq, d.Sq}, mem), rng};
+  RingForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, q.dtype, mem),
+                        Tensor({d.B, d.Hq, d.Sq}, mem), rng};
   const detail::RingProblem p{q, k, v, &q_blocks, &kv_blocks, params, rng};
   detail::ring_forward(comm, p, options, res.out.view(), res.lse.span());
   return res;

@@ -87,6 +87,13 @@ void check_strategy(const Strategy& s, int cp_size, int64_t Hq, int64_t Hkv) {
   throw Error(ErrorCode::kInvalidArgument, "strategy: unknown kind");
 }
 
+void check_strategy_dtype(const Strategy& strategy, DType dtype) {
+  CPATTN_CHECK(dtype == DType::kF32 || strategy.kind == Strategy::Kind::kRing,
+               ErrorCode::kInvalidArgument, "strategy ", strategy_name(strategy), " takes fp32 ",
+               "tensors only, got ", dtype_name(dtype),
+               " (bf16 and fp16 run on the ring strategy)");
+}
+
 namespace unchecked {
 
 namespace {
@@ -98,6 +105,7 @@ detail::StrategyCall validated(Communicator& comm, ConstView q, ConstView k, Con
   const detail::RingDims d =
       detail::validate_ring_call(comm, q, k, v, q_seq, kv_seq, params, options);
   check_strategy(options.strategy, comm.size(), d.Hq, d.Hkv);
+  check_strategy_dtype(options.strategy, q.dtype);
   return {comm, q, k, v, q_seq, kv_seq, params, rng, options, d};
 }
 
@@ -132,7 +140,7 @@ AttentionGradients strategy_attention_backward(Communicator& comm, ConstView dou
                                                const AttentionOptions& options) {
   const detail::StrategyCall c =
       validated(comm, q, k, v, q_sharding, kv_sharding, params, rng, options);
-  detail::check_backward_state(c.d, dout, out, lse);
+  detail::check_backward_state(c.d, q, dout, out, lse);
   const detail::BackwardState s{dout, out, lse};
   switch (options.strategy.kind) {
     case Strategy::Kind::kRing:

@@ -61,6 +61,11 @@ void reduce_dq(const BackwardProblem& p, const BackwardPlan& plan) {
       for (int64_t d = 0; d < p.Dqk; ++d) {
         float sum = row[d];
         for (int64_t c = 1; c < plan.chunks; ++c) sum += row[c * chunk_stride + d];
+        if (p.dq.dtype != DType::kF32) {  // rounded once (write_element: cpattn/dtype.h)
+          write_element(p.dq, b, i, h, d,
+                        p.accumulate ? read_element(p.dq, b, i, h, d) + sum : sum);
+          continue;
+        }
         float& dst = p.dq(b, i, h, d);
         dst = p.accumulate ? dst + sum : sum;
       }

@@ -16,6 +16,8 @@ namespace cpattn::detail {
 struct Problem {
   int64_t B = 0, Sq = 0, Sk = 0, Hq = 0, Hkv = 0, Dqk = 0, Dv = 0;
   int64_t group = 1;  ///< Hq / Hkv: query heads sharing one kv head
+  /// The inputs' dtype (q, k, v, dout); results are this dtype or fp32 (validate.h).
+  DType dtype = DType::kF32;
   ConstView q, k, v;
   std::span<const int64_t> q_pos, k_pos;
   std::span<const int64_t> q_doc, k_doc;  ///< both empty or both full length

@@ -25,6 +25,21 @@ void check_no_self_overlap(const View& view, const char* name) {
   }
 }
 
+// Inputs q, k, v (and dout) share one dtype, the call's; every operand named here must have it.
+void check_input_dtype(ConstView view, const char* name, DType dtype) {
+  CPATTN_CHECK(view.dtype == dtype, ErrorCode::kInvalidArgument,
+               "q, k, v and dout must have one dtype: q is ", dtype_name(dtype), " but ", name,
+               " is ", dtype_name(view.dtype));
+}
+
+// A result (or the forward's out read back) is in the inputs' dtype or in fp32 (no rounding:
+// the accumulators of a split call, e.g. the ring's dk/dv and carried out).
+void check_output_dtype(ConstView view, const char* name, DType dtype) {
+  CPATTN_CHECK(view.dtype == dtype || view.dtype == DType::kF32, ErrorCode::kInvalidArgument, name,
+               " must be ", dtype_name(dtype), " (the dtype of q, k, v) or fp32, got ",
+               dtype_name(view.dtype));
+}
+
 void check_positions(std::span<const int64_t> pos, int64_t expected_len, const char* name,
                      const char* len_name) {
   CPATTN_CHECK(static_cast<int64_t>(pos.size()) == expected_len, ErrorCode::kShapeMismatch, name,
@@ -57,6 +72,9 @@ void fill_problem(const AttentionInputs& in, const AttentionParams& params, RngS
   CPATTN_CHECK(p.Hkv == 0 || p.Hq % p.Hkv == 0, ErrorCode::kShapeMismatch,
                "Hq must be a multiple of Hkv (GQA/MQA), got Hq = ", p.Hq, ", Hkv = ", p.Hkv);
   p.group = p.Hkv > 0 ? p.Hq / p.Hkv : 1;
+  p.dtype = in.q.dtype;
+  check_input_dtype(in.k, "k", p.dtype);
+  check_input_dtype(in.v, "v", p.dtype);
   p.q = in.q;
   p.k = in.k;
   p.v = in.v;
@@ -126,6 +144,7 @@ ForwardProblem validate_forward(const AttentionInputs& in, const AttentionParams
   fill_problem(in, params, rng, options, p);
   check_view(out, "out", "[B, Sq, Hq, Dv]", {p.B, p.Sq, p.Hq, p.Dv});
   check_no_self_overlap(out, "out");
+  check_output_dtype(out, "out", p.dtype);
   check_row_stats(lse.size(), p, "lse");
   // Empty carry spans are an ordinary call; a carry that resumes or stops short needs both.
   const bool has_carry =
@@ -133,6 +152,12 @@ ForwardProblem validate_forward(const AttentionInputs& in, const AttentionParams
   if (has_carry) {
     check_row_stats(carry.row_max.size(), p, "SoftmaxCarry.row_max");
     check_row_stats(carry.row_sum.size(), p, "SoftmaxCarry.row_sum");
+    // Between calls out holds the unnormalised accumulator O, which is never rounded.
+    CPATTN_CHECK(out.dtype == DType::kF32 || (!carry.resume && carry.finish),
+                 ErrorCode::kInvalidArgument,
+                 "out must be fp32 when a SoftmaxCarry resumes or does not finish (it holds the "
+                 "fp32 accumulator), got ",
+                 dtype_name(out.dtype));
     p.row_max = carry.row_max;
     p.row_sum = carry.row_sum;
     p.resume = carry.resume;
@@ -146,6 +171,7 @@ ForwardProblem validate_forward(const AttentionInputs& in, const AttentionParams
 void validate_delta(ConstView dout, ConstView out, std::span<float> delta) {
   check_readable(dout, "dout");
   check_view(out, "out", "[B, Sq, Hq, Dv] (the shape of dout)", dout.shape);
+  check_output_dtype(out, "out", dout.dtype);
   const int64_t rows = dout.shape[0] * dout.shape[1] * dout.shape[2];
   CPATTN_CHECK(static_cast<int64_t>(delta.size()) == rows, ErrorCode::kShapeMismatch,
                "delta must have length B * Hq * Sq = ", rows, ", got ", delta.size());
@@ -168,6 +194,11 @@ BackwardProblem validate_backward(const AttentionInputs& in, const AttentionPara
   check_no_self_overlap(dq, "dq");
   check_no_self_overlap(dk, "dk");
   check_no_self_overlap(dv, "dv");
+  check_input_dtype(dout, "dout", p.dtype);
+  check_output_dtype(out, "out", p.dtype);
+  check_output_dtype(dq, "dq", p.dtype);
+  check_output_dtype(dk, "dk", p.dtype);
+  check_output_dtype(dv, "dv", p.dtype);
   p.dout = dout;
   p.out = out;
   p.lse = lse;

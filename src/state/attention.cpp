@@ -73,6 +73,7 @@ std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView
     check_group(comm, kv_seq, "the kv SequenceSharding");
     unchecked::check_ring_arguments(comm, q, k, v, q_seq, kv_seq, params, options);
     check_strategy(options.strategy, comm.size(), q.shape[2], k.shape[2]);
+    check_strategy_dtype(options.strategy, q.dtype);
   } catch (const Error& e) {
     return e;
   }

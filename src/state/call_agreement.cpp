@@ -51,6 +51,8 @@ std::vector<Field> fields() {
       {"kv heads", [](const CallRecord& r) { return plain(r.Hkv); }},
       {"q/k head dim", [](const CallRecord& r) { return plain(r.Dqk); }},
       {"v head dim", [](const CallRecord& r) { return plain(r.Dv); }},
+      {"dtype",
+       [](const CallRecord& r) { return std::string(dtype_name(static_cast<DType>(r.dtype))); }},
       {"q layout",
        [](const CallRecord& r) { return std::string(layout_name(Layout(r.q_layout))); }},
       {"kv layout",
@@ -121,6 +123,7 @@ CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
   r.ulysses_size = fp.strategy.ulysses_size;
   r.ring_size = fp.strategy.ring_size;
   r.document_aware = options.document_aware ? 1 : 0;
+  r.dtype = static_cast<int32_t>(fp.dtype);
   return r;
 }
 

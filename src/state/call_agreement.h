@@ -38,8 +38,10 @@ struct CallRecord {
   int32_t ulysses_size = 0, ring_size = 0;
   int32_t document_aware = 0;  ///< RingOptions::document_aware (ranks that differ would send
                                ///< and expect different messages)
+  int32_t dtype = 0;           ///< DType of q, k, v (ranks that differ send other sizes)
+  int32_t reserved = 0;        ///< keeps the record free of padding (it is compared bytewise)
 };
-static_assert(sizeof(CallRecord) == 160, "CallRecord must have no padding");
+static_assert(sizeof(CallRecord) == 168, "CallRecord must have no padding");
 
 /// The record of a call from its fingerprint (shapes, shardings, parameters, RngState, the
 /// strategy) and its options (the document-aware relay).

@@ -45,6 +45,7 @@ std::vector<std::string> Fingerprint::differences(const Fingerprint& called) con
   compare(d, "q strides", q_stride, called.q_stride, shape);
   compare(d, "k strides", k_stride, called.k_stride, shape);
   compare(d, "v strides", v_stride, called.v_stride, shape);
+  compare(d, "dtype", dtype, called.dtype, [](DType t) { return std::string(dtype_name(t)); });
   compare(d, "q layout", q_layout, called.q_layout, layout);
   compare(d, "kv layout", kv_layout, called.kv_layout, layout);
   compare(d, "q seq_len", q_seq_len, called.q_seq_len, plain);
@@ -79,6 +80,7 @@ Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k,
   fp.q_stride = q.stride;
   fp.k_stride = k.stride;
   fp.v_stride = v.stride;
+  fp.dtype = q.dtype;
   Digest positions;
   add_sharding(positions, q_seq);
   add_sharding(positions, kv_seq);

@@ -59,6 +59,7 @@ std::string case_name(const CaseSpec& spec) {
     name += std::string("_") + position_kind_name(spec.positions);
   }
   if (d.B != 1) name += "_B" + std::to_string(d.B);
+  if (spec.dtype != DType::kF32) name += std::string("_") + dtype_name(spec.dtype);
   return name;
 }
 
@@ -153,7 +154,27 @@ Problem make_problem(const CaseSpec& spec) {
   fill(p.k, d.B * d.Sk * d.Hkv * d.Dqk);
   fill(p.v, d.B * d.Sk * d.Hkv * d.Dv);
   fill(p.dout, d.B * d.Sq * d.Hq * d.Dv);
+  round_inputs(p, spec.dtype);
   return p;
+}
+
+namespace {
+double round_to(double x, DType dtype) {
+  const float f = static_cast<float>(x);
+  float r = f;
+  store_from_float(dtype, &r, f);
+  return static_cast<double>(dtype == DType::kF32 ? f : load_as_float(dtype, &r));
+}
+void round_all(std::vector<double>& x, DType dtype) {
+  for (double& e : x) e = round_to(e, dtype);
+}
+}  // namespace
+
+void round_inputs(Problem& problem, DType dtype) {
+  if (dtype == DType::kF32) return;
+  for (std::vector<double>* x : {&problem.q, &problem.k, &problem.v, &problem.dout}) {
+    round_all(*x, dtype);
+  }
 }
 
 namespace {
@@ -170,14 +191,14 @@ void for_each_index(const std::array<int64_t, 4>& s, F&& f) {
 }  // namespace
 
 Tensor to_tensor(const std::vector<double>& x, const std::array<int64_t, 4>& shape,
-                 MemoryLayout layout, MemoryCounter* counter) {
-  Tensor t(storage_shape(shape, layout), counter);
+                 MemoryLayout layout, MemoryCounter* counter, DType dtype) {
+  Tensor t(storage_shape(shape, layout), dtype, counter);
   if (x.empty()) return t;  // zeros
   CPATTN_CHECK_EQ(static_cast<int64_t>(x.size()), t.numel(), ErrorCode::kShapeMismatch,
                   "to_tensor: values for shape " + shape_string(shape));
   const View view = t.view(layout);
   for_each_index(shape, [&](int64_t b, int64_t s, int64_t h, int64_t d, size_t flat) {
-    view(b, s, h, d) = static_cast<float>(x[flat]);
+    write_element(view, b, s, h, d, static_cast<float>(x[flat]));
   });
   return t;
 }
@@ -185,7 +206,7 @@ Tensor to_tensor(const std::vector<double>& x, const std::array<int64_t, 4>& sha
 std::vector<double> to_doubles(ConstView view) {
   std::vector<double> x(static_cast<size_t>(view.numel()));
   for_each_index(view.shape, [&](int64_t b, int64_t s, int64_t h, int64_t d, size_t flat) {
-    x[flat] = static_cast<double>(view(b, s, h, d));
+    x[flat] = static_cast<double>(read_element(view, b, s, h, d));
   });
   return x;
 }
@@ -204,8 +225,9 @@ Outputs run_kernel(const Problem& p, const KernelRun& run) {
                                k_shape = {d.B, d.Sk, d.Hkv, d.Dqk},
                                v_shape = {d.B, d.Sk, d.Hkv, d.Dv},
                                o_shape = {d.B, d.Sq, d.Hq, d.Dv};
-  const Tensor q = to_tensor(p.q, q_shape, run.layout), k = to_tensor(p.k, k_shape, run.layout),
-               v = to_tensor(p.v, v_shape, run.layout);
+  const Tensor q = to_tensor(p.q, q_shape, run.layout, nullptr, run.dtype),
+               k = to_tensor(p.k, k_shape, run.layout, nullptr, run.dtype),
+               v = to_tensor(p.v, v_shape, run.layout, nullptr, run.dtype);
   AttentionInputs in{q.view(run.layout),
                      k.view(run.layout),
                      v.view(run.layout),
@@ -213,7 +235,7 @@ Outputs run_kernel(const Problem& p, const KernelRun& run) {
                      p.k_pos,
                      p.q_doc,
                      p.k_doc};
-  Tensor out(storage_shape(o_shape, run.layout));
+  Tensor out(storage_shape(o_shape, run.layout), run.dtype);
   std::vector<float> lse(static_cast<size_t>(d.B * d.Hq * d.Sq));
   KernelOptions options;
   options.num_threads = run.num_threads;
@@ -224,9 +246,10 @@ Outputs run_kernel(const Problem& p, const KernelRun& run) {
   result.lse.assign(lse.begin(), lse.end());
   if (!run.backward) return result;
 
-  const Tensor dout = to_tensor(p.dout, o_shape, run.layout);
-  Tensor dq(storage_shape(q_shape, run.layout)), dk(storage_shape(k_shape, run.layout)),
-      dv(storage_shape(v_shape, run.layout));
+  const Tensor dout = to_tensor(p.dout, o_shape, run.layout, nullptr, run.dtype);
+  Tensor dq(storage_shape(q_shape, run.layout), run.dtype),
+      dk(storage_shape(k_shape, run.layout), run.dtype),
+      dv(storage_shape(v_shape, run.layout), run.dtype);
   BackwardOptions backward_options;
   backward_options.num_threads = run.num_threads;
   backward_options.isa = run.isa;
@@ -250,6 +273,18 @@ double max_abs_error(const std::vector<double>& a, const std::vector<double>& b)
   return worst;
 }
 
+double unit_roundoff(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::kF32:
+      return 0x1.0p-24;
+    case DType::kBF16:
+      return 0x1.0p-8;
+    case DType::kF16:
+      return 0x1.0p-11;
+  }
+  return 0.0;
+}
+
 bool ErrorRow::pass() const {
   for (size_t t = 0; t < err.size(); ++t) {
     if (!(err[t] <= tol[t])) return false;
@@ -257,10 +292,16 @@ bool ErrorRow::pass() const {
   return true;
 }
 
-Oracle make_oracle(const Problem& problem, bool with_backward) {
+Oracle make_oracle(const Problem& problem, bool with_backward, DType dtype) {
   Oracle o;
   o.exact = attention(problem, with_backward, &o.magnitude);
   o.fp32 = attention_fp32(problem, with_backward);
+  o.dtype = dtype;
+  if (dtype != DType::kF32) {
+    for (std::vector<double>* x : {&o.fp32.out, &o.fp32.dq, &o.fp32.dk, &o.fp32.dv}) {
+      round_all(*x, dtype);
+    }
+  }
   return o;
 }
 
@@ -289,14 +330,17 @@ ErrorRow compare(std::string name, const Oracle& oracle, const Outputs& got) {
     row.err[t] = max_abs_error(*exact[t], *result[t]);
     row.tol[t] = kTolFactor * max_abs_error(*exact[t], *fp32[t]) + kTolAbs;
     if (t >= 2) row.tol[t] += kTolUlps * kEpsFp32 * max_of(*magnitude[t]);
+    if (t >= 2 && oracle.dtype != DType::kF32) {
+      row.tol[t] += kTolUlps16 * unit_roundoff(oracle.dtype) * max_of(*magnitude[t]);
+    }
   }
   return row;
 }
 
 ErrorRow check_kernel_case(const CaseSpec& spec, int num_threads, Isa isa) {
   const Problem problem = make_problem(spec);
-  const Oracle oracle = make_oracle(problem);
-  const Outputs got = run_kernel(problem, {spec.layout, num_threads, true, isa});
+  const Oracle oracle = make_oracle(problem, true, spec.dtype);
+  const Outputs got = run_kernel(problem, {spec.layout, num_threads, true, isa, spec.dtype});
   return compare(case_name(spec), oracle, got);
 }
 

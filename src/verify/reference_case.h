@@ -36,6 +36,10 @@ struct CaseSpec {
   float dropout_p = 0.0f;
   MemoryLayout layout = MemoryLayout::kBSHD;
   uint64_t seed = 1;  ///< inputs, positions and the dropout RngState derive from it
+  /// The dtype of q, k, v, dout and of the results out, dq, dk, dv (lse is always fp32): the
+  /// problem's inputs are rounded to it (make_problem) and the plain implementation's results
+  /// too (make_oracle), so the tolerance rule below stays FlashAttention's.
+  DType dtype = DType::kF32;
 };
 
 /// A spec from its fields in declaration order (the test sweeps' shorthand).
@@ -52,7 +56,7 @@ inline CaseSpec spec_of(MaskKind mask, Dims dims, PositionKind positions, float 
 }
 
 /// Readable unique name, e.g. "Causal_GQA8x2_Sq97_Sk1025_D192x128_p0p1_BHSD" (plus "_Zigzag",
-/// "_Striped" and "_B3" when not the defaults). Only letters, digits and '_'.
+/// "_Striped", "_B3" and "_bf16" / "_fp16" when not the defaults). Only letters, digits and '_'.
 std::string case_name(const CaseSpec& spec);
 
 /// Global positions (q_pos, k_pos) for Sq, Sk rows laid out as `kind` (see PositionKind).
@@ -65,15 +69,22 @@ int64_t document_of(int64_t position);
 
 /// The problem a spec describes: inputs ~ N(0, 1) rounded to float (so the kernel sees exactly
 /// the reference's inputs), dout ~ N(0, 1), masks per MaskKind (window: left 37, right 5;
-/// causal+window: left 100), documents from document_of, RngState derived from the seed.
+/// causal+window: left 100), documents from document_of, RngState derived from the seed. For a
+/// bf16 or fp16 spec, q, k, v and dout are then rounded to that dtype (round_inputs).
 Problem make_problem(const CaseSpec& spec);
 
-/// The BSHD doubles x as a float tensor stored in `layout` order (rounded to float), shape
-/// storage_shape(shape, layout); charged to `counter` (process_memory() when null). An empty x
-/// gives zeros; otherwise x.size() must be the shape's element count (Error(kShapeMismatch)).
+/// Rounds q, k, v and dout of `problem` to `dtype` (through float; dtype.h's rounding): the
+/// values a kernel fed with that dtype sees, so the double reference answers for exactly them.
+void round_inputs(Problem& problem, DType dtype);
+
+/// The BSHD doubles x as a tensor of `dtype` stored in `layout` order (rounded to float, then to
+/// dtype), shape storage_shape(shape, layout); charged to `counter` (process_memory() when null).
+/// An empty x gives zeros; otherwise x.size() must be the shape's element count
+/// (Error(kShapeMismatch)).
 Tensor to_tensor(const std::vector<double>& x, const std::array<int64_t, 4>& shape,
-                 MemoryLayout layout = MemoryLayout::kBSHD, MemoryCounter* counter = nullptr);
-/// A view's elements as flat BSHD doubles.
+                 MemoryLayout layout = MemoryLayout::kBSHD, MemoryCounter* counter = nullptr,
+                 DType dtype = DType::kF32);
+/// A view's elements (any dtype) as flat BSHD doubles.
 std::vector<double> to_doubles(ConstView view);
 /// Floats widened to double, in order (lse buffers, whole tensors in storage order).
 std::vector<double> to_doubles(std::span<const float> x);
@@ -90,11 +101,12 @@ struct KernelRun {
   MemoryLayout layout = MemoryLayout::kBSHD;
   int num_threads = 1;
   bool backward = true;
-  Isa isa = Isa::kAuto;  ///< the kernel's code path (KernelOptions::isa)
+  Isa isa = Isa::kAuto;       ///< the kernel's code path (KernelOptions::isa)
+  DType dtype = DType::kF32;  ///< of q, k, v, dout, out, dq, dk, dv
 };
 
-/// Runs attention_kernel_forward (and backward) on the problem with fp32 tensors stored in
-/// run.layout; returns the results as flat BSHD doubles (gradients empty without backward).
+/// Runs attention_kernel_forward (and backward) on the problem with tensors of run.dtype stored
+/// in run.layout; returns the results as flat BSHD doubles (gradients empty without backward).
 Outputs run_kernel(const Problem& problem, const KernelRun& run);
 
 /// Max |a - b| over two equally long vectors; equal infinities count as 0, NaN as +inf.
@@ -108,14 +120,21 @@ inline constexpr std::array<const char*, 5> kTensorNames = {"out", "lse", "dq", 
 /// behind each gradient element (attention()'s `magnitudes`), and the plain fp32 answer.
 struct Oracle {
   Outputs exact, magnitude, fp32;
+  DType dtype = DType::kF32;  ///< of the inputs and results the oracle judges (make_oracle)
 };
-/// Runs attention() with magnitudes and attention_fp32() on the problem.
-Oracle make_oracle(const Problem& problem, bool with_backward = true);
+/// Runs attention() with magnitudes and attention_fp32() on the problem; for a bf16 or fp16
+/// `dtype` the plain answer's out, dq, dk, dv are rounded to it (lse stays fp32), as a plain
+/// implementation that stores its results in that dtype would give.
+Oracle make_oracle(const Problem& problem, bool with_backward = true, DType dtype = DType::kF32);
 
 /// Tolerance rule, per tensor t of out, lse, dq, dk, dv:
 ///   err_t <= kTolFactor * err_fp32_t + kTolAbs  (+ kTolUlps * eps_fp32 * max(magnitude_t) for
 ///   the gradients dq, dk, dv)
 /// err_t: max abs error vs the double answer; err_fp32_t: that of the plain fp32 implementation.
+/// bf16 / fp16 cases apply the same rule with the plain implementation that takes the inputs in
+/// that dtype, computes in fp32 and rounds its results to that dtype (make_oracle), against the
+/// double answer on those same inputs: output rounding (2^-9 relative for bf16, 2^-12 for fp16)
+/// dominates both errors, and kTolAbs is the stated absolute term for all dtypes.
 /// The first two terms are FlashAttention's rule ("within 2x of a plain implementation"). The
 /// last is rounding the flash backward adds by design and the plain one does not have, a few
 /// ulps of the size of the summed terms: P is recomputed as exp(scale s - lse) from an fp32 lse
@@ -125,10 +144,20 @@ Oracle make_oracle(const Problem& problem, bool with_backward = true);
 /// the plain implementation). Measured need over the kernel sweep: <= 2.8 ulps; kTolUlps keeps ~3x
 /// margin. Bugs (a wrong mask element, tile or dropout bit) give errors of order 1e-2 of the
 /// magnitude, far above it.
+/// For bf16 / fp16 the gradients get one more term, kTolUlps16 * u * max(magnitude_t) with u the
+/// dtype's unit roundoff (2^-8 bf16, 2^-11 fp16): the backward receives out as the forward stored
+/// it, rounded to the dtype, so D_i = <dout_i, out_i> carries a relative error of u where the
+/// plain implementation uses its unrounded out, and dS = P (dP - D) no longer cancels (a row that
+/// sees one key has dS = 0 exactly in the plain implementation, not in any flash backward fed a
+/// rounded out, FlashAttention's included).
 inline constexpr double kTolFactor = 2.0;
 inline constexpr double kTolAbs = 1e-6;
 inline constexpr double kTolUlps = 8.0;
 inline constexpr double kEpsFp32 = 0x1.0p-23;
+inline constexpr double kTolUlps16 = 2.0;
+
+/// The unit roundoff of a dtype: 2^-24 fp32, 2^-8 bf16, 2^-11 fp16.
+double unit_roundoff(DType dtype) noexcept;
 
 /// The verdict on one case: per tensor (kTensorNames order) the error and its tolerance.
 struct ErrorRow {

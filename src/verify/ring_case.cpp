@@ -24,7 +24,7 @@ void scatter_rows(ConstView piece, const std::vector<int64_t>& idx, int64_t seq_
         for (int64_t d = 0; d < s[3]; ++d)
           whole[static_cast<size_t>(
               ((b * seq_len + idx[static_cast<size_t>(i)]) * s[2] + h) * s[3] + d)] =
-              piece(b, i, h, d);
+              read_element(piece, b, i, h, d);
 }
 
 // The sharding of the problem's q (is_q) or k/v sequence on `rank`. Identity positions stay
@@ -65,7 +65,8 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
   const SequenceSharding ks = problem_sharding(p, false, run, r);
   const MemoryLayout m = run.memory;
   const auto local = [&](const Tensor& t) {
-    return dense_copy(shard_tensor(t.view(), run.layout, run.cp_size, r, mem).view(), m, mem);
+    return dense_copy(shard_tensor(t.view(), run.layout, run.cp_size, r, mem).view(), run.dtype, m,
+                      mem);
   };
   const Tensor q_r = local(whole.q), k_r = local(whole.k), v_r = local(whole.v);
   AttentionOptions options;

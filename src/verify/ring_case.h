@@ -27,6 +27,9 @@ struct RingRun {
   /// When not empty (one entry per rank), rank r adds its RingStats of the call to stats[r].
   std::span<RingStats> stats{};
   Isa isa = Isa::kAuto;  ///< the kernel's code path (RingOptions::isa)
+  /// dtype of every rank's q, k, v, dout (and so of out, dq, dk, dv); the problem's inputs should
+  /// already be rounded to it (make_problem of a spec with that dtype) so the copy is exact.
+  DType dtype = DType::kF32;
 };
 
 /// Zero whole-sequence Outputs of the problem's shapes (gradients only when backward).
@@ -34,7 +37,8 @@ Outputs zero_outputs(const Dims& d, bool backward);
 
 /// One rank's part of the ring: shards `whole` (ProblemTensors, built once and shared read-only
 /// by the ranks) by run.layout (q by Sq, k/v by Sk; positions and
-/// documents from the problem, identity positions left implicit), restrides it to run.memory,
+/// documents from the problem, identity positions left implicit), restrides it to run.memory in
+/// run.dtype,
 /// runs run.strategy's forward (and backward) on `comm` (unchecked::strategy_attention_forward),
 /// and writes this rank's rows of out, lse, dq, dk, dv into `all` (other rows untouched, so ranks
 /// may share `all` without a lock). Throws Error(kInvalidArgument) when run.cp_size != comm.size();

@@ -67,3 +67,20 @@ set_tests_properties(cli.plan_json PROPERTIES LABELS cli
 add_test(NAME cli.plan_rejects_bad_docs COMMAND cpattn_cli plan --seq 10 --cp 2 --docs 5x,5)
 set_tests_properties(cli.plan_rejects_bad_docs PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "--docs: '5x' is not a document length in \\[1, 2\\^40\\]; expected L1,L2,... or mean:N")
+
+# `verify --dtype`: the kernel sweep and the ring in bf16 and fp16 (q, k, v, dout and the results;
+# lse fp32) under the same tolerance rule; a strategy that takes fp32 only is refused.
+add_test(NAME cli.verify_bf16 COMMAND cpattn_cli verify --dtype bf16)
+set_tests_properties(cli.verify_bf16 PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "kernel vs float64 reference, bf16.*16 cases: 16 passed, 0 failed")
+add_test(NAME cli.verify_fp16 COMMAND cpattn_cli verify --dtype fp16)
+set_tests_properties(cli.verify_fp16 PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "16 cases: 16 passed, 0 failed")
+add_test(NAME cli.verify_ring_bf16
+         COMMAND cpattn_cli verify --cp 4 --dtype bf16 --layout zigzag)
+set_tests_properties(cli.verify_ring_bf16 PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "_bf16_zigzag_cp4.*8 cases: 8 passed, 0 failed")
+add_test(NAME cli.verify_rejects_bf16_ulysses
+         COMMAND cpattn_cli verify --cp 2 --dtype bf16 --strategy ulysses)
+set_tests_properties(cli.verify_rejects_bf16_ulysses PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "strategy ulysses takes fp32 tensors only, got bf16")

@@ -184,6 +184,51 @@ std::vector<BadCase> bad_cases() {
        true,
        E::kInvalidArgument,
        {"dropout_p", "got nan"}},
+      // One dtype per call (cpattn/dtype.h): a mix names which tensor has which dtype. (The
+      // buffers are fp32 and thus large enough for any dtype; only the checks run.)
+      {"KBf16WithQFp32",
+       [](Call& c) { c.in.k.dtype = DType::kBF16; },
+       false,
+       E::kInvalidArgument,
+       {"one dtype", "q is fp32", "k is bf16"}},
+      {"VFp16WithQBf16",
+       [](Call& c) {
+         c.in.q.dtype = c.in.k.dtype = DType::kBF16;
+         c.in.v.dtype = DType::kF16;
+       },
+       false,
+       E::kInvalidArgument,
+       {"q is bf16", "v is fp16"}},
+      {"OutFp16WithBf16Inputs",
+       [](Call& c) {
+         c.in.q.dtype = c.in.k.dtype = c.in.v.dtype = DType::kBF16;
+         c.out_view.dtype = DType::kF16;
+       },
+       false,
+       E::kInvalidArgument,
+       {"out must be bf16", "or fp32", "got fp16"}},
+      {"BackwardDoutBf16WithFp32Inputs",
+       [](Call& c) { c.dout_view.dtype = DType::kBF16; },
+       true,
+       E::kInvalidArgument,
+       {"q is fp32", "dout is bf16"}},
+      {"BackwardDkFp16WithBf16Inputs",
+       [](Call& c) {
+         c.in.q.dtype = c.in.k.dtype = c.in.v.dtype = c.dout_view.dtype = DType::kBF16;
+         c.dk_view.dtype = DType::kF16;
+       },
+       true,
+       E::kInvalidArgument,
+       {"dk must be bf16", "got fp16"}},
+      {"BackwardDqBf16WithFp16Inputs",
+       [](Call& c) {
+         c.in.q.dtype = c.in.k.dtype = c.in.v.dtype = c.dout_view.dtype = DType::kF16;
+         c.out_view.dtype = DType::kF16;
+         c.dq_view.dtype = DType::kBF16;
+       },
+       true,
+       E::kInvalidArgument,
+       {"dq must be fp16", "got bf16"}},
   };
 }
 
@@ -209,6 +254,33 @@ TEST_P(KernelErrors, ThrowsNamingExpectedAndGot) {
 
 INSTANTIATE_TEST_SUITE_P(Preconditions, KernelErrors, ::testing::ValuesIn(bad_cases()),
                          [](const auto& p) { return std::string(p.param.name); });
+
+// A SoftmaxCarry keeps the unrounded fp32 accumulator in out between calls: a bf16 out is refused
+// for a carry that resumes or does not finish, and accepted for an ordinary call.
+TEST(KernelDtypeErrors, CarryNeedsFp32Out) {
+  Call c;
+  c.in.q.dtype = c.in.k.dtype = c.in.v.dtype = DType::kBF16;
+  c.out_view.dtype = DType::kBF16;
+  std::vector<float> m(20), l(20);
+  EXPECT_NO_THROW(attention_kernel_forward(c.in, c.params, {}, c.out_view, c.lse, c.options));
+  try {
+    attention_kernel_forward(c.in, c.params, {}, c.out_view, c.lse,
+                             SoftmaxCarry{m, l, false, false}, c.options);
+    FAIL() << "no cpattn::Error thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("out must be fp32"), std::string::npos) << e.what();
+  }
+  c.out_view.dtype = DType::kF32;
+  EXPECT_NO_THROW(attention_kernel_forward(c.in, c.params, {}, c.out_view, c.lse,
+                                           SoftmaxCarry{m, l, false, false}, c.options));
+}
+
+// lse is fp32 by type (std::span<float>); a 16-bit Tensor cannot be handed over as one.
+TEST(KernelDtypeErrors, LseTensorMustBeFp32) {
+  Tensor lse({1, 4, 5}, DType::kBF16);
+  EXPECT_THROW((void)lse.span(), Error);
+}
 
 }  // namespace
 }  // namespace cpattn

@@ -119,15 +119,28 @@ class KernelSweep : public ::testing::TestWithParam<CaseSpec> {};
 TEST_P(KernelSweep, MatchesDoubleReferenceWithinFp32ToleranceOnEveryIsa) {
   const CaseSpec& spec = GetParam();
   const reference::Problem problem = reference::make_problem(spec);
-  const reference::Oracle oracle = reference::make_oracle(problem);
+  const reference::Oracle oracle = reference::make_oracle(problem, true, spec.dtype);
   for (Isa isa : available_isas()) {
-    const reference::Outputs got = reference::run_kernel(problem, {spec.layout, 1, true, isa});
+    const reference::Outputs got =
+        reference::run_kernel(problem, {spec.layout, 1, true, isa, spec.dtype});
     EXPECT_TRUE(testing::row_passes(
         reference::compare(reference::case_name(spec) + " isa " + isa_name(isa), oracle, got)));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, KernelSweep, ::testing::ValuesIn(sweep_cases()),
+                         [](const auto& p) { return reference::case_name(p.param); });
+
+// The same sweep with q, k, v, dout, out, dq, dk, dv in bf16 and in fp16 (lse fp32), judged by the
+// same rule against the plain implementation in that dtype (reference_case.h).
+std::vector<CaseSpec> dtype_cases(DType dtype) {
+  std::vector<CaseSpec> cases = sweep_cases();
+  for (CaseSpec& spec : cases) spec.dtype = dtype;
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Bf16, KernelSweep, ::testing::ValuesIn(dtype_cases(DType::kBF16)),
+                         [](const auto& p) { return reference::case_name(p.param); });
+INSTANTIATE_TEST_SUITE_P(Fp16, KernelSweep, ::testing::ValuesIn(dtype_cases(DType::kF16)),
                          [](const auto& p) { return reference::case_name(p.param); });
 
 // The list really covers every value of every axis.

@@ -61,6 +61,22 @@ TEST(StrategyAgreement, ARankWithAnotherRelayFailsEveryRankNamingIt) {
   }
 }
 
+// Ranks that call with other dtypes would exchange blocks of other sizes: the agreement names it.
+TEST(StrategyAgreement, ARankWithAnotherDtypeFailsEveryRankNamingIt) {
+  const Case c;
+  const RankOutcomes o = run_all(4, [&](Communicator& comm) {
+    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
+    const Tensor x16 = dense_copy(x.view(), DType::kBF16, MemoryLayout::kBSHD, &comm.memory());
+    const ConstView in = comm.rank() == 1 ? x16.view() : x.view();
+    attention_forward(comm, in, in, in, c.p.sharding(4, comm.rank()), c.params, {1, 0});
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kRankDisagreement) << r;
+    EXPECT_THAT(o.messages[static_cast<size_t>(r)],
+                HasSubstr("rank 1 has dtype=bf16, ranks 0, 2, 3 have dtype=fp32"));
+  }
+}
+
 TEST(StrategyAgreement, AStateOfAnotherStrategyIsRefused) {
   const Case c;
   const RankOutcomes o = run_all(2, [&](Communicator& comm) {

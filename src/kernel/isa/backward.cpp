@@ -171,21 +171,13 @@ class Item {
   }
 
   // dk/dv rows of one k tile: overwritten, or added to what dk/dv hold (accumulate without
-  // overwrite_dkdv).
+  // overwrite_dkdv), rounded once to their dtype (store_row).
   void write_dkdv(int64_t b, int64_t g, const TileRange& kv, const float* dk,
                   const float* dv) const {
     const bool acc = p_.accumulate && !p_.overwrite_dkdv;
     for (int64_t j = 0; j < kv.size; ++j) {
-      const float* sk = dk + j * plan_.dqk_pad;
-      for (int64_t d = 0; d < p_.Dqk; ++d) {
-        float& dst = p_.dk(b, kv.begin + j, g, d);
-        dst = acc ? dst + sk[d] : sk[d];
-      }
-      const float* sv = dv + j * plan_.dv_pad;
-      for (int64_t d = 0; d < p_.Dv; ++d) {
-        float& dst = p_.dv(b, kv.begin + j, g, d);
-        dst = acc ? dst + sv[d] : sv[d];
-      }
+      store_row(p_.dk, b, kv.begin + j, g, dk + j * plan_.dqk_pad, 1.0f, acc);
+      store_row(p_.dv, b, kv.begin + j, g, dv + j * plan_.dv_pad, 1.0f, acc);
     }
   }
 
@@ -200,10 +192,7 @@ class Item {
       return;
     }
     for (int64_t i = 0; i < qt.size; ++i) {
-      for (int64_t d = 0; d < p_.Dqk; ++d) {
-        float& dst = p_.dq(b, qt.begin + i, h, d);
-        dst = p_.accumulate ? dst + w_.dq[i * dqk_pad + d] : w_.dq[i * dqk_pad + d];
-      }
+      store_row(p_.dq, b, qt.begin + i, h, w_.dq + i * dqk_pad, 1.0f, p_.accumulate);
     }
   }
 

@@ -80,27 +80,24 @@ void load_state(const ForwardPlan& plan, int64_t b, int64_t h, const TileRange& 
 }
 
 // The item's end: out_i = O_i / l_i, lse_i = m_i + ln l_i (rows that saw no key get 0 and -inf),
-// or, for a carry that does not finish, O, m and l as they are.
+// rounded once to out's dtype (store_row), or, for a carry that does not finish, O, m and l as
+// they are (out is then fp32: validate_forward).
 void write_rows(const ForwardPlan& plan, int64_t b, int64_t h, const TileRange& qt, const float* o,
                 const float* m, const float* l) {
   const ForwardProblem& p = *plan.p;
   const int64_t row0 = (b * p.Hq + h) * p.Sq + qt.begin;
-  const int64_t sd = p.out.stride[3];
   for (int64_t i = 0; i < qt.size; ++i) {
-    // Dv = 0: out may have null data, so no row address is formed.
-    float* dst = p.Dv > 0 ? &p.out(b, qt.begin + i, h, 0) : nullptr;
     const float* src = o + i * plan.dv_pad;
     const size_t row = static_cast<size_t>(row0 + i);
     if (!p.finish) {
-      for (int64_t d = 0; d < p.Dv; ++d) dst[d * sd] = src[d];
+      store_row(p.out, b, qt.begin + i, h, src, 1.0f, false);
       p.row_max[row] = m[i];
       p.row_sum[row] = l[i];
     } else if (l[i] > 0.0f || __builtin_isnan(l[i])) {  // NaN: a NaN input reached the row
-      const float inv = 1.0f / l[i];
-      for (int64_t d = 0; d < p.Dv; ++d) dst[d * sd] = src[d] * inv;
+      store_row(p.out, b, qt.begin + i, h, src, 1.0f / l[i], false);
       p.lse[row] = m[i] + __builtin_logf(l[i]);
     } else {
-      for (int64_t d = 0; d < p.Dv; ++d) dst[d * sd] = 0.0f;
+      store_zero_row(p.out, b, qt.begin + i, h);
       p.lse[row] = kNegInf;
     }
   }

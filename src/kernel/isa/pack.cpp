@@ -1,12 +1,85 @@
-// Tile packing (pack.h). Unit-stride rows (every BSHD/BHSD/SBHD view) take vectorisable copies;
-// other strides take the element loop.
+// Tile packing (pack.h). Unit-stride fp32 rows (every BSHD/BHSD/SBHD view) take vectorisable
+// copies; other strides take the element loop; bf16 and fp16 elements are widened on the way
+// (bf16: the bits become a binary32's high half; fp16: vcvtph2ps on AVX-512, else
+// cpattn::fp16_to_float), both exact, so the packed tile holds exactly the input's values.
 #include "kernel/isa/pack.h"
 
 #include <cstring>
 
 #include "kernel/isa/gemm.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace cpattn::detail::CPATTN_ISA_NS {
+namespace {
+
+// The address of the element `offset` elements past x.data (2 or 4 bytes each).
+const uint16_t* half_at(const ConstView& x, int64_t offset) {
+  return reinterpret_cast<const uint16_t*>(x.data) + offset;
+}
+
+float widen_bf16(uint16_t bits) {
+  return __builtin_bit_cast(float, static_cast<uint32_t>(bits) << 16);
+}
+
+// One element of x at `offset` elements, as fp32.
+float element(const ConstView& x, int64_t offset) {
+  switch (x.dtype) {
+    case DType::kF32:
+      return x.data[offset];
+    case DType::kBF16:
+      return widen_bf16(*half_at(x, offset));
+    case DType::kF16:
+      return fp16_to_float(*half_at(x, offset));
+  }
+  return 0.0f;
+}
+
+// dst[d] = mul * x[offset + d * sd] for d < n, widened to fp32.
+void load_span(const ConstView& x, int64_t offset, int64_t sd, int64_t n, float mul, float* dst) {
+  switch (x.dtype) {
+    case DType::kF32: {
+      const float* src = x.data + offset;
+      if (sd == 1 && mul == 1.0f) {
+        std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      } else if (sd == 1) {
+        for (int64_t d = 0; d < n; ++d) dst[d] = mul * src[d];
+      } else {
+        for (int64_t d = 0; d < n; ++d) dst[d] = mul * src[d * sd];
+      }
+      return;
+    }
+    case DType::kBF16: {
+      const uint16_t* src = half_at(x, offset);
+      if (sd == 1) {
+        for (int64_t d = 0; d < n; ++d) dst[d] = mul * widen_bf16(src[d]);
+      } else {
+        for (int64_t d = 0; d < n; ++d) dst[d] = mul * widen_bf16(src[d * sd]);
+      }
+      return;
+    }
+    case DType::kF16: {
+      const uint16_t* src = half_at(x, offset);
+      int64_t d = 0;
+#if defined(__AVX512F__)
+      if (sd == 1) {
+        const __m512 m = _mm512_set1_ps(mul);
+        for (; d + 16 <= n; d += 16) {
+          const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + d));
+          // The maskz form: GCC 12's plain one warns of its undefined pass-through operand.
+          _mm512_storeu_ps(dst + d, _mm512_mul_ps(m, _mm512_maskz_cvtph_ps(0xFFFF, h)));
+        }
+      }
+#endif
+      for (; d < n; ++d) dst[d] = mul * fp16_to_float(src[d * sd]);
+      return;
+    }
+  }
+}
+
+}  // namespace
 
 // Every helper returns at once for a zero head dim: there is nothing to copy, and the operand
 // may then have null data, so not even a row address may be formed.
@@ -14,15 +87,7 @@ void pack_rows(const ConstView& x, TileRows t, float mul, float* dst, int64_t ld
   const int64_t dim = x.shape[3], sd = x.stride[3];
   if (dim == 0) return;
   for (int64_t i = 0; i < t.rows; ++i) {
-    const float* src = &x(t.b, t.begin + i, t.h, 0);
-    float* row = dst + i * ld;
-    if (sd == 1 && mul == 1.0f) {
-      std::memcpy(row, src, static_cast<size_t>(dim) * sizeof(float));
-    } else if (sd == 1) {
-      for (int64_t d = 0; d < dim; ++d) row[d] = mul * src[d];
-    } else {
-      for (int64_t d = 0; d < dim; ++d) row[d] = mul * src[d * sd];
-    }
+    load_span(x, x.offset(t.b, t.begin + i, t.h, 0), sd, dim, mul, dst + i * ld);
   }
 }
 
@@ -31,15 +96,12 @@ void pack_panels(const ConstView& x, TileRows t, float* dst) {
   if (dim == 0) return;
   const int64_t dim_pad = round_up_nr(dim);
   for (int64_t i = 0; i < t.rows; ++i) {
-    const float* src = &x(t.b, t.begin + i, t.h, 0);
+    const int64_t row = x.offset(t.b, t.begin + i, t.h, 0);
     for (int64_t d0 = 0; d0 < dim_pad; d0 += kNr) {
       float* out = dst + d0 * t.rows + i * kNr;  // panel d0 / kNr, row i
       const int64_t n = dim - d0 < kNr ? dim - d0 : kNr;
-      if (sd == 1 && n == kNr) {
-        std::memcpy(out, src + d0, kNr * sizeof(float));
-      } else {
-        for (int64_t c = 0; c < kNr; ++c) out[c] = c < n ? src[(d0 + c) * sd] : 0.0f;
-      }
+      load_span(x, row + d0 * sd, sd, n, 1.0f, out);
+      for (int64_t c = n; c < kNr; ++c) out[c] = 0.0f;
     }
   }
 }
@@ -52,11 +114,15 @@ void pack_panels_transposed(const ConstView& x, TileRows t, float mul, float* ds
     // One panel: kNr rows read in parallel, written d-major so the stores are contiguous.
     float* panel = dst + i0 * dim;
     const int64_t n = t.rows - i0 < kNr ? t.rows - i0 : kNr;
-    const float* src[kNr];
-    for (int64_t r = 0; r < n; ++r) src[r] = &x(t.b, t.begin + i0 + r, t.h, 0);
+    int64_t row[kNr];
+    for (int64_t r = 0; r < n; ++r) row[r] = x.offset(t.b, t.begin + i0 + r, t.h, 0);
     for (int64_t d = 0; d < dim; ++d) {
       float* out = panel + d * kNr;
-      for (int64_t r = 0; r < n; ++r) out[r] = mul * src[r][d * sd];
+      if (x.dtype == DType::kF32) {
+        for (int64_t r = 0; r < n; ++r) out[r] = mul * x.data[row[r] + d * sd];
+      } else {
+        for (int64_t r = 0; r < n; ++r) out[r] = mul * element(x, row[r] + d * sd);
+      }
       for (int64_t r = n; r < kNr; ++r) out[r] = 0.0f;
     }
   }
@@ -65,20 +131,58 @@ void pack_panels_transposed(const ConstView& x, TileRows t, float mul, float* ds
 void prefetch_rows(const ConstView& x, TileRows t) {
   const int64_t dim = x.shape[3], sd = x.stride[3];
   if (dim == 0) return;
-  constexpr int64_t kLineFloats = 16;  // 64-byte cache lines
-  const int64_t step = sd == 1 ? kLineFloats : 1;
+  const int64_t esize = x.dtype == DType::kF32 ? 4 : 2;
+  const int64_t step = sd == 1 ? 64 / esize : 1;  // 64-byte cache lines
+  const auto* base = reinterpret_cast<const char*>(x.data);
   for (int64_t i = 0; i < t.rows; ++i) {
-    const float* src = &x(t.b, t.begin + i, t.h, 0);
-    for (int64_t d = 0; d < dim; d += step) __builtin_prefetch(src + d * sd, 0, 2);
+    const int64_t row = x.offset(t.b, t.begin + i, t.h, 0);
+    for (int64_t d = 0; d < dim; d += step) __builtin_prefetch(base + (row + d * sd) * esize, 0, 2);
   }
+}
+
+void store_row(const View& x, int64_t b, int64_t s, int64_t h, const float* src, float mul,
+               bool accumulate) {
+  const int64_t dim = x.shape[3], sd = x.stride[3];
+  if (dim == 0) return;
+  const int64_t row = x.offset(b, s, h, 0);
+  if (x.dtype == DType::kF32) {
+    float* dst = x.data + row;
+    if (mul == 1.0f) {
+      for (int64_t d = 0; d < dim; ++d) dst[d * sd] = accumulate ? dst[d * sd] + src[d] : src[d];
+    } else {
+      for (int64_t d = 0; d < dim; ++d) {
+        dst[d * sd] = accumulate ? dst[d * sd] + src[d] * mul : src[d] * mul;
+      }
+    }
+    return;
+  }
+  auto* dst = reinterpret_cast<uint16_t*>(x.data) + row;
+  for (int64_t d = 0; d < dim; ++d) {
+    float value = src[d] * mul;
+    if (accumulate) value = element(x, row + d * sd) + value;
+    store_from_float(x.dtype, dst + d * sd, value);
+  }
+}
+
+void store_zero_row(const View& x, int64_t b, int64_t s, int64_t h) {
+  const int64_t dim = x.shape[3], sd = x.stride[3];
+  if (dim == 0) return;
+  const int64_t row = x.offset(b, s, h, 0);
+  if (x.dtype == DType::kF32) {
+    for (int64_t d = 0; d < dim; ++d) x.data[row + d * sd] = 0.0f;
+    return;
+  }
+  auto* dst = reinterpret_cast<uint16_t*>(x.data) + row;
+  for (int64_t d = 0; d < dim; ++d) dst[d * sd] = 0;  // +0 in bf16 and fp16
 }
 
 void row_dots(const ConstView& dout, const ConstView& out, TileRows t, float* d) {
   constexpr int kSums = 16;
   const int64_t dim = dout.shape[3], sa = dout.stride[3], sb = out.stride[3];
+  const bool fp32 = dout.dtype == DType::kF32 && out.dtype == DType::kF32;
   for (int64_t i = 0; i < t.rows; ++i) {
     float acc[kSums] = {};
-    if (dim > 0) {
+    if (dim > 0 && fp32) {
       const float* a = &dout(t.b, t.begin + i, t.h, 0);
       const float* b = &out(t.b, t.begin + i, t.h, 0);
       int64_t c = 0;
@@ -88,6 +192,13 @@ void row_dots(const ConstView& dout, const ConstView& out, TileRows t, float* d)
         }
       }
       for (; c < dim; ++c) acc[c % kSums] += a[c * sa] * b[c * sb];
+    } else if (dim > 0) {
+      // The same sums in the same order on the widened elements.
+      const int64_t ra = dout.offset(t.b, t.begin + i, t.h, 0);
+      const int64_t rb = out.offset(t.b, t.begin + i, t.h, 0);
+      for (int64_t c = 0; c < dim; ++c) {
+        acc[c % kSums] += element(dout, ra + c * sa) * element(out, rb + c * sb);
+      }
     }
     for (int w = kSums / 2; w > 0; w /= 2) {
       for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
