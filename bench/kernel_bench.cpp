@@ -5,6 +5,7 @@
 // core) is printed first, a summary of the target ratios after the Google Benchmark table.
 // Quick subset: --benchmark_filter='FmaPeak|Sgemm|/D:128/S:4096/causal:0/|Naive/D:128|PeakMemory'
 // bf16 / fp16 vs fp32 forward: --benchmark_filter='Forward/Hkv:8/D:128/S:4096/causal:0/isa:0/'
+// bf16 vs fp32 peak memory of a forward + backward: --benchmark_filter=TrainingPeakMemory
 // The best OpenBLAS sgemm of this CPU: run with OPENBLAS_CORETYPE unset
 // (env -u OPENBLAS_CORETYPE bench_kernel ...); the first line says which core OpenBLAS ran.
 #include <benchmark/benchmark.h>
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -293,6 +295,50 @@ BENCHMARK(BM_NaiveForward)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ForwardPeakMemory)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// Peak memory of a forward + backward at S = 65536, Hq = Hkv = 8, D = 128 in each dtype
+// (arg: 0 fp32, 1 bf16): the counted bytes of q, k, v, dout, out, lse, dq, dk, dv (one
+// MemoryCounter) and the kernel's scratch peak on top of them (process_memory()). Causal with a
+// 512-token window, as above. The bf16 / fp32 ratio of the total is the figure of the dtype issue.
+void BM_TrainingPeakMemory(benchmark::State& state) {
+  const int64_t s = 65536, d = 128;
+  const cpattn::DType dtype = state.range(0) == 0 ? cpattn::DType::kF32 : cpattn::DType::kBF16;
+  const std::shared_ptr<cpattn::MemoryCounter> mem = cpattn::MemoryCounter::create();
+  cpattn::AttentionParams params;
+  params.causal = true;
+  params.window_left = 512;
+  for (auto _ : state) {
+    const std::vector<int64_t> shape{1, s, kHeadsQ, d};
+    Tensor q(shape, dtype, mem.get()), k(shape, dtype, mem.get()), v(shape, dtype, mem.get()),
+        dout(shape, dtype, mem.get()), out(shape, dtype, mem.get()),
+        lse({1, kHeadsQ, s}, mem.get()), dq(shape, dtype, mem.get()), dk(shape, dtype, mem.get()),
+        dv(shape, dtype, mem.get());
+    std::vector<int64_t> pos(static_cast<size_t>(s));
+    for (int64_t i = 0; i < s; ++i) pos[static_cast<size_t>(i)] = i;
+    const double tensors = double(mem->stats().live_bytes) / (1 << 20);
+    const int64_t scratch_before = cpattn::process_memory().stats().live_bytes;
+    cpattn::process_memory().reset_peak();
+    const cpattn::AttentionInputs in{q.view(), k.view(), v.view(), pos, pos, {}, {}};
+    cpattn::attention_kernel_forward(in, params, {}, out.view(), lse.span(), {kThreads});
+    cpattn::BackwardOptions backward;
+    backward.num_threads = kThreads;
+    cpattn::attention_kernel_backward(in, params, {}, dout.view(), out.view(), lse.span(),
+                                      dq.view(), dk.view(), dv.view(), backward);
+    const double scratch =
+        double(cpattn::process_memory().stats().peak_bytes - scratch_before) / (1 << 20);
+    const std::string name = cpattn::dtype_name(dtype);
+    state.counters["tensors_MiB"] = tensors;
+    state.counters["scratch_MiB"] = scratch;
+    bench::record("training_memory/" + name, tensors + scratch);
+    bench::record("training_memory/" + name + "/tensors", tensors);
+  }
+}
+BENCHMARK(BM_TrainingPeakMemory)
+    ->ArgName("dtype")
+    ->DenseRange(0, 1)
+    ->Iterations(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
 void print_ratio(const char* what, double value, const char* target) {
   if (!std::isnan(value)) std::printf("  %-52s %7.3f   (target %s)\n", what, value, target);
 }
@@ -356,6 +402,14 @@ void print_summary() {
     const std::string fp32 = case_key("fwd", 8, 128, 4096, false);
     print_ratio((fp32 + " fp32 time / " + dtype + " time").c_str(),
                 median_of(fp32) / median_of(fp32 + "/" + dtype), ">= 1.6 with AVX-512-BF16");
+  }
+  if (!std::isnan(median_of("training_memory/bf16"))) {
+    std::printf(
+        "  fwd+bwd S=65536 D=128 Hq=8 peak MiB: fp32 %.1f (tensors %.1f), bf16 %.1f (tensors "
+        "%.1f); bf16 / fp32 %.3f (target: tensors half)\n",
+        median_of("training_memory/fp32"), median_of("training_memory/fp32/tensors"),
+        median_of("training_memory/bf16"), median_of("training_memory/bf16/tensors"),
+        median_of("training_memory/bf16") / median_of("training_memory/fp32"));
   }
   if (!std::isnan(median_of("peak_memory/counted_MiB"))) {
     std::printf(
