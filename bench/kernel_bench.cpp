@@ -47,11 +47,19 @@ constexpr int64_t kSgemmN = 2048;
 double sgemm_gflops() { return 2.0 * std::pow(double(kSgemmN), 3) / median_of("sgemm") / 1e9; }
 
 // The ISA argument of the attention cases: 0 = Isa::kAuto (what a caller gets), else the path.
-constexpr Isa kIsaArgs[] = {Isa::kAuto, Isa::kGeneric, Isa::kAvx2, Isa::kAvx512};
+constexpr Isa kIsaArgs[] = {Isa::kAuto, Isa::kGeneric, Isa::kAvx2, Isa::kAvx512,
+                            Isa::kAvx512Bf16};
+int64_t arg_of(Isa isa) { return std::find(std::begin(kIsaArgs), std::end(kIsaArgs), isa) - kIsaArgs; }
 Isa isa_arg(int64_t a) { return kIsaArgs[static_cast<size_t>(a)]; }
 
-// The FMA peak of the widest ISA this CPU runs (GFLOPS, kThreads threads), from this run.
-double peak_gflops() { return median_of(std::string("fma_peak/") + isa_name(detected_isa())); }
+// The widest fp32 FMA path of this CPU (avx512bf16's fp32 FMAs are avx512's).
+Isa fp32_peak_isa() {
+  return detected_isa() == Isa::kAvx512Bf16 ? Isa::kAvx512 : detected_isa();
+}
+
+// The fp32 FMA peak of the widest ISA this CPU runs (GFLOPS, kThreads threads), from this run:
+// every vs_peak figure, bf16 ones included, is against it.
+double peak_gflops() { return median_of(std::string("fma_peak/") + isa_name(fp32_peak_isa())); }
 
 // Times the benchmark loop by wall clock, records it under key, and sets GFLOPS / vs_sgemm.
 template <typename Fn>
@@ -162,17 +170,21 @@ void BM_Backward(benchmark::State& state) {
   const int64_t hkv = state.range(0), d = state.range(1), s = state.range(2);
   const bool causal = state.range(3) != 0;
   const Isa isa = isa_arg(state.range(4));
-  Problem p(s, hkv, d);
+  const cpattn::DType dtype = kDtypeArgs[static_cast<size_t>(state.range(5))];
+  Problem p(s, hkv, d, dtype);
   cpattn::AttentionParams params;
   params.causal = causal;
   cpattn::attention_kernel_forward(p.inputs(), params, {}, p.out.view(), p.lse.span(), {kThreads});
-  Tensor dout({1, s, kHeadsQ, d}), dq({1, s, kHeadsQ, d}), dk({1, s, hkv, d}), dv({1, s, hkv, d});
+  Tensor dout({1, s, kHeadsQ, d}, dtype), dq({1, s, kHeadsQ, d}, dtype), dk({1, s, hkv, d}, dtype),
+      dv({1, s, hkv, d}, dtype);
   fill_random(dout, 4);
   cpattn::BackwardOptions opt;
   opt.num_threads = kThreads;
   opt.isa = isa;
   const double flops = 2.5 * attention_flops(s, d, causal);
-  timed_loop(state, case_key("bwd", hkv, d, s, causal, isa), flops, [&] {
+  std::string key = case_key("bwd", hkv, d, s, causal, isa);
+  if (dtype != cpattn::DType::kF32) key += std::string("/") + cpattn::dtype_name(dtype);
+  timed_loop(state, key, flops, [&] {
     cpattn::attention_kernel_backward(p.inputs(), params, {}, dout.view(), p.out.view(),
                                       p.lse.span(), dq.view(), dk.view(), dv.view(), opt);
   });
@@ -244,49 +256,37 @@ void BM_ForwardPeakMemory(benchmark::State& state) {
   }
 }
 
-// Every size/dim/grouping/mask on the path kAuto resolves to (isa 0), and the S = 4096, D = 128
-// full cases once more on each ISA path the CPU runs (isa 1 generic, 2 avx2, 3 avx512).
-void attention_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"Hkv", "D", "S", "causal", "isa"});
-  for (int64_t s : {1024, 4096, 16384})
-    for (int64_t d : {64, 128})
-      for (int64_t hkv : {8, 2})
-        for (int64_t causal : {0, 1}) b->Args({hkv, d, s, causal, 0});
-  for (Isa isa : available_isas()) {
-    const int64_t arg = std::find(std::begin(kIsaArgs), std::end(kIsaArgs), isa) - kIsaArgs;
-    for (int64_t hkv : {8, 2}) b->Args({hkv, 128, 4096, 0, arg});
-  }
-  b->UseRealTime()->Unit(benchmark::kMillisecond);
-}
-
-// attention_args with a dtype argument (0 fp32), plus the S = 4096, D = 128, Hkv = 8 full case in
-// bf16 and fp16 on the path kAuto resolves to (docs/performance.md, "bf16 and fp16").
-void forward_args(benchmark::internal::Benchmark* b) {
+// Every size/dim/grouping/mask in fp32 (dtype 0) on the path kAuto resolves to (isa 0), the
+// S = 4096, D = 128 full cases once more on each ISA path the CPU runs (isa 1 generic, 2 avx2,
+// 3 avx512, 4 avx512bf16), and the Hkv = 8 one in bf16 and fp16 (dtype 1, 2) on the kAuto path
+// (docs/performance.md, "bf16 and fp16").
+void kernel_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"Hkv", "D", "S", "causal", "isa", "dtype"});
   for (int64_t s : {1024, 4096, 16384})
     for (int64_t d : {64, 128})
       for (int64_t hkv : {8, 2})
         for (int64_t causal : {0, 1}) b->Args({hkv, d, s, causal, 0, 0});
   for (Isa isa : available_isas()) {
-    const int64_t arg = std::find(std::begin(kIsaArgs), std::end(kIsaArgs), isa) - kIsaArgs;
-    for (int64_t hkv : {8, 2}) b->Args({hkv, 128, 4096, 0, arg, 0});
+    for (int64_t hkv : {8, 2}) b->Args({hkv, 128, 4096, 0, arg_of(isa), 0});
   }
   for (int64_t dtype : {1, 2}) b->Args({8, 128, 4096, 0, 0, dtype});
+  // bf16 with widened fp32 products, next to the vdpbf16ps path kAuto picks.
+  if (detected_isa() == Isa::kAvx512Bf16) b->Args({8, 128, 4096, 0, arg_of(Isa::kAvx512), 1});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
 void isa_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"isa"});
   for (Isa isa : available_isas()) {
-    b->Arg(std::find(std::begin(kIsaArgs), std::end(kIsaArgs), isa) - kIsaArgs);
+    b->Arg(arg_of(isa));
   }
   b->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(1);
 }
 
 BENCHMARK(BM_FmaPeak)->Apply(isa_args);
 BENCHMARK(BM_Sgemm)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Forward)->Apply(forward_args);
-BENCHMARK(BM_Backward)->Apply(attention_args);
+BENCHMARK(BM_Forward)->Apply(kernel_args);
+BENCHMARK(BM_Backward)->Apply(kernel_args);
 BENCHMARK(BM_NaiveForward)
     ->ArgNames({"D", "S"})
     ->Args({64, 4096})
@@ -339,8 +339,14 @@ BENCHMARK(BM_TrainingPeakMemory)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
+// target: the target ("<= 0.55"), or nullptr for a figure without one.
 void print_ratio(const char* what, double value, const char* target) {
-  if (!std::isnan(value)) std::printf("  %-52s %7.3f   (target %s)\n", what, value, target);
+  if (std::isnan(value)) return;
+  if (target == nullptr) {
+    std::printf("  %-52s %7.3f\n", what, value);
+  } else {
+    std::printf("  %-52s %7.3f   (target %s)\n", what, value, target);
+  }
 }
 
 // The targets as ratios of medians measured in this run.
@@ -350,13 +356,18 @@ void print_summary() {
   const double peak = peak_gflops();
   for (Isa isa : available_isas()) {
     const double f = median_of(std::string("fma_peak/") + isa_name(isa));
-    if (!std::isnan(f)) std::printf("  FMA peak %-7s %7.1f GFLOPS\n", isa_name(isa), f);
+    if (std::isnan(f)) continue;
+    if (isa == Isa::kAvx512Bf16) {
+      std::printf("  vdpbf16ps peak   %7.1f GFLOPS (bf16 products)\n", f);
+    } else {
+      std::printf("  FMA peak %-7s %7.1f GFLOPS\n", isa_name(isa), f);
+    }
   }
   if (bench::samples().count("sgemm")) {
     std::printf("  sgemm 2048^3: %.1f GFLOPS (OpenBLAS core %s)\n", sgemm_gflops(),
                 openblas_get_corename());
   }
-  const bool avx512 = detected_isa() == Isa::kAvx512;
+  const bool avx512 = fp32_peak_isa() == Isa::kAvx512;
   std::printf(
       "  | path | Hkv | fwd GFLOPS | fwd / peak | fwd / sgemm | bwd GFLOPS | bwd / peak |"
       " bwd / sgemm |\n  |---|---|---|---|---|---|---|---|\n");
@@ -398,10 +409,20 @@ void print_summary() {
     print_ratio((naive + " time / flash fwd Hkv8").c_str(),
                 median_of(naive) / median_of(case_key("fwd", 8, d, 4096, false)), ">= 1.5");
   }
-  for (const char* dtype : {"bf16", "fp16"}) {
-    const std::string fp32 = case_key("fwd", 8, 128, 4096, false);
-    print_ratio((fp32 + " fp32 time / " + dtype + " time").c_str(),
-                median_of(fp32) / median_of(fp32 + "/" + dtype), ">= 1.6 with AVX-512-BF16");
+  const bool dot = detected_isa() == Isa::kAvx512Bf16;
+  for (const char* dir : {"fwd", "bwd"}) {
+    const std::string fp32 = case_key(dir, 8, 128, 4096, false);
+    const bool fwd = dir[0] == 'f';
+    print_ratio((fp32 + " fp32 time / bf16 time").c_str(),
+                median_of(fp32) / median_of(fp32 + "/bf16"),
+                fwd && dot ? ">= 1.6 with AVX-512-BF16" : nullptr);
+    print_ratio((fp32 + " fp32 time / fp16 time").c_str(),
+                median_of(fp32) / median_of(fp32 + "/fp16"), nullptr);
+    if (dot) {
+      const std::string widened = case_key(dir, 8, 128, 4096, false, Isa::kAvx512) + "/bf16";
+      print_ratio((widened + " time / bf16 vdpbf16ps time").c_str(),
+                  median_of(widened) / median_of(fp32 + "/bf16"), nullptr);
+    }
   }
   if (!std::isnan(median_of("training_memory/bf16"))) {
     std::printf(

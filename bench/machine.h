@@ -68,6 +68,24 @@ __attribute__((target("avx512f"))) inline double fma_loop_avx512(long n) {
   (void)sink;
   return 2.0 * 16 * kAcc * static_cast<double>(n);
 }
+// The bf16 twin: kAcc chains of vdpbf16ps (2 multiply-adds per fp32 lane and instruction).
+__attribute__((target("avx512f,avx512bf16"))) inline double dpbf16_loop_avx512(long n) {
+  constexpr int kAcc = 24;
+  __m512 a[kAcc];
+  for (int i = 0; i < kAcc; ++i) a[i] = _mm512_set1_ps(1e-3f * static_cast<float>(i));
+  const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3F7F3F7F);  // bf16 pairs (0.996, 0.996)
+  for (long k = 0; k < n; ++k) {
+#pragma GCC unroll 24
+    for (int i = 0; i < kAcc; ++i) a[i] = _mm512_dpbf16_ps(a[i], b, b);
+  }
+  __m512 s = a[0];
+  for (int i = 1; i < kAcc; ++i) s = _mm512_add_ps(s, a[i]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  volatile float sink = out[0];
+  (void)sink;
+  return 2.0 * 2 * 16 * kAcc * static_cast<double>(n);
+}
 __attribute__((target("avx2,fma"))) inline double fma_loop_avx2(long n) {
   constexpr int kAcc = 12;
   __m256 a[kAcc];
@@ -107,7 +125,8 @@ inline double mul_add_loop_sse2(long n) {
 #endif  // CPATTN_BENCH_X86
 
 /// Peak fp32 GFLOPS of `isa` on `threads` threads: each runs the loop above for ~0.3 s
-/// (a multiply-add loop of 2 flops per lane; FMA for avx2/avx512).
+/// (a multiply-add loop of 2 flops per lane; FMA for avx2/avx512; for avx512bf16 the
+/// vdpbf16ps loop, 4 flops per fp32 lane: the bf16 dot-product peak).
 inline double fma_peak_gflops(Isa isa, int threads) {
   constexpr long kIterations = 40'000'000;
   std::vector<double> flops(static_cast<size_t>(threads));
@@ -117,6 +136,7 @@ inline double fma_peak_gflops(Isa isa, int threads) {
     pool.emplace_back([&, t] {
       double& f = flops[static_cast<size_t>(t)];
 #ifdef CPATTN_BENCH_X86
+      if (isa == Isa::kAvx512Bf16) f = dpbf16_loop_avx512(kIterations);
       if (isa == Isa::kAvx512) f = fma_loop_avx512(kIterations);
       if (isa == Isa::kAvx2) f = fma_loop_avx2(kIterations);
       if (isa == Isa::kGeneric) f = mul_add_loop_sse2(kIterations);

@@ -21,6 +21,10 @@ const char* dtype_name(DType dtype) noexcept;
 /// Bytes of one element: 4 for kF32, 2 for kBF16 and kF16.
 int64_t dtype_size(DType dtype) noexcept;
 
+/// The unit roundoff u of a dtype, the largest relative error of one round to nearest (half an
+/// ulp of 1): 2^-24 fp32, 2^-8 bf16 (8 significant bits), 2^-11 fp16 (11).
+double unit_roundoff(DType dtype) noexcept;
+
 /// Parses "fp32" | "bf16" | "fp16" (also "float32", "bfloat16", "float16"); throws
 /// Error(kInvalidArgument) naming the accepted names for anything else.
 DType parse_dtype(const char* name);

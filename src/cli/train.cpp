@@ -55,6 +55,11 @@ Command train_command() {
                         "How the CP group splits attention: ring | allgather | ulysses | "
                         "hybrid:UxR (U * R = --cp; docs/strategies.md)")
             ->capture_default_str();
+        cmd->add_option("--dtype", o->dtype,
+                        "Attention activations: fp32 | bf16 | fp16 (q, k, v, out and their "
+                        "gradients; weights, optimizer and other ops stay fp32; ring only)")
+            ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+            ->capture_default_str();
         cmd->add_option("--layers", c.model.layers, "Transformer layers")->capture_default_str();
         cmd->add_option("--d-model", c.model.d_model, "Model width")->capture_default_str();
         cmd->add_option("--heads", c.model.heads, "Query heads (must divide --d-model)")
@@ -88,7 +93,8 @@ Command train_command() {
             ->capture_default_str();
         cmd->add_flag("--check", o->check,
                       "First compare step-0 loss and gradients: cp=P recompute, cp=P "
-                      "no-recompute, cp=1 (exit 1 if any differs by more than 1e-5)");
+                      "no-recompute, cp=1 (exit 1 if any differs by more than 1e-5; bf16 / fp16: "
+                      "their unit roundoff)");
         cmd->add_option("--metrics", o->metrics,
                         "Write one JSON object per step here (JSONL, flushed and checked line "
                         "by line)");

@@ -14,6 +14,7 @@ struct TrainOptions {
   std::string backend = "threads";
   std::string layout = "zigzag";
   std::string strategy = "ring";  ///< --strategy, parsed by parse_strategy
+  std::string dtype = "fp32";     ///< --dtype, parsed by parse_dtype
   std::string on_nonfinite = "stop";
   std::string metrics;
   std::string plot;

@@ -17,6 +17,7 @@
 #include "cli/train_report.h"
 #include "cpattn/attention.h"
 #include "cpattn/digest.h"
+#include "cpattn/dtype.h"
 #include "cpattn/error.h"
 #include "train/blas.h"
 #include "train/checkpoint.h"
@@ -123,13 +124,13 @@ void print_header(const TrainOptions& o, const std::vector<uint8_t>& text, doubl
   std::fprintf(out,
                "cpattn train: %s (%zu bytes, unigram entropy %.4f nats)\n"
                "  model: %lld layers, d_model %lld, %lld heads / %lld kv heads, vocab %lld\n"
-               "  cp %d (%s, %s, %s), recompute %s, dropout %g, %lld steps of %lld x %lld "
-               "tokens\n",
+               "  cp %d (%s, %s, %s), attention %s, recompute %s, dropout %g, %lld steps of "
+               "%lld x %lld tokens\n",
                o.text.c_str(), text.size(), entropy, static_cast<long long>(cfg.model.layers),
                static_cast<long long>(cfg.model.d_model), static_cast<long long>(cfg.model.heads),
                static_cast<long long>(cfg.model.kv_heads), static_cast<long long>(cfg.model.vocab),
                cfg.cp, layout_name(cfg.layout), strategy_name(cfg.strategy).c_str(),
-               o.backend.c_str(), cfg.recompute ? "on" : "off", cfg.dropout,
+               o.backend.c_str(), dtype_name(cfg.dtype), cfg.recompute ? "on" : "off", cfg.dropout,
                static_cast<long long>(cfg.steps), static_cast<long long>(cfg.batch),
                static_cast<long long>(cfg.seq_len));
   if (cfg.eval_every > 0) {
@@ -271,6 +272,7 @@ int run(const TrainOptions& o, const std::vector<uint8_t>& text, const Backend& 
                        {"backend", o.backend},
                        {"layout", layout_name(cfg.layout)},
                        {"strategy", strategy_name(cfg.strategy)},
+                       {"dtype", dtype_name(cfg.dtype)},
                        {"layers", cfg.model.layers},
                        {"d_model", cfg.model.d_model},
                        {"heads", cfg.model.heads},
@@ -324,6 +326,7 @@ int run(const TrainOptions& o, const std::vector<uint8_t>& text, const Backend& 
 std::vector<train::ConfigField> start(TrainOptions& o, std::vector<uint8_t>& text) {
   o.config.layout = parse_layout(o.layout);
   o.config.strategy = parse_strategy(o.strategy);
+  o.config.dtype = parse_dtype(o.dtype.c_str());
   o.config.on_nonfinite =
       o.on_nonfinite == "skip" ? train::NonFinitePolicy::kSkip : train::NonFinitePolicy::kStop;
   deadline(o.timeout_s);

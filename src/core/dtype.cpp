@@ -26,6 +26,18 @@ const char* dtype_name(DType dtype) noexcept {
 
 int64_t dtype_size(DType dtype) noexcept { return dtype == DType::kF32 ? 4 : 2; }
 
+double unit_roundoff(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::kF32:
+      return 0x1.0p-24;
+    case DType::kBF16:
+      return 0x1.0p-8;
+    case DType::kF16:
+      return 0x1.0p-11;
+  }
+  return 0.0;
+}
+
 DType parse_dtype(const char* name) {
   const std::string_view s = name != nullptr ? name : "";
   if (s == "fp32" || s == "float32") return DType::kF32;

@@ -22,6 +22,12 @@ IsaKernels isa_kernels(Isa isa) {
 #else
       break;
 #endif
+    case Isa::kAvx512Bf16:
+#ifdef CPATTN_KERNEL_HAVE_AVX512BF16
+      return avx512bf16::kernels();
+#else
+      break;
+#endif
     case Isa::kAuto:
       break;
   }

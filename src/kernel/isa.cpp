@@ -29,6 +29,12 @@ constexpr bool compiled(Isa isa) {
 #else
       return false;
 #endif
+    case Isa::kAvx512Bf16:
+#ifdef CPATTN_KERNEL_HAVE_AVX512BF16
+      return true;
+#else
+      return false;
+#endif
     case Isa::kAuto:
       return false;
   }
@@ -49,6 +55,8 @@ bool cpu_supports(Isa isa) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("fma");
+    case Isa::kAvx512Bf16:
+      return cpu_supports(Isa::kAvx512) && __builtin_cpu_supports("avx512bf16");
     case Isa::kAuto:
       return false;
   }
@@ -60,7 +68,7 @@ bool cpu_supports(Isa isa) {
 
 bool available(Isa isa) { return compiled(isa) && cpu_supports(isa); }
 
-constexpr Isa kPaths[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512};
+constexpr Isa kPaths[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16};
 
 std::string available_names() {
   std::string s;
@@ -91,6 +99,8 @@ const char* isa_name(Isa isa) noexcept {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAvx512Bf16:
+      return "avx512bf16";
   }
   return "?";
 }
@@ -122,7 +132,7 @@ Isa resolve_isa(Isa requested) {
   }
   throw Error(ErrorCode::kInvalidArgument,
               detail::str_cat("CPATTN_ISA=", value,
-                              ": expected one of auto, generic, avx2, avx512 (available here: ",
+                              ": expected one of auto, generic, avx2, avx512, avx512bf16 (available here: ",
                               available_names(), ")"));
 }
 

@@ -80,12 +80,33 @@ void add_into(std::span<float> a, std::span<const float> b) {
 // One layer's intermediates between its forward and its backward (all [N, .] row matrices).
 struct LayerActs {
   Tensor xn1;                         // rmsnorm(x; attn_norm)             [N, d]
-  Tensor qkv;                         // Wqkv xn1, q and k rotated         [N, qkv_dim]
-  std::optional<ForwardResult> attn;  // out [B, S_r, Hq, D] = [N, q_dim]
+  Tensor qkv;                         // Wqkv xn1, q and k rotated         [N, qkv_dim] (fp32 runs)
+  Tensor q, k, v;                     // qkv's q, k, v rounded [B, S_r, H, D]  (16-bit runs)
+  std::optional<ForwardResult> attn;  // out [B, S_r, Hq, D] = [N, q_dim], in the run's dtype
   Tensor h;                           // x + Wo out                        [N, d]
   Tensor xn2;                         // rmsnorm(h; mlp_norm)              [N, d]
   MlpCache mlp;                       // pre/act                           [N, hidden]
 };
+
+// The attention operands of a layer: views into the fused fp32 qkv rows, or (16-bit
+// activations: StepOptions::activations) the rounded copies layer_forward made of them.
+struct AttentionInputs {
+  ConstView q, k, v;
+};
+AttentionInputs attention_inputs(const Context& c, const LayerActs& a) {
+  if (c.opt.activations != DType::kF32) return {a.q.view(), a.k.view(), a.v.view()};
+  const float* qkv = a.qkv.data();
+  return {c.qkv_view(qkv, 0, c.cfg.heads), c.qkv_view(qkv, c.cfg.q_dim(), c.cfg.kv_heads),
+          c.qkv_view(qkv, c.cfg.q_dim() + c.cfg.kv_dim(), c.cfg.kv_heads)};
+}
+
+// attention's out as fp32 [N, q_dim] rows for Wo: its own rows in fp32 runs, else widened into
+// `wide` (a temporary: the 16-bit out is what the layer keeps).
+std::span<const float> out_rows(const Context& c, const ForwardResult& r, Tensor& wide) {
+  if (r.out.dtype() == DType::kF32) return r.out.span();
+  wide = dense_copy(r.out.view(), DType::kF32, MemoryLayout::kBSHD, c.counter);
+  return wide.span();
+}
 
 // Runs the attention of a layer on its rotated q, k, v views: attention_forward the first time,
 // recompute_forward under recompute.
@@ -106,12 +127,24 @@ LayerActs layer_forward(const Context& c, const LayerTensors<const float>& w, co
                cfg.rope_base);
   rope_forward({c.n, cfg.kv_heads, hd, cfg.qkv_dim()}, a.qkv.span().subspan(cfg.q_dim()),
                c.shard.row_positions, cfg.rope_base);
-  const float* qkv = a.qkv.data();
-  a.attn.emplace(attention(c.qkv_view(qkv, 0, cfg.heads),
-                           c.qkv_view(qkv, cfg.q_dim(), cfg.kv_heads),
-                           c.qkv_view(qkv, cfg.q_dim() + cfg.kv_dim(), cfg.kv_heads)));
+  if (c.opt.activations != DType::kF32) {
+    // 16-bit activations: attention takes q, k, v rounded once (round to nearest even) from
+    // the fp32 rows, which are then no longer needed.
+    const float* qkv = a.qkv.data();
+    const DType dt = c.opt.activations;
+    a.q = dense_copy(c.qkv_view(qkv, 0, cfg.heads), dt, MemoryLayout::kBSHD, c.counter);
+    a.k = dense_copy(c.qkv_view(qkv, cfg.q_dim(), cfg.kv_heads), dt, MemoryLayout::kBSHD,
+                     c.counter);
+    a.v = dense_copy(c.qkv_view(qkv, cfg.q_dim() + cfg.kv_dim(), cfg.kv_heads), dt,
+                     MemoryLayout::kBSHD, c.counter);
+    a.qkv = Tensor();
+  }
+  const AttentionInputs in = attention_inputs(c, a);
+  a.attn.emplace(attention(in.q, in.k, in.v));
   a.h = c.rows(d);
-  linear_forward({c.n, cfg.q_dim(), d}, a.attn->out.span(), w.wo, {}, a.h.span());
+  Tensor wide_out;
+  linear_forward({c.n, cfg.q_dim(), d}, out_rows(c, *a.attn, wide_out), w.wo, {}, a.h.span());
+  wide_out = Tensor();
   add_into(a.h.span(), x.span());
   a.xn2 = c.rows(d);
   rmsnorm_forward(c.n, d, a.h.span(), w.mlp_norm, a.xn2.span());
@@ -140,36 +173,34 @@ void layer_backward(const Context& c, const LayerTensors<const float>& w,
   a.h = Tensor();
   // h = x + Wo out: dx = dh + (path through attention), dout = dh Wo.
   Tensor dout = c.rows(cfg.q_dim());
-  linear_backward({c.n, cfg.q_dim(), d}, grad.span(), a.attn->out.span(), w.wo, dout.span(), g.wo,
-                  {});
-  const float* qkv = a.qkv.data();
-  AttentionGradients ag =
-      attention_backward(c.comm, c.bshd<const float>(dout.data(), cfg.heads),
-                         c.qkv_view(qkv, 0, cfg.heads), c.qkv_view(qkv, cfg.q_dim(), cfg.kv_heads),
-                         c.qkv_view(qkv, cfg.q_dim() + cfg.kv_dim(), cfg.kv_heads), *a.attn,
-                         c.opt.seq, c.attn, rng, c.opt.ring);
+  {
+    Tensor wide_out;
+    linear_backward({c.n, cfg.q_dim(), d}, grad.span(), out_rows(c, *a.attn, wide_out), w.wo,
+                    dout.span(), g.wo, {});
+  }
+  if (c.opt.activations != DType::kF32) {
+    // dout in the activations' dtype, as attention's other tensors.
+    dout = dense_copy(c.bshd<const float>(dout.data(), cfg.heads), c.opt.activations,
+                      MemoryLayout::kBSHD, c.counter);
+  }
+  const AttentionInputs in = attention_inputs(c, a);
+  const ConstView dout_view =
+      dout.dtype() == DType::kF32 ? c.bshd<const float>(dout.data(), cfg.heads) : dout.view();
+  AttentionGradients ag = attention_backward(c.comm, dout_view, in.q, in.k, in.v, *a.attn,
+                                             c.opt.seq, c.attn, rng, c.opt.ring);
   a.attn.reset();
   dout = Tensor();
   a.qkv = Tensor();
-  // Gather dq | dk | dv into fused rows, un-rotate dq and dk, then through Wqkv and rmsnorm.
+  a.q = Tensor();
+  a.k = Tensor();
+  a.v = Tensor();
+  // Gather dq | dk | dv into fused fp32 rows (widened from 16-bit), un-rotate dq and dk, then
+  // through Wqkv and rmsnorm.
   Tensor dqkv = c.rows(cfg.qkv_dim());
   float* dst = dqkv.data();
-  const View dq = c.qkv_view(dst, 0, cfg.heads);
-  const View dk = c.qkv_view(dst, cfg.q_dim(), cfg.kv_heads);
-  const View dv = c.qkv_view(dst, cfg.q_dim() + cfg.kv_dim(), cfg.kv_heads);
-  const ConstView sq = ag.dq.view(), sk = ag.dk.view(), sv = ag.dv.view();
-  for (int64_t b = 0; b < c.shard.batch; ++b) {
-    for (int64_t s = 0; s < c.shard.local_len; ++s) {
-      for (int64_t h = 0; h < cfg.heads; ++h)
-        for (int64_t e = 0; e < hd; ++e) dq(b, s, h, e) = sq(b, s, h, e);
-      for (int64_t h = 0; h < cfg.kv_heads; ++h) {
-        for (int64_t e = 0; e < hd; ++e) {
-          dk(b, s, h, e) = sk(b, s, h, e);
-          dv(b, s, h, e) = sv(b, s, h, e);
-        }
-      }
-    }
-  }
+  copy_view(ag.dq.view(), c.qkv_view(dst, 0, cfg.heads));
+  copy_view(ag.dk.view(), c.qkv_view(dst, cfg.q_dim(), cfg.kv_heads));
+  copy_view(ag.dv.view(), c.qkv_view(dst, cfg.q_dim() + cfg.kv_dim(), cfg.kv_heads));
   ag = AttentionGradients();
   rope_backward({c.n, cfg.heads, hd, cfg.qkv_dim()}, dqkv.span(), c.shard.row_positions,
                 cfg.rope_base);

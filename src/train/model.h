@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cpattn/communicator.h"
+#include "cpattn/dtype.h"
 #include "cpattn/generator.h"
 #include "cpattn/layout.h"
 #include "cpattn/strategy.h"
@@ -39,6 +40,10 @@ struct StepOptions {
   SequenceSharding seq;   ///< layout, S, P and this rank (positions empty: position = index)
   float dropout = 0.0f;   ///< attention dropout probability, in [0, 1)
   bool recompute = true;  ///< checkpoint every layer (keep only its input and RngState)
+  /// dtype of attention's tensors: q, k, v (rounded from the fp32 rows after RoPE), out, dout,
+  /// dq, dk, dv; lse stays fp32. kBF16 / kF16 need the ring strategy. Weights, optimizer state,
+  /// gradients and every other op stay fp32 (fp32 master weights).
+  DType activations = DType::kF32;
   AttentionOptions ring;  ///< kernel threads per rank and the CP strategy
 };
 

@@ -14,6 +14,7 @@ StepOptions step_options(const TrainConfig& config, int rank, bool recompute) {
   o.seq = SequenceSharding::of(config.layout, config.seq_len, config.cp, rank);
   o.dropout = config.dropout;
   o.recompute = recompute;
+  o.activations = config.dtype;
   o.ring.num_threads = config.threads;
   o.ring.strategy = config.strategy;
   return o;

@@ -43,6 +43,11 @@ void validate_train_config(TrainConfig& config, std::span<const uint8_t> text) {
     throw Error(e.code(), detail::str_cat("--strategy: ", e.what()));
   }
   try {
+    check_strategy_dtype(config.strategy, config.dtype);
+  } catch (const Error& e) {
+    throw Error(e.code(), detail::str_cat("--dtype ", dtype_name(config.dtype), ": ", e.what()));
+  }
+  try {
     resolve_params(attention_params(config.dropout), config.model.head_dim());
   } catch (const Error& e) {
     throw Error(e.code(), detail::str_cat("--dropout: ", e.what()));
@@ -97,6 +102,10 @@ std::vector<ConfigField> config_fields(const TrainConfig& c, std::span<const uin
       {"--eval-every", num(c.eval_every), "", false},
       {"--on-nonfinite", nonfinite_policy_name(c.on_nonfinite), "", false},
   };
+  if (c.dtype != DType::kF32) {
+    // After --layout; absent for fp32, as in runs before 16-bit activations existed.
+    f.insert(f.begin() + 4, {"--dtype", dtype_name(c.dtype), ""});
+  }
   if (c.strategy != Strategy::ring()) {
     // After --layout; absent for the ring, as in runs before strategies existed.
     f.insert(f.begin() + 4, {"--strategy", strategy_name(c.strategy), ""});

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cpattn/dtype.h"
 #include "cpattn/layout.h"
 #include "cpattn/strategy.h"
 #include "train/adamw.h"
@@ -31,6 +32,9 @@ struct TrainConfig {
   int cp = 4;         ///< ranks of the CP group (P)
   Layout layout = Layout::kZigzag;
   Strategy strategy{};     ///< how the CP group splits attention (--strategy; default ring)
+  /// Attention activations' dtype (--dtype; StepOptions::activations): fp32, or bf16 / fp16
+  /// with fp32 master weights and optimizer (the ring strategy only).
+  DType dtype = DType::kF32;
   int64_t seq_len = 256;   ///< S, tokens per sequence (split over the P ranks)
   int64_t batch = 8;       ///< B, sequences per step
   int64_t steps = 100;     ///< optimizer updates
@@ -63,7 +67,8 @@ TextSplit split_text(const TrainConfig& config, int64_t text_size);
 /// with one message: cp >= 1, seq_len >= cp (every rank holds a token), batch >= 1, steps >= 1,
 /// dropout in [0, 1), threads >= 1, grad_clip > 0, eval_every >= 0, text.size() >= seq_len + 1
 /// and, with eval_every > 0, both parts of split_text >= seq_len + 1; the strategy can run the
-/// model's heads on cp ranks (check_strategy); plus validate_config
+/// model's heads on cp ranks (check_strategy) in the dtype (check_strategy_dtype); plus
+/// validate_config
 /// (heads dividing d_model, ...) and validate_adamw. Fills model.seed and adamw.total_steps.
 /// Throws Error(kInvalidArgument) naming the value.
 void validate_train_config(TrainConfig& config, std::span<const uint8_t> text);

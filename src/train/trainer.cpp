@@ -71,10 +71,14 @@ CheckPair compare_gradients(const std::string& name, const ModelConfig& model,
   return pair;
 }
 
+double check_tolerance(DType dtype) {
+  return dtype == DType::kF32 ? kCheckTolerance : unit_roundoff(dtype);
+}
+
 CheckReport run_check(const TrainConfig& config, std::span<const uint8_t> text,
                       const GroupRunner& group) {
   CheckReport report;
-  report.tolerance = kCheckTolerance;
+  report.tolerance = check_tolerance(config.dtype);
   // The reference first: one rank holding the whole sequence, computed by this process alone.
   TrainConfig solo = config;
   solo.cp = 1;

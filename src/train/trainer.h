@@ -60,6 +60,12 @@ struct CheckReport {
 /// merges, all-reduce) differ by a few ulps, far below it. See docs/train.md.
 inline constexpr double kCheckTolerance = 1e-5;
 
+/// The bound of --check for a run with attention activations of `dtype`: kCheckTolerance for
+/// fp32; for bf16 / fp16 the dtype's unit roundoff (2^-8, 2^-11). The fp32 differences above
+/// then move some values of q, k, v, dout, dq, dk, dv across a rounding boundary of the 16-bit
+/// grid, a change of one 16-bit ulp there; measured 4.8e-4 for bf16 (docs/train.md).
+double check_tolerance(DType dtype);
+
 /// Compares two step-0 results tensor by tensor (see CheckPair).
 CheckPair compare_gradients(const std::string& name, const ModelConfig& model,
                             const StepGradients& a, const StepGradients& b, double tolerance);

@@ -273,18 +273,6 @@ double max_abs_error(const std::vector<double>& a, const std::vector<double>& b)
   return worst;
 }
 
-double unit_roundoff(DType dtype) noexcept {
-  switch (dtype) {
-    case DType::kF32:
-      return 0x1.0p-24;
-    case DType::kBF16:
-      return 0x1.0p-8;
-    case DType::kF16:
-      return 0x1.0p-11;
-  }
-  return 0.0;
-}
-
 bool ErrorRow::pass() const {
   for (size_t t = 0; t < err.size(); ++t) {
     if (!(err[t] <= tol[t])) return false;

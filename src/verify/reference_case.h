@@ -156,8 +156,6 @@ inline constexpr double kTolUlps = 8.0;
 inline constexpr double kEpsFp32 = 0x1.0p-23;
 inline constexpr double kTolUlps16 = 2.0;
 
-/// The unit roundoff of a dtype: 2^-24 fp32, 2^-8 bf16, 2^-11 fp16.
-double unit_roundoff(DType dtype) noexcept;
 
 /// The verdict on one case: per tensor (kTensorNames order) the error and its tolerance.
 struct ErrorRow {

@@ -4,6 +4,7 @@
 // deterministic, and paths the CPU lacks are refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -28,7 +29,7 @@ using reference::CaseSpec;
 using reference::MaskKind;
 using reference::PositionKind;
 
-constexpr Isa kPaths[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512};
+constexpr Isa kPaths[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16};
 
 // Whether this build compiled a copy (src/CMakeLists.txt passes the list).
 bool compiled(Isa isa) {
@@ -39,7 +40,7 @@ bool compiled(Isa isa) {
 // What the CPU and OS support, from CPUID and XCR0 read here, independently of the library's
 // __builtin_cpu_supports: AVX2 needs CPUID.7.EBX[5], FMA CPUID.1.ECX[12] and YMM state in XCR0
 // (bits 1, 2); AVX-512 needs F/DQ/BW/VL (CPUID.7.EBX bits 16, 17, 30, 31) and opmask/ZMM state
-// (XCR0 bits 5, 6, 7) as well.
+// (XCR0 bits 5, 6, 7) as well; AVX-512-BF16 is CPUID.(EAX=7, ECX=1).EAX[5] on top of AVX-512.
 bool cpu_has(Isa isa) {
   if (isa == Isa::kGeneric) return true;
 #if defined(__x86_64__) || defined(__i386__)
@@ -55,6 +56,11 @@ bool cpu_has(Isa isa) {
   const bool avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);
   if (isa == Isa::kAvx2) return fma && avx2 && ymm;
   if (isa == Isa::kAvx512) return fma && avx2 && avx512 && ymm && zmm;
+  if (isa == Isa::kAvx512Bf16) {
+    const bool base = fma && avx2 && avx512 && ymm && zmm;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return base && ((a >> 5) & 1);
+  }
 #endif
   return false;
 }
@@ -110,6 +116,7 @@ TEST(Isa, Names) {
   EXPECT_STREQ(isa_name(Isa::kGeneric), "generic");
   EXPECT_STREQ(isa_name(Isa::kAvx2), "avx2");
   EXPECT_STREQ(isa_name(Isa::kAvx512), "avx512");
+  EXPECT_STREQ(isa_name(Isa::kAvx512Bf16), "avx512bf16");
 }
 
 TEST(Isa, EnvironmentChoosesForAutoOnlyAndIsChecked) {
@@ -129,7 +136,7 @@ TEST(Isa, EnvironmentChoosesForAutoOnlyAndIsChecked) {
     ADD_FAILURE() << "CPATTN_ISA=sse9 was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("auto, generic, avx2, avx512"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("auto, generic, avx2, avx512, avx512bf16"), std::string::npos)
         << e.what();
   }
   // A kernel call resolves kAuto through the same check.
@@ -225,6 +232,50 @@ TEST_P(IsaPaths, EachPathIsDeterministic) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, IsaPaths, ::testing::ValuesIn(kCases), case_label);
+
+// The worst err / tol over the tensors of one comparison.
+double worst_ratio(const reference::ErrorRow& row) {
+  double worst = 0.0;
+  for (size_t t = 0; t < row.err.size(); ++t) {
+    if (row.tol[t] > 0.0) worst = std::max(worst, row.err[t] / row.tol[t]);
+  }
+  return worst;
+}
+
+class Bf16DotPath : public ::testing::TestWithParam<CaseSpec> {};
+
+// avx512bf16 runs bf16 calls on vdpbf16ps (its P V product rounds P to bf16, so its bits differ
+// from avx512's widened fp32 products) within the bf16 tolerance rule, and runs fp16 calls with
+// exactly avx512's code (fp32 calls: FmaPathsAgreeBitwise).
+TEST_P(Bf16DotPath, RunsBf16CallsOnDotProductsAndOthersAsAvx512) {
+  const std::vector<Isa> isas = available_isas();
+  if (std::find(isas.begin(), isas.end(), Isa::kAvx512Bf16) == isas.end()) {
+    GTEST_SKIP() << "no AVX-512-BF16 on this CPU or build";
+  }
+  CaseSpec spec = GetParam();
+  spec.dtype = DType::kBF16;
+  const reference::Problem p = reference::make_problem(spec);
+  const reference::Oracle oracle = reference::make_oracle(p, true, DType::kBF16);
+  const reference::Outputs dot =
+      reference::run_kernel(p, {spec.layout, 2, true, Isa::kAvx512Bf16, DType::kBF16});
+  const reference::Outputs wide =
+      reference::run_kernel(p, {spec.layout, 2, true, Isa::kAvx512, DType::kBF16});
+  const reference::ErrorRow dot_row = reference::compare("avx512bf16", oracle, dot);
+  const reference::ErrorRow wide_row = reference::compare("avx512", oracle, wide);
+  EXPECT_TRUE(testing::row_passes(dot_row));
+  EXPECT_TRUE(testing::row_passes(wide_row));
+  EXPECT_FALSE(testing::outputs_bitwise_equal(dot, wide)) << "the bf16 call did not use vdpbf16ps";
+  std::printf("worst err/tol: avx512bf16 %.3f, avx512 %.3f\n", worst_ratio(dot_row),
+              worst_ratio(wide_row));
+
+  spec.dtype = DType::kF16;
+  const reference::Problem p16 = reference::make_problem(spec);
+  EXPECT_TRUE(testing::outputs_bitwise_equal(
+      reference::run_kernel(p16, {spec.layout, 2, true, Isa::kAvx512Bf16, DType::kF16}),
+      reference::run_kernel(p16, {spec.layout, 2, true, Isa::kAvx512, DType::kF16})));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Bf16DotPath, ::testing::ValuesIn(kCases), case_label);
 
 }  // namespace
 }  // namespace cpattn

@@ -73,6 +73,7 @@ struct ModelSetup {
   int64_t seq_len = 9;
   int64_t batch = 2;
   float dropout = 0.1f;
+  DType activations = DType::kF32;
 };
 
 // Global loss of step 0; when `grads` is given, also the all-reduced gradients (from rank 0).
@@ -88,6 +89,7 @@ double run_step(const ModelSetup& s, const ModelParams& params, const std::vecto
     options.seq.cp_rank = comm.rank();
     options.dropout = s.dropout;
     options.recompute = recompute;
+    options.activations = s.activations;
     Generator generator(99);
     const Batch batch = BatchSampler(text, s.seq_len, s.batch, 3).sample(0);
     const double l =
@@ -173,6 +175,40 @@ TEST(ModelLifecycle, RecomputeHoldsOneForwardResultPerRank) {
       // Every rank holds all its layers' states when the first backward ring starts.
       EXPECT_EQ(stats.peak_forward_results, s.cp * s.model.layers);
     }
+  }
+}
+
+// bf16 / fp16 attention activations: q, k, v, out and their gradients really are rounded (the
+// gradients differ from the fp32 run's), stay within a few of the dtype's unit roundoffs of them
+// (the step is the same math), and recompute is still bitwise equal to full storage.
+TEST(ModelDtype, SixteenBitActivationsStayNearFp32AndRecomputeIsBitwise) {
+  ModelSetup s;
+  s.model.layers = 2;
+  s.model.d_model = 32;
+  s.model.heads = 4;
+  s.model.kv_heads = 2;
+  s.model.vocab = 32;
+  s.cp = 2;
+  s.seq_len = 24;
+  s.dropout = 0.1f;
+  const std::vector<uint8_t> text = small_text(96, 32);
+  const ModelParams params(s.model);
+  std::vector<float> fp32;
+  const double loss32 = run_step(s, params, text, false, &fp32);
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    s.activations = dtype;
+    std::vector<float> full, again;
+    const double loss = run_step(s, params, text, false, &full);
+    EXPECT_EQ(run_step(s, params, text, true, &again), loss) << dtype_name(dtype);
+    EXPECT_EQ(again, full) << dtype_name(dtype);
+    double diff = 0.0, ref = 0.0;
+    for (size_t i = 0; i < fp32.size(); ++i) {
+      diff = std::max(diff, std::abs(static_cast<double>(full[i]) - fp32[i]));
+      ref = std::max(ref, std::abs(static_cast<double>(fp32[i])));
+    }
+    EXPECT_GT(diff, 0.0) << dtype_name(dtype) << ": nothing was rounded";
+    EXPECT_LE(diff / ref, 8.0 * unit_roundoff(dtype)) << dtype_name(dtype);
+    EXPECT_LE(std::abs(loss - loss32) / loss32, 2.0 * unit_roundoff(dtype)) << dtype_name(dtype);
   }
 }
 

@@ -35,6 +35,16 @@ add_test(NAME train.cli_tiny_run
          COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_run.sh ${CMAKE_CURRENT_BINARY_DIR}/train_run 6
                  ${CPATTN_TRAIN_CLI} --cp 3 --layout striped ${CPATTN_TRAIN_TINY})
 set_tests_properties(train.cli_tiny_run PROPERTIES LABELS "train;cli" TIMEOUT 60)
+# bf16 attention activations (fp32 master weights): the same run, --check at bf16's bound.
+add_test(NAME train.cli_bf16_run
+         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_run.sh ${CMAKE_CURRENT_BINARY_DIR}/train_bf16 6
+                 ${CPATTN_TRAIN_CLI} --cp 2 --dtype bf16 ${CPATTN_TRAIN_TINY})
+set_tests_properties(train.cli_bf16_run PROPERTIES LABELS "train;cli" TIMEOUT 60)
+add_test(NAME train.cli_bf16_needs_the_ring
+         COMMAND ${CPATTN_EXPECT_FAILURE} --status 11 --one-line
+                 "^cpattn: error \\(invalid_argument\\): --dtype bf16: strategy ulysses takes fp32 tensors only, got bf16"
+                 ${CPATTN_TRAIN_CLI} --cp 2 --strategy ulysses --dtype bf16)
+set_tests_properties(train.cli_bf16_needs_the_ring PROPERTIES LABELS "train;cli" TIMEOUT 30)
 
 if(CPATTN_HAVE_MPI)
   add_test(NAME train.cli_mpi_run

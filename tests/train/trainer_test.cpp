@@ -26,6 +26,7 @@ using testing::training_text;
 struct CheckCase {
   int cp;
   Layout layout;
+  DType dtype = DType::kF32;  ///< of attention's activations (TrainConfig::dtype)
 };
 
 class TrainCheck : public ::testing::TestWithParam<CheckCase> {};
@@ -35,8 +36,10 @@ TEST_P(TrainCheck, StepZeroAgreesThreeWays) {
   TrainConfig c = tiny_config();
   c.cp = GetParam().cp;
   c.layout = GetParam().layout;
+  c.dtype = GetParam().dtype;
   validate_train_config(c, text);
   const CheckReport report = run_check(c, text, thread_group(c.cp));
+  EXPECT_EQ(report.tolerance, check_tolerance(c.dtype));
   ASSERT_EQ(report.pairs.size(), 3u);
   for (const CheckPair& p : report.pairs) {
     EXPECT_TRUE(p.passed) << p.name << ": loss " << p.loss_rel << ", grad " << p.grad_rel << " at "
@@ -53,10 +56,21 @@ INSTANTIATE_TEST_SUITE_P(
     Train, TrainCheck,
     ::testing::Values(CheckCase{1, Layout::kZigzag}, CheckCase{2, Layout::kZigzag},
                       CheckCase{3, Layout::kZigzag}, CheckCase{1, Layout::kStriped},
-                      CheckCase{2, Layout::kStriped}, CheckCase{3, Layout::kStriped}),
+                      CheckCase{2, Layout::kStriped}, CheckCase{3, Layout::kStriped},
+                      CheckCase{2, Layout::kZigzag, DType::kBF16},
+                      CheckCase{3, Layout::kStriped, DType::kBF16},
+                      CheckCase{2, Layout::kZigzag, DType::kF16}),
     [](const ::testing::TestParamInfo<CheckCase>& p) {
-      return std::string(layout_name(p.param.layout)) + "_cp" + std::to_string(p.param.cp);
+      return std::string(layout_name(p.param.layout)) + "_cp" + std::to_string(p.param.cp) + "_" +
+             dtype_name(p.param.dtype);
     });
+
+// The bound of --check is fp32's 1e-5, or the unit roundoff of 16-bit activations.
+TEST(TrainCheck, ToleranceFollowsTheActivationDtype) {
+  EXPECT_EQ(check_tolerance(DType::kF32), kCheckTolerance);
+  EXPECT_EQ(check_tolerance(DType::kBF16), 0x1.0p-8);
+  EXPECT_EQ(check_tolerance(DType::kF16), 0x1.0p-11);
+}
 
 TEST(TrainCheck, ComparisonCatchesAWrongGradient) {
   TrainConfig c = tiny_config();
@@ -142,6 +156,12 @@ TEST(ConfigFields, ListEverySettingOnceWithItsValue) {
   EXPECT_TRUE(field(fields, "--seed").training);
   EXPECT_FALSE(field(fields, "--recompute").training);
   EXPECT_FALSE(field(fields, "--on-nonfinite").training);
+  // --dtype is listed (and must match on resume) only when it is not fp32, as before it existed.
+  EXPECT_EQ(std::count(flags.begin(), flags.end(), "--dtype"), 0);
+  TrainConfig bf16 = c;
+  bf16.dtype = DType::kBF16;
+  EXPECT_EQ(field(config_fields(bf16, text, ""), "--dtype").value, "bf16");
+  EXPECT_TRUE(field(config_fields(bf16, text, ""), "--dtype").training);
   TrainConfig other = c;
   other.adamw.lr = std::nextafter(c.adamw.lr, 1.0);
   EXPECT_NE(field(config_fields(other, text, ""), "--lr").value, field(fields, "--lr").value);
@@ -170,6 +190,13 @@ TEST(TrainConfigValidation, BadValuesFailBeforeAnyRankStarts) {
   fails([](TrainConfig& c) { c.cp = 40; }, "--seq must be >= --cp");
   fails([](TrainConfig& c) { c.dropout = 1.0f; }, "--dropout: dropout_p must be in [0, 1)");
   fails([](TrainConfig& c) { c.steps = 0; }, "--steps must be >= 1");
+  fails(
+      [](TrainConfig& c) {
+        c.cp = 3;  // 3 heads, 1 kv head: Ulysses runs them on 3 ranks
+        c.strategy = Strategy::ulysses();
+        c.dtype = DType::kBF16;
+      },
+      "--dtype bf16: strategy ulysses takes fp32 tensors only, got bf16");
 }
 
 }  // namespace

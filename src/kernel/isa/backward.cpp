@@ -1,9 +1,12 @@
 // One backward work item (FlashAttention-2, Dao 2023, Alg. 2) of the plan the driver made
 // (kernel/backward.cpp): an item (batch, kv head, k-tile chunk) owns the dk/dv rows of its k tiles
 // (summed over the GQA group) and adds its dq contributions to dq (one chunk) or to its chunk's
-// partial rows.
+// partial rows. bf16 calls on the AVX-512-BF16 copy recompute S^T = K Q^T and dP^T = V dO^T on
+// vdpbf16ps (their operands are the bf16 inputs, so no value is rounded that the fp32 products
+// would keep); the three products of P and dS stay fp32.
 #include "kernel/isa/backward.h"
 
+#include "kernel/isa/bf16_dot.h"
 #include "kernel/isa/dropout.h"
 #include "kernel/isa/gemm.h"
 #include "kernel/isa/pack.h"
@@ -51,7 +54,12 @@ Scratch carve(const BackwardOffsets& o, float* f) {
 class Item {
  public:
   Item(const BackwardPlan& plan, float* scratch)
-      : plan_(plan), p_(*plan.p), mask_(*plan.mask), dropout_(p_), w_(carve(plan.at, scratch)) {}
+      : plan_(plan),
+        p_(*plan.p),
+        mask_(*plan.mask),
+        dropout_(p_),
+        w_(carve(plan.at, scratch)),
+        bf16_dot_(CPATTN_ISA_BF16_DOT && p_.q.dtype == DType::kBF16) {}
 
   void run(int64_t item) const {
     const int64_t chunks = plan_.chunks;
@@ -97,8 +105,12 @@ class Item {
  private:
   void pack_q_tile(int64_t b, int64_t h, const TileRange& qt) const {
     const TileRows rows{b, h, qt.begin, qt.size};
-    pack_panels_transposed(p_.q, rows, 1.0f, w_.qt);
-    pack_panels_transposed(p_.dout, rows, 1.0f, w_.ot);
+    if (bf16_dot_) {
+      pack_transposed_pairs(rows);
+    } else {
+      pack_panels_transposed(p_.q, rows, 1.0f, w_.qt);
+      pack_panels_transposed(p_.dout, rows, 1.0f, w_.ot);
+    }
     pack_panels(p_.q, rows, w_.qp);
     pack_panels(p_.dout, rows, w_.op);
     const int64_t row0 = (b * p_.Hq + h) * p_.Sq + qt.begin;
@@ -114,12 +126,15 @@ class Item {
                 BlockVisibility kind, float* dk, float* dv) const {
     const int64_t nq = qt.size, nk = kv.size, nq_pad = round_up_nr(nq);
     const TileRows rows{b, g, kv.begin, nk};
-    pack_rows(p_.k, rows, 1.0f, w_.kr, p_.Dqk);
     pack_panels(p_.k, rows, w_.kp);
-    pack_rows(p_.v, rows, 1.0f, w_.vr, p_.Dv);
-
-    gemm_tile(nk, nq_pad, {w_.kr, p_.Dqk, 1}, {w_.qt, p_.Dqk}, w_.st, kTileQ, false);  // S^T
-    gemm_tile(nk, nq_pad, {w_.vr, p_.Dv, 1}, {w_.ot, p_.Dv}, w_.dst, kTileQ, false);   // dP^T
+    if (bf16_dot_) {
+      score_products_bf16(rows, nq_pad);
+    } else {
+      pack_rows(p_.k, rows, 1.0f, w_.kr, p_.Dqk);
+      pack_rows(p_.v, rows, 1.0f, w_.vr, p_.Dv);
+      gemm_tile(nk, nq_pad, {w_.kr, p_.Dqk, 1}, {w_.qt, p_.Dqk}, w_.st, kTileQ, false);  // S^T
+      gemm_tile(nk, nq_pad, {w_.vr, p_.Dv, 1}, {w_.ot, p_.Dv}, w_.dst, kTileQ, false);   // dP^T
+    }
     const VF c = splat(p_.scale);
     for (int64_t j = 0; j < nk; ++j) {
       float* s = w_.st + j * kTileQ;
@@ -170,6 +185,29 @@ class Item {
     gemm_tile(nq, dqk_pad, {w_.dst, 1, kTileQ}, {w_.kp, nk}, w_.dq, dqk_pad, true);
   }
 
+#if CPATTN_ISA_BF16_DOT
+  static uint32_t* words(float* x) { return reinterpret_cast<uint32_t*>(x); }
+  // Q^T and dO^T as bf16 pair panels in qt and ot (pairs take at most the fp32 panels' bytes).
+  void pack_transposed_pairs(const TileRows& rows) const {
+    pack_pair_panels_transposed(p_.q, rows, words(w_.qt));
+    pack_pair_panels_transposed(p_.dout, rows, words(w_.ot));
+  }
+  // S^T = K Q^T and dP^T = V dO^T on vdpbf16ps, K and V rows as pairs in kr and vr.
+  void score_products_bf16(const TileRows& rows, int64_t nq_pad) const {
+    const int64_t k2 = k_pairs(p_.Dqk), v2 = k_pairs(p_.Dv);
+    pack_pair_rows(p_.k, rows, words(w_.kr), k2);
+    pack_pair_rows(p_.v, rows, words(w_.vr), v2);
+    gemm_tile_bf16(rows.rows, nq_pad, {words(w_.kr), k2, 1}, {words(w_.qt), k2}, w_.st, kTileQ,
+                   false);
+    gemm_tile_bf16(rows.rows, nq_pad, {words(w_.vr), v2, 1}, {words(w_.ot), v2}, w_.dst, kTileQ,
+                   false);
+  }
+#else
+  // Unreachable without the bf16 dot products (bf16_dot_ is false).
+  void pack_transposed_pairs(const TileRows&) const {}
+  void score_products_bf16(const TileRows&, int64_t) const {}
+#endif
+
   // dk/dv rows of one k tile: overwritten, or added to what dk/dv hold (accumulate without
   // overwrite_dkdv), rounded once to their dtype (store_row).
   void write_dkdv(int64_t b, int64_t g, const TileRange& kv, const float* dk,
@@ -201,6 +239,7 @@ class Item {
   const TileMask& mask_;
   DropoutTile dropout_;
   Scratch w_;
+  bool bf16_dot_;  ///< S^T and dP^T on vdpbf16ps (a bf16 call on the AVX-512-BF16 copy)
 };
 
 }  // namespace

@@ -1,9 +1,11 @@
 // One forward work item (FlashAttention-2, Dao 2023, Alg. 1) of the plan the driver made
 // (kernel/forward.cpp): a q tile of <= kForwardMaxHeadsPerItem q heads of one kv group streams the
 // k/v tiles it can see, packs each once and runs every q head against it (GQA reuse), with fp32
-// online softmax.
+// online softmax. bf16 calls on the AVX-512-BF16 copy run the two products on vdpbf16ps
+// (Bf16Products); every other call widens its operands to fp32 while packing (Fp32Products).
 #include "kernel/isa/forward.h"
 
+#include "kernel/isa/bf16_dot.h"
 #include "kernel/isa/dropout.h"
 #include "kernel/isa/gemm.h"
 #include "kernel/isa/pack.h"
@@ -103,9 +105,55 @@ void write_rows(const ForwardPlan& plan, int64_t b, int64_t h, const TileRange& 
   }
 }
 
-}  // namespace
+// The item's two products on fp32 tiles: S^T = K Q^T (kr rows, q panels) and O += P V with P
+// read through S^T (row stride 1, k stride kForwardTileQ). Any dtype: packing widens it.
+struct Fp32Products {
+  static void pack_q(const ForwardProblem& p, TileRows t, float* qt) {
+    pack_panels_transposed(p.q, t, 1.0f, qt);
+  }
+  static void pack_kv(const ForwardProblem& p, TileRows t, float* kr, float* vp) {
+    pack_rows(p.k, t, 1.0f, kr, p.Dqk);
+    pack_panels(p.v, t, vp);
+  }
+  static void scores(const ForwardProblem& p, int64_t nk, int64_t nq_pad, const float* kr,
+                     const float* qt, float* st) {
+    gemm_tile(nk, nq_pad, {kr, p.Dqk, 1}, {qt, p.Dqk}, st, kForwardTileQ, false);
+  }
+  static void add_pv(int64_t nq, int64_t nk, int64_t /*nq_pad*/, int64_t dv_pad, float* st,
+                     const float* vp, float* o) {
+    gemm_tile(nq, dv_pad, {st, 1, kForwardTileQ}, {vp, nk}, o, dv_pad, true);
+  }
+};
 
-void forward_item(const ForwardPlan& plan, int64_t item, float* scratch) {
+#if CPATTN_ISA_BF16_DOT
+// The same products on bf16 pairs (bf16_dot.h): q, k, v are packed as their bits, and P is
+// rounded to bf16 (nearest even) right before P V, as FlashAttention does on GPUs. The scratch
+// arrays are the fp32 ones (pairs take at most as many bytes).
+struct Bf16Products {
+  static uint32_t* words(float* x) { return reinterpret_cast<uint32_t*>(x); }
+  static const uint32_t* words(const float* x) { return reinterpret_cast<const uint32_t*>(x); }
+  static void pack_q(const ForwardProblem& p, TileRows t, float* qt) {
+    pack_pair_panels_transposed(p.q, t, words(qt));
+  }
+  static void pack_kv(const ForwardProblem& p, TileRows t, float* kr, float* vp) {
+    pack_pair_rows(p.k, t, words(kr), k_pairs(p.Dqk));
+    pack_pair_panels(p.v, t, words(vp));
+  }
+  static void scores(const ForwardProblem& p, int64_t nk, int64_t nq_pad, const float* kr,
+                     const float* qt, float* st) {
+    const int64_t k2 = k_pairs(p.Dqk);
+    gemm_tile_bf16(nk, nq_pad, {words(kr), k2, 1}, {words(qt), k2}, st, kForwardTileQ, false);
+  }
+  static void add_pv(int64_t nq, int64_t nk, int64_t nq_pad, int64_t dv_pad, float* st,
+                     const float* vp, float* o) {
+    const PairsA pt = scores_to_pairs(st, nk, nq_pad, kForwardTileQ);
+    gemm_tile_bf16(nq, dv_pad, pt, {words(vp), k_pairs(nk)}, o, dv_pad, true);
+  }
+};
+#endif
+
+template <class Products>
+void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
   const ForwardProblem& p = *plan.p;
   const TileMask& mask = *plan.mask;
   const ForwardOffsets& at = plan.at;
@@ -125,7 +173,7 @@ void forward_item(const ForwardPlan& plan, int64_t item, float* scratch) {
   float* alpha = scratch + at.alpha;
   const auto head = [&](int64_t hh) { return scratch + at.heads + hh * at.head_stride; };
   for (int64_t hh = 0; hh < nh; ++hh) {
-    pack_panels_transposed(p.q, {b, h0 + hh, qt.begin, qt.size}, 1.0f, head(hh) + at.qt);
+    Products::pack_q(p, {b, h0 + hh, qt.begin, qt.size}, head(hh) + at.qt);
     load_state(plan, b, h0 + hh, qt, head(hh) + at.o, head(hh) + at.m, head(hh) + at.l);
   }
   const DropoutTile dropout(p);
@@ -145,14 +193,13 @@ void forward_item(const ForwardPlan& plan, int64_t item, float* scratch) {
       prefetch_rows(p.k, {b, g, nkv.begin, nkv.size});
       prefetch_rows(p.v, {b, g, nkv.begin, nkv.size});
     }
-    pack_rows(p.k, {b, g, kv.begin, kv.size}, 1.0f, kr, p.Dqk);
-    pack_panels(p.v, {b, g, kv.begin, kv.size}, vp);
+    Products::pack_kv(p, {b, g, kv.begin, kv.size}, kr, vp);
     for (int64_t hh = 0; hh < nh; ++hh) {
       float* qtp = head(hh) + at.qt;
       float* o = head(hh) + at.o;
       float* m = head(hh) + at.m;
       float* l = head(hh) + at.l;
-      gemm_tile(kv.size, nq_pad, {kr, p.Dqk, 1}, {qtp, p.Dqk}, st, kForwardTileQ, false);
+      Products::scores(p, kv.size, nq_pad, kr, qtp, st);
       float scale = p.scale;
       if (kind == BlockVisibility::kPartial) {
         // Scale first so that masked -inf stays -inf whatever the sign of the scale.
@@ -173,8 +220,7 @@ void forward_item(const ForwardPlan& plan, int64_t item, float* scratch) {
         for (int64_t d = 0; d < dv_pad; d += kLanes) store(orow + d, load(orow + d) * a);
       }
       if (p.dropout_p > 0.0f) dropout.apply(b, h0 + hh, qt, kv, st, kForwardTileQ);
-      // O += P V with P read through S^T (row stride 1, k stride kForwardTileQ).
-      gemm_tile(qt.size, dv_pad, {st, 1, kForwardTileQ}, {vp, kv.size}, o, dv_pad, true);
+      Products::add_pv(qt.size, kv.size, nq_pad, dv_pad, st, vp, o);
     }
     t = next;
   }
@@ -182,6 +228,15 @@ void forward_item(const ForwardPlan& plan, int64_t item, float* scratch) {
   for (int64_t hh = 0; hh < nh; ++hh) {
     write_rows(plan, b, h0 + hh, qt, head(hh) + at.o, head(hh) + at.m, head(hh) + at.l);
   }
+}
+
+}  // namespace
+
+void forward_item(const ForwardPlan& plan, int64_t item, float* scratch) {
+#if CPATTN_ISA_BF16_DOT
+  if (plan.p->q.dtype == DType::kBF16) return run_item<Bf16Products>(plan, item, scratch);
+#endif
+  run_item<Fp32Products>(plan, item, scratch);
 }
 
 }  // namespace cpattn::detail::CPATTN_ISA_NS

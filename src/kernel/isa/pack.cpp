@@ -15,11 +15,6 @@
 namespace cpattn::detail::CPATTN_ISA_NS {
 namespace {
 
-// The address of the element `offset` elements past x.data (2 or 4 bytes each).
-const uint16_t* half_at(const ConstView& x, int64_t offset) {
-  return reinterpret_cast<const uint16_t*>(x.data) + offset;
-}
-
 float widen_bf16(uint16_t bits) {
   return __builtin_bit_cast(float, static_cast<uint32_t>(bits) << 16);
 }

@@ -17,6 +17,11 @@ struct TileRows {
   int64_t b, h, begin, rows;
 };
 
+/// The address of the element `offset` elements past a bf16 or fp16 view's data.
+inline const uint16_t* half_at(const ConstView& x, int64_t offset) {
+  return reinterpret_cast<const uint16_t*>(x.data) + offset;
+}
+
 /// Row-major A operand: dst[i * ld + d] = mul * x(b, begin + i, h, d) for d < D (ld >= D). Every
 /// function here reads x in its dtype (fp32, bf16, fp16) and converts exactly to fp32 first.
 void pack_rows(const ConstView& x, TileRows t, float mul, float* dst, int64_t ld);

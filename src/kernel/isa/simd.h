@@ -1,8 +1,10 @@
 // The SIMD layer of the kernel's per-ISA code. Everything under src/kernel/isa/ is compiled once
-// per ISA (src/CMakeLists.txt: generic, avx2, avx512), each copy with its own compiler flags and
-// in its own namespace cpattn::detail::<isa>, so no inline function or template instance of one
-// copy can stand in for another's at link time. The lane count is the one parameter that differs:
-// Lanes<W> (GCC/Clang vector extensions) serves 4, 8 and 16 fp32 lanes from one source.
+// per ISA (src/CMakeLists.txt: generic, avx2, avx512, avx512bf16), each copy with its own compiler
+// flags and in its own namespace cpattn::detail::<isa>, so no inline function or template instance
+// of one copy can stand in for another's at link time. The lane count is the one parameter that
+// differs: Lanes<W> (GCC/Clang vector extensions) serves 4, 8 and 16 fp32 lanes from one source.
+// CPATTN_ISA_BF16_DOT is 1 in the avx512bf16 copy only: its bf16 calls run the products of
+// bf16_dot.h; everything else in it is the avx512 copy's code.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,10 @@
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
+#endif
+
+#ifndef CPATTN_ISA_BF16_DOT
+#define CPATTN_ISA_BF16_DOT 0
 #endif
 
 #if !defined(CPATTN_ISA_NS) || !defined(CPATTN_ISA_LANES)

@@ -18,4 +18,8 @@ namespace avx512 {
 /// The AVX-512 copy's entry points (defined when CPATTN_KERNEL_HAVE_AVX512).
 IsaKernels kernels();
 }  // namespace avx512
+namespace avx512bf16 {
+/// The AVX-512 + AVX512_BF16 copy's entry points (defined when CPATTN_KERNEL_HAVE_AVX512BF16).
+IsaKernels kernels();
+}  // namespace avx512bf16
 }  // namespace cpattn::detail
