@@ -48,14 +48,18 @@ struct KernelOptions {
   /// throw_if_group_failed, so a rank busy computing learns within a tile that its group failed.
   std::function<void()> interruption_point;
   /// The code path (cpattn/isa.h): kAuto is resolve_isa(kAuto), the best the CPU supports unless
-  /// CPATTN_ISA names another. Results are bitwise equal on kAvx2 and kAvx512; kGeneric (no FMA:
-  /// a * b + c rounds twice) differs from them in the last bits (docs/design.md section 3).
+  /// CPATTN_ISA names another. Results are bitwise equal on kAvx2 and kAvx512 (and kAvx512Bf16
+  /// for fp32 and fp16 calls); kGeneric (no FMA: a * b + c rounds twice) differs from them in the
+  /// last bits; bf16 calls on kAvx512Bf16 run their products on vdpbf16ps and round P to bf16
+  /// before P V, so they differ from the other paths by bf16 roundings (docs/design.md
+  /// section 3).
   /// Throws Error(kInvalidArgument) for a path this CPU or build lacks.
   Isa isa = Isa::kAuto;
 };
 
 /// Forward: writes out [B, Sq, Hq, Dv] (any strides) and lse fp32 [B, Hq, Sq] (contiguous,
-/// natural log). Outputs must not alias any input (that is not detected; the result is undefined).
+/// natural log). q, k, v are fp32, bf16 or fp16 (one dtype per call); out is of that dtype or
+/// fp32, rounded once on store; accumulation is fp32 (docs/design.md section 1.1). Outputs must not alias any input (that is not detected; the result is undefined).
 /// Computes, for each (b, h, i):
 ///   s_ij = scale * <q_i, k_j>,  lse_i = log sum_{visible j} exp(s_ij),
 ///   out_i = sum_{visible j} keep_ij / (1 - p) * exp(s_ij - lse_i) * v_j.
@@ -123,7 +127,8 @@ struct BackwardOptions : KernelOptions {
 ///   dq_i = scale * sum_j dS_ij k_j,  dk_j = scale * sum_i dS_ij q_i
 /// dk/dv are summed over the GQA group. Shapes: dq like q, dk like k, dv like v (any strides);
 /// dq/dk/dv must not alias any input.
-/// Rows with lse = -inf contribute nothing. Throws like the forward.
+/// Rows with lse = -inf contribute nothing. dout has the inputs' dtype; dq, dk, dv are of it or
+/// fp32 (rounded once on store, fp32 sums). Throws like the forward.
 void attention_kernel_backward(const AttentionInputs& in, const AttentionParams& params,
                                RngState rng, ConstView dout, ConstView out,
                                std::span<const float> lse, View dq, View dk, View dv,
