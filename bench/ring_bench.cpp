@@ -17,6 +17,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_support.h"
@@ -91,8 +92,9 @@ struct RingTiming {
   int64_t peak_bytes = 0;  // largest per-rank peak of live bytes
 };
 
-// Ring forward + backward over P in-process ranks, 1 kernel thread each, zigzag layout.
-RingTiming time_ring(const Problem& p, int P) {
+// Ring forward + backward over P in-process ranks, 1 kernel thread each, zigzag layout; with
+// `workspaces` (one per rank), the ring borrows its buffers from them (RingOptions::workspace).
+RingTiming time_ring(const Problem& p, int P, std::vector<RingWorkspace>* workspaces = nullptr) {
   RingTiming result;
   std::mutex mu;
   run_ranks(P, [&](Communicator& comm) {
@@ -105,6 +107,7 @@ RingTiming time_ring(const Problem& p, int P) {
     RingStats stats;
     RingOptions options;
     options.stats = &stats;
+    if (workspaces != nullptr) options.workspace = &(*workspaces)[static_cast<size_t>(comm.rank())];
     comm.barrier();
     const Stopwatch start;
     const unchecked::RingForwardResult f = unchecked::ring_attention_forward(
@@ -158,17 +161,29 @@ void BM_SingleRank(benchmark::State& state) {
   }
 }
 
+// Per-rank workspaces of the (S, P) runs, kept across repetitions as a training loop keeps them
+// across layers and steps: only the first run touches fresh memory.
+std::vector<RingWorkspace>& workspaces(int64_t S, int P) {
+  static std::map<std::pair<int64_t, int>, std::unique_ptr<std::vector<RingWorkspace>>> held;
+  auto& slot = held[{S, P}];
+  if (!slot) slot = std::make_unique<std::vector<RingWorkspace>>(static_cast<size_t>(P));
+  return *slot;
+}
+
+// Ring forward + backward; range(2) = 1: with the per-rank workspaces of workspaces(S, P).
 void BM_Ring(benchmark::State& state) {
   const int64_t S = state.range(0);
   const int P = static_cast<int>(state.range(1));
+  const bool ws = state.range(2) != 0;
   const Problem& p = problem(S);
+  const char* name = ws ? "ring_ws" : "ring";
   for (auto _ : state) {
-    const RingTiming t = time_ring(p, P);
+    const RingTiming t = time_ring(p, P, ws ? &workspaces(S, P) : nullptr);
     state.SetIterationTime(t.wall);
-    bench::record(key("ring", S, P), t.wall);
-    bench::record(key("ring_kernel", S, P), t.busiest.kernel_seconds);
-    bench::record(key("ring_comm", S, P), t.busiest.comm_seconds);
-    bench::record(key("ring_other", S, P), t.busiest.other_seconds);
+    bench::record(key(name, S, P), t.wall);
+    bench::record(key(name, S, P) + "/kernel", t.busiest.kernel_seconds);
+    bench::record(key(name, S, P) + "/comm", t.busiest.comm_seconds);
+    bench::record(key(name, S, P) + "/other", t.busiest.other_seconds);
     state.counters["kernel_s"] = t.busiest.kernel_seconds;
     state.counters["comm_s"] = t.busiest.comm_seconds;
     state.counters["other_s"] = t.busiest.other_seconds;
@@ -231,7 +246,16 @@ void ring_args(benchmark::internal::Benchmark* b) {
   b->Args({16384, 2})->Args({16384, 4})->Args({16384, 8});
   b->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
 }
-BENCHMARK(BM_Ring)->Apply(ring_args);
+// ring_args with the workspace argument: per-call buffers (0) and kept workspaces (1).
+void ring_ws_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"S", "P", "ws"});
+  for (int64_t ws : {0, 1}) {
+    b->Args({8192, 2, ws})->Args({8192, 4, ws});
+    b->Args({16384, 2, ws})->Args({16384, 4, ws})->Args({16384, 8, ws});
+  }
+  b->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
+}
+BENCHMARK(BM_Ring)->Apply(ring_ws_args);
 BENCHMARK(BM_TransfersOnly)->Apply(ring_args);
 BENCHMARK(BM_LoadBalance)
     ->ArgNames({"layout"})
@@ -254,27 +278,31 @@ void print_overhead() {
     return;  // the baselines were filtered out: no ratios to print
   std::printf(
       "\nOverhead, causal zigzag, B=1, Hq=Hkv=%lld, D=%lld, forward+backward: P ranks x 1 thread"
-      " vs the single-rank kernel with %d threads (target at S=16384, P=2: <= 1.10)\n",
+      " vs the single-rank kernel with %d threads (target at S = 8192 and 16384, P = 2: <= 1.03)\n",
       static_cast<long long>(kHeads), static_cast<long long>(kDim), kSingleRankThreads);
   std::printf(
-      "| S | P | single-rank s | ring wall s | ring / single | kernel s | comm s | comm / wall |"
-      " other s | transfers alone s | transfer hidden "
-      "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| S | P | buffers | single-rank s | ring wall s | ring / single | kernel s | comm s |"
+      " comm / wall | other s | transfers alone s | transfer hidden "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t S : {8192, 16384}) {
     for (int P : {2, 4, 8}) {
-      const double ring = bench::median_of(key("ring", S, P));
-      if (std::isnan(ring)) continue;
-      const double single = bench::median_of(key("single", S));
-      const double comm = bench::median_of(key("ring_comm", S, P));
-      const double xfer = bench::median_of(key("xfer", S, P));
-      // comm is the time the busiest rank spent inside isend/irecv/wait (copying, or waiting for
-      // a peer that is still computing): what was not hidden.
-      const double hidden = xfer > 0 ? std::clamp(1.0 - comm / xfer, 0.0, 1.0) : NAN;
-      std::printf(
-          "| %lld | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f%% | %.3f | %.4f | %.0f%% |\n",
-          static_cast<long long>(S), P, single, ring, ring / single,
-          bench::median_of(key("ring_kernel", S, P)), comm, 100.0 * comm / ring,
-          bench::median_of(key("ring_other", S, P)), xfer, 100.0 * hidden);
+      for (const char* name : {"ring", "ring_ws"}) {
+        const std::string k = key(name, S, P);
+        const double ring = bench::median_of(k);
+        if (std::isnan(ring)) continue;
+        const double single = bench::median_of(key("single", S));
+        const double comm = bench::median_of(k + "/comm");
+        const double xfer = bench::median_of(key("xfer", S, P));
+        // comm is the time the busiest rank spent inside isend/irecv/wait (copying, or waiting
+        // for a peer that is still computing): what was not hidden.
+        const double hidden = xfer > 0 ? std::clamp(1.0 - comm / xfer, 0.0, 1.0) : NAN;
+        std::printf(
+            "| %lld | %d | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f%% | %.3f | %.4f | %.0f%% "
+            "|\n",
+            static_cast<long long>(S), P, name[4] == '_' ? "workspace" : "per call", single, ring,
+            ring / single, bench::median_of(k + "/kernel"), comm, 100.0 * comm / ring,
+            bench::median_of(k + "/other"), xfer, 100.0 * hidden);
+      }
     }
   }
 }

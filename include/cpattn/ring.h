@@ -5,6 +5,8 @@
 // attention.h, which records and checks that state. Details and a worked example: docs/ring.md.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <span>
 
@@ -75,8 +77,43 @@ struct RingStats {
   int64_t blocks_skipped = 0;   ///< blocks the masks hide entirely (or empty ones)
 };
 
+namespace detail {
+class RingBuffers;
+}
+
+/// Reusable buffers for ring calls, owned by the caller (RingOptions::workspace). A ring call
+/// (forward or backward, and the ring inside the hybrid strategy) borrows its travelling k/v
+/// blocks, dk/dv accumulators and finished-dk/dv buffer from here instead of allocating them:
+/// about 5 k/v blocks of the largest rank, 448 MiB per backward at S = 16384, P = 2, Hkv = 8,
+/// D = 128 in fp32. Without a workspace every call gets fresh memory, which the operating system
+/// faults in and zeroes page by page (docs/performance.md, "Ring"); with one kept per rank across
+/// layers and steps, only the first call does. The buffers grow to the largest call and are kept
+/// until release() or destruction. It is not a cache: no result or state lives here, every call
+/// writes a buffer before it reads it, and the contents between calls are meaningless. One call
+/// at a time: a call that finds the workspace in use by another throws Error(kInvalidArgument).
+/// Its bytes are charged to the MemoryCounter given at construction (process_memory() if null)
+/// from allocation until release.
+class RingWorkspace {
+ public:
+  explicit RingWorkspace(MemoryCounter* counter = nullptr) : counter_(counter) {}
+  RingWorkspace(const RingWorkspace&) = delete;
+  RingWorkspace& operator=(const RingWorkspace&) = delete;
+
+  /// Bytes held now.
+  int64_t bytes() const noexcept;
+  /// Frees every buffer. Throws Error(kInvalidArgument) while a call uses the workspace.
+  void release();
+
+ private:
+  friend class detail::RingBuffers;
+  static constexpr int kBuffers = 5;  ///< detail::RingBuffer's values
+  MemoryCounter* counter_;
+  std::array<Tensor, kBuffers> buffers_;
+  std::atomic<bool> in_use_{false};
+};
+
 /// Execution knobs of a ring call (never change the math: results are bitwise the same for any
-/// value of document_aware).
+/// value of document_aware and with or without a workspace).
 struct RingOptions {
   /// Kernel threads per rank (>= 1). In-process ranks (ThreadCommunicator) pass 1.
   int num_threads = 1;
@@ -90,6 +127,9 @@ struct RingOptions {
   bool document_aware = true;
   /// The kernel's code path for every block (KernelOptions::isa; resolved once per call).
   Isa isa = Isa::kAuto;
+  /// Buffers to borrow instead of allocating (RingWorkspace; caller-owned, one call at a time).
+  /// null: each call allocates its own.
+  RingWorkspace* workspace = nullptr;
 };
 
 namespace unchecked {

@@ -13,9 +13,8 @@ namespace cpattn {
 
 namespace {
 
-std::span<float> first(Tensor& t, int64_t n) { return t.span().first(static_cast<size_t>(n)); }
-std::span<const float> first(const Tensor& t, int64_t n) {
-  return t.span().first(static_cast<size_t>(n));
+std::span<const float> first(std::span<const float> buffer, int64_t n) {
+  return buffer.first(static_cast<size_t>(n));
 }
 
 }  // namespace
@@ -46,13 +45,16 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   //   home     this rank's own finished accumulator, received from the last rank on its path
   //            (its receive is posted before step 0, so that send never waits for this rank)
   const RelayPlan plan(p.params, *p.q_blocks, *p.kv_blocks, options.document_aware);
-  KvRelay relay(channel, d, *p.kv_blocks, plan, RingStream::kBackwardKv, p.k, p.v);
+  RingBuffers buffers(options.workspace, mem);
+  KvRelay relay(channel, buffers, d, *p.kv_blocks, plan, RingStream::kBackwardKv, p.k, p.v);
   const PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv};                // the fp32 dk/dv accumulators
   const PackedKv pk_kv{d.B, d.Hkv, d.Dqk, d.Dv, p.k.dtype};  // the travelling k/v blocks
   const int64_t ring_floats = d.world > 1 ? pk.floats(d.max_block) : 0;
-  std::array<Tensor, 2> grad{Tensor({ring_floats}, mem), Tensor({ring_floats}, mem)};
+  const std::array<std::span<float>, 2> grad{buffers.get(RingBuffer::kGrad0, ring_floats),
+                                             buffers.get(RingBuffer::kGrad1, ring_floats)};
   const int own_reach = plan.reach(d.rank);
-  Tensor home({d.world > 1 && own_reach > 0 ? pk.floats(d.Sk) : 0}, mem);
+  const std::span<float> home =
+      buffers.get(RingBuffer::kHome, d.world > 1 && own_reach > 0 ? pk.floats(d.Sk) : 0);
   if (options.stats != nullptr) {
     // The plain ring relays P - 1 k/v blocks (as in the forward) and sends P accumulators.
     for (int s = 0; s < d.world && d.world > 1; ++s) {
@@ -74,7 +76,7 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   const auto grad_tag = [](int step) { return ring_tag(RingStream::kBackwardGrad, step); };
   const auto home_tag = [](int step) { return ring_tag(RingStream::kBackwardHome, step); };
   if (d.world > 1 && own_reach > 0) {
-    home_recv = channel.recv(home.span(), (d.rank + own_reach) % d.world, home_tag(own_reach));
+    home_recv = channel.recv(home, (d.rank + own_reach) % d.world, home_tag(own_reach));
   }
 
   for (int s = 0; s < d.world; ++s) {
@@ -96,7 +98,8 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
     if (s > 0) {
       // grad[cur] was sent on at step s - 2; the sender of this accumulator finished step s - 1.
       channel.wait_if_pending(grad_sends[cur]);
-      grad_recv = channel.recv(first(grad[cur], floats), step.grad_recv_from, grad_tag(s - 1));
+      grad_recv = channel.recv(grad[cur].first(static_cast<size_t>(floats)), step.grad_recv_from,
+                               grad_tag(s - 1));
     }
     // With one rank the share is the finished dk/dv.
     const View target_k = d.world == 1 ? dk : pk.k(grad[cur].data(), len);
@@ -137,24 +140,22 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
     if (s == 0 && reach == 0) {
       // No other rank needs the own block: this share is its finished dk/dv (grad[0] is reused
       // at step 2).
-      copy_view(pk.k(std::as_const(grad[0]).data(), d.Sk), dk);
-      copy_view(pk.v(std::as_const(grad[0]).data(), d.Sk), dv);
+      copy_view(pk.k(static_cast<const float*>(grad[0].data()), d.Sk), dk);
+      copy_view(pk.v(static_cast<const float*>(grad[0].data()), d.Sk), dv);
     }
     if (s < reach) {
-      grad_sends[cur] =
-          channel.send(first(std::as_const(grad[cur]), floats), step.grad_send_to, grad_tag(s));
+      grad_sends[cur] = channel.send(first(grad[cur], floats), step.grad_send_to, grad_tag(s));
     } else if (s > 0) {
       // The last rank on the block's path: the accumulator is finished; straight home.
-      grad_sends[cur] =
-          channel.send(first(std::as_const(grad[cur]), floats), step.kv_block, home_tag(s));
+      grad_sends[cur] = channel.send(first(grad[cur], floats), step.kv_block, home_tag(s));
     }
   }
 
   if (d.world > 1 && own_reach > 0) {
     // The own block's finished dk/dv, from the last rank on its path.
     channel.wait_recv(home_recv, pk.floats(d.Sk), "ring backward: floats of the finished dk/dv");
-    copy_view(pk.k(std::as_const(home).data(), d.Sk), dk);
-    copy_view(pk.v(std::as_const(home).data(), d.Sk), dv);
+    copy_view(pk.k(static_cast<const float*>(home.data()), d.Sk), dk);
+    copy_view(pk.v(static_cast<const float*>(home.data()), d.Sk), dv);
   }
   if (own_dq) copy_view(std::as_const(dq_accumulator).view(), dq);
   relay.finish();

@@ -150,8 +150,9 @@ bool RelayPlan::on_path(int rank, int step) const {
   return step <= reach(block);
 }
 
-KvRelay::KvRelay(RingChannel& channel, const RingDims& d, const BlockTable& kv,
-                 const RelayPlan& plan, RingStream stream, ConstView k, ConstView v)
+KvRelay::KvRelay(RingChannel& channel, RingBuffers& buffers, const RingDims& d,
+                 const BlockTable& kv, const RelayPlan& plan, RingStream stream, ConstView k,
+                 ConstView v)
     : channel_(channel),
       kv_(kv),
       plan_(plan),
@@ -162,8 +163,8 @@ KvRelay::KvRelay(RingChannel& channel, const RingDims& d, const BlockTable& kv,
       own_v_(v),
       pk_{d.B, d.Hkv, d.Dqk, d.Dv, k.dtype},
       // Both buffers hold the largest block of the group; with one rank nothing travels.
-      buf_{Tensor({d.world > 1 ? pk_.floats(d.max_block) : 0}, &channel.memory()),
-           Tensor({d.world > 1 ? pk_.floats(d.max_block) : 0}, &channel.memory())},
+      buf_{buffers.get(RingBuffer::kRelay0, d.world > 1 ? pk_.floats(d.max_block) : 0),
+           buffers.get(RingBuffer::kRelay1, d.world > 1 ? pk_.floats(d.max_block) : 0)},
       len_(d.Sk) {
   if (alone()) return;
   copy_view(k, pk_.k(buf_[0].data(), len_));
@@ -184,13 +185,13 @@ void KvRelay::advance(const RingStep& step, int s) {
   const size_t other = static_cast<size_t>(1 - cur_);
   channel_.wait_if_pending(sends_[other]);
   if (here && s < plan_.reach(step.kv_block)) {
-    sends_[static_cast<size_t>(cur_)] = channel_.send(
-        std::as_const(buf_[static_cast<size_t>(cur_)]).span().first(floats), step.kv_send_to, tag);
+    sends_[static_cast<size_t>(cur_)] =
+        channel_.send(std::span<const float>(buf_[static_cast<size_t>(cur_)]).first(floats),
+                      step.kv_send_to, tag);
   }
   if (plan_.on_path(rank_, s + 1)) {
     const int64_t next = pk_.floats(kv_.length(step.next_kv_block));
-    recv_ =
-        channel_.recv(buf_[other].span().first(static_cast<size_t>(next)), step.kv_recv_from, tag);
+    recv_ = channel_.recv(buf_[other].first(static_cast<size_t>(next)), step.kv_recv_from, tag);
   }
 }
 

@@ -33,7 +33,8 @@ void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& o
   RingChannel channel(comm, options.stats);
   MemoryCounter* mem = &comm.memory();
   const RelayPlan plan(p.params, *p.q_blocks, *p.kv_blocks, options.document_aware);
-  KvRelay relay(channel, d, *p.kv_blocks, plan, RingStream::kForwardKv, p.k, p.v);
+  RingBuffers buffers(options.workspace, mem);
+  KvRelay relay(channel, buffers, d, *p.kv_blocks, plan, RingStream::kForwardKv, p.k, p.v);
   if (options.stats != nullptr) {
     // The plain ring relays blocks r, r - 1, ..., r - P + 2 (every step but the last).
     const PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv, p.k.dtype};

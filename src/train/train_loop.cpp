@@ -7,6 +7,7 @@
 
 #include "cpattn/error.h"
 #include "cpattn/generator.h"
+#include "cpattn/ring.h"
 #include "cpattn/stopwatch.h"
 #include "train/data.h"
 #include "train/model.h"
@@ -74,7 +75,11 @@ TrainResult train(const TrainConfig& config, std::span<const uint8_t> text,
     AdamW optimizer(config.model, config.adamw, &comm.memory());
     Generator generator(config.seed);
     const BatchSampler sampler(train_text, config.seq_len, config.batch, config.seed);
-    const StepOptions options = step_options(config, comm.rank(), config.recompute);
+    // The ring's buffers, kept across layers and steps (RingWorkspace): only the first step
+    // faults fresh memory in.
+    RingWorkspace ring_workspace(&comm.memory());
+    StepOptions options = step_options(config, comm.rank(), config.recompute);
+    options.ring.workspace = &ring_workspace;
     StepOptions eval_options = options;
     eval_options.dropout = 0.0f;
     std::optional<ShardBatch> eval_shard;

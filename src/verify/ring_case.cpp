@@ -75,6 +75,7 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
   options.document_aware = run.document_aware;
   options.isa = run.isa;
   if (!run.stats.empty()) options.stats = &run.stats[static_cast<size_t>(r)];
+  if (!run.workspaces.empty()) options.workspace = &run.workspaces[static_cast<size_t>(r)];
   const unchecked::RingForwardResult fwd = unchecked::strategy_attention_forward(
       comm, q_r.view(m), k_r.view(m), v_r.view(m), qs, ks, p.params, p.rng, options);
   const std::vector<int64_t> q_idx = shard_token_indices(run.layout, d.Sq, run.cp_size, r);

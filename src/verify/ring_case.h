@@ -30,6 +30,9 @@ struct RingRun {
   /// dtype of every rank's q, k, v, dout (and so of out, dq, dk, dv); the problem's inputs should
   /// already be rounded to it (make_problem of a spec with that dtype) so the copy is exact.
   DType dtype = DType::kF32;
+  /// When not empty (one per rank), rank r's ring borrows its buffers from workspaces[r]
+  /// (RingOptions::workspace).
+  std::span<RingWorkspace> workspaces{};
 };
 
 /// Zero whole-sequence Outputs of the problem's shapes (gradients only when backward).
