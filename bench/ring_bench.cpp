@@ -94,7 +94,7 @@ struct RingTiming {
 
 // Ring forward + backward over P in-process ranks, 1 kernel thread each, zigzag layout; with
 // `workspaces` (one per rank), the ring borrows its buffers from them (RingOptions::workspace).
-RingTiming time_ring(const Problem& p, int P, std::vector<RingWorkspace>* workspaces = nullptr) {
+RingTiming time_ring(const Problem& p, int P, std::vector<AttentionWorkspace>* workspaces = nullptr) {
   RingTiming result;
   std::mutex mu;
   run_ranks(P, [&](Communicator& comm) {
@@ -163,10 +163,10 @@ void BM_SingleRank(benchmark::State& state) {
 
 // Per-rank workspaces of the (S, P) runs, kept across repetitions as a training loop keeps them
 // across layers and steps: only the first run touches fresh memory.
-std::vector<RingWorkspace>& workspaces(int64_t S, int P) {
-  static std::map<std::pair<int64_t, int>, std::unique_ptr<std::vector<RingWorkspace>>> held;
+std::vector<AttentionWorkspace>& workspaces(int64_t S, int P) {
+  static std::map<std::pair<int64_t, int>, std::unique_ptr<std::vector<AttentionWorkspace>>> held;
   auto& slot = held[{S, P}];
-  if (!slot) slot = std::make_unique<std::vector<RingWorkspace>>(static_cast<size_t>(P));
+  if (!slot) slot = std::make_unique<std::vector<AttentionWorkspace>>(static_cast<size_t>(P));
   return *slot;
 }
 

@@ -10,6 +10,7 @@
 //   bench_strategies --ulysses-check          Ulysses at P = 2 vs the single-rank kernel
 //   bench_strategies --docs-check             document-aware ring bytes at P = 8
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -99,7 +100,8 @@ struct Measured {
 // One forward + backward of `strategy` on every rank; the slowest rank's time, the largest
 // bytes sent and peak bytes allocated during the call (above what was live before it).
 Measured run_call(Communicator& comm, const PlanProblem& p, const Strategy& strategy,
-                  bool document_aware = true, int threads = 1) {
+                  bool document_aware = true, int threads = 1,
+                  AttentionWorkspace* workspace = nullptr) {
   SequenceSharding seq = SequenceSharding::of(p.layout, p.S, comm.size(), comm.rank());
   for (size_t d = 0; d < p.doc_lengths.size(); ++d)
     seq.docs.insert(seq.docs.end(), static_cast<size_t>(p.doc_lengths[d]), static_cast<int64_t>(d));
@@ -112,6 +114,7 @@ Measured run_call(Communicator& comm, const PlanProblem& p, const Strategy& stra
   options.stats = &stats;
   options.document_aware = document_aware;
   options.num_threads = threads;
+  options.workspace = workspace;
   comm.barrier();
   const int64_t live = mem->stats().live_bytes;
   mem->reset_peak();
@@ -251,35 +254,55 @@ void strategies_table(const Group& group, int P, bool lead, const Options& o, co
 }
 
 // Ulysses at P = 2 (one thread per rank) against the single-rank kernel with 2 threads on the
-// same problem (the target: within 1.10x on 2 cores).
+// same problem (the target: within 1.10x on 2 cores), with per-call buffers and with
+// per-rank AttentionWorkspaces kept across the repetitions (as a training loop keeps them). Each
+// repetition runs the three in a rotating order, so drifting load hits each alike.
 void ulysses_check(const Options& o) {
   const int64_t S = o.seqs.front();
   const PlanProblem p = problem_of(S, kHeads, 1);
-  for (int rep = 0; rep < o.reps; ++rep) {
-    SingleRankCommunicator one;
-    bench::record("single", run_call(one, p, Strategy::ring(), true, 2).seconds);
+  std::array<AttentionWorkspace, 2> workspaces;
+  const auto ulysses = [&](const char* name, bool with_workspace) {
     run_ranks(2, [&](Communicator& comm) {
-      const Measured m = run_call(comm, p, Strategy::ulysses());
+      AttentionWorkspace* ws =
+          with_workspace ? &workspaces[static_cast<size_t>(comm.rank())] : nullptr;
+      const Measured m = run_call(comm, p, Strategy::ulysses(), true, 1, ws);
       if (comm.rank() != 0) return;
-      bench::record("ulysses2", m.seconds);
-      bench::record("ulysses2_kernel", m.kernel_seconds);
-      bench::record("ulysses2_comm", m.comm_seconds);
+      bench::record(name, m.seconds);
+      bench::record(std::string(name) + "_kernel", m.kernel_seconds);
+      bench::record(std::string(name) + "_comm", m.comm_seconds);
     });
-    std::printf("rep %d: single %.2f s, ulysses P=2 %.2f s (kernel %.2f s, communication %.2f s)\n",
-                rep, bench::samples()["single"].back(), bench::samples()["ulysses2"].back(),
-                bench::samples()["ulysses2_kernel"].back(),
-                bench::samples()["ulysses2_comm"].back());
+  };
+  const std::function<void()> runs[] = {
+      [&] {
+        SingleRankCommunicator one;
+        bench::record("single", run_call(one, p, Strategy::ring(), true, 2).seconds);
+      },
+      [&] { ulysses("ulysses2", false); }, [&] { ulysses("ulysses2_ws", true); }};
+  for (int rep = 0; rep < o.reps; ++rep) {
+    for (int i = 0; i < 3; ++i) runs[(rep + i) % 3]();
+    std::printf(
+        "rep %d: single %.2f s, ulysses P=2 %.2f s (kernel %.2f s, communication %.2f s), with "
+        "workspaces %.2f s\n",
+        rep, bench::samples()["single"].back(), bench::samples()["ulysses2"].back(),
+        bench::samples()["ulysses2_kernel"].back(), bench::samples()["ulysses2_comm"].back(),
+        bench::samples()["ulysses2_ws"].back());
     std::fflush(stdout);
   }
-  const double single = bench::median_of("single"), ulysses = bench::median_of("ulysses2");
+  const double single = bench::median_of("single");
   std::printf(
       "\nUlysses, P=2 x 1 thread vs the single-rank kernel with 2 threads, S=%lld, Hq=Hkv=%lld, "
-      "D=%lld, causal, forward + backward (medians of %d; target <= 1.10)\n| single-rank s | "
-      "ulysses s | ulysses / single | ulysses kernel s (slowest rank) | communication s |\n"
-      "|---|---|---|---|---|\n| %.2f | %.2f | %.3f | %.2f | %.2f |\n",
+      "D=%lld, causal, forward + backward (medians of %d; target <= 1.10)\n| buffers | "
+      "single-rank s | ulysses s | ulysses / single | ulysses kernel s (slowest rank) | "
+      "communication s |\n|---|---|---|---|---|---|\n",
       static_cast<long long>(S), static_cast<long long>(kHeads), static_cast<long long>(kDim),
-      o.reps, single, ulysses, ulysses / single, bench::median_of("ulysses2_kernel"),
-      bench::median_of("ulysses2_comm"));
+      o.reps);
+  for (const char* name : {"ulysses2", "ulysses2_ws"}) {
+    const std::string n = name;
+    const double u = bench::median_of(n);
+    std::printf("| %s | %.2f | %.2f | %.3f | %.2f | %.2f |\n",
+                n == "ulysses2" ? "per call" : "workspace", single, u, u / single,
+                bench::median_of(n + "_kernel"), bench::median_of(n + "_comm"));
+  }
 }
 
 // Bytes the document-aware ring sends at P = 8 against the plain ring, documents of mean length

@@ -78,26 +78,28 @@ struct RingStats {
 };
 
 namespace detail {
-class RingBuffers;
+class WorkspaceLease;
 }
 
-/// Reusable buffers for ring calls, owned by the caller (RingOptions::workspace). A ring call
-/// (forward or backward, and the ring inside the hybrid strategy) borrows its travelling k/v
-/// blocks, dk/dv accumulators and finished-dk/dv buffer from here instead of allocating them:
-/// about 5 k/v blocks of the largest rank, 448 MiB per backward at S = 16384, P = 2, Hkv = 8,
-/// D = 128 in fp32. Without a workspace every call gets fresh memory, which the operating system
-/// faults in and zeroes page by page (docs/performance.md, "Ring"); with one kept per rank across
-/// layers and steps, only the first call does. The buffers grow to the largest call and are kept
-/// until release() or destruction. It is not a cache: no result or state lives here, every call
-/// writes a buffer before it reads it, and the contents between calls are meaningless. One call
-/// at a time: a call that finds the workspace in use by another throws Error(kInvalidArgument).
-/// Its bytes are charged to the MemoryCounter given at construction (process_memory() if null)
-/// from allocation until release.
-class RingWorkspace {
+/// Reusable buffers for the calls of every CP strategy, owned by the caller
+/// (RingOptions::workspace; AttentionOptions inherits it). A call borrows from here what it
+/// would otherwise allocate and free: the ring its travelling k/v blocks, dk/dv accumulators and
+/// finished dk/dv (about 5 k/v blocks of the largest rank: 448 MiB per backward at S = 16384,
+/// P = 2, Hkv = 8, D = 128 in fp32), Ulysses and the hybrid their head-side q, k, v, dout, out,
+/// lse, D and gradients, allgather its gathered k/v and their dk/dv. The results a call returns
+/// (out, lse, dq, dk, dv) are never in the workspace. Without a workspace every call gets fresh
+/// memory, which the operating system faults in and zeroes page by page (docs/performance.md,
+/// "Ring"); with one kept per rank across layers and steps, only the first call does. The
+/// buffers grow to the largest call and are kept until release() or destruction. It is not a
+/// cache: no result or state lives here, every call writes a buffer before it reads it, and the
+/// contents between calls are meaningless. One call at a time: a call that finds the workspace in
+/// use by another throws Error(kInvalidArgument). Its bytes are charged to the MemoryCounter given
+/// at construction (process_memory() if null) from allocation until release.
+class AttentionWorkspace {
  public:
-  explicit RingWorkspace(MemoryCounter* counter = nullptr) : counter_(counter) {}
-  RingWorkspace(const RingWorkspace&) = delete;
-  RingWorkspace& operator=(const RingWorkspace&) = delete;
+  explicit AttentionWorkspace(MemoryCounter* counter = nullptr) : counter_(counter) {}
+  AttentionWorkspace(const AttentionWorkspace&) = delete;
+  AttentionWorkspace& operator=(const AttentionWorkspace&) = delete;
 
   /// Bytes held now.
   int64_t bytes() const noexcept;
@@ -105,8 +107,8 @@ class RingWorkspace {
   void release();
 
  private:
-  friend class detail::RingBuffers;
-  static constexpr int kBuffers = 5;  ///< detail::RingBuffer's values
+  friend class detail::WorkspaceLease;
+  static constexpr int kBuffers = 15;  ///< detail::WorkspaceBuffer's values
   MemoryCounter* counter_;
   std::array<Tensor, kBuffers> buffers_;
   std::atomic<bool> in_use_{false};
@@ -127,9 +129,9 @@ struct RingOptions {
   bool document_aware = true;
   /// The kernel's code path for every block (KernelOptions::isa; resolved once per call).
   Isa isa = Isa::kAuto;
-  /// Buffers to borrow instead of allocating (RingWorkspace; caller-owned, one call at a time).
-  /// null: each call allocates its own.
-  RingWorkspace* workspace = nullptr;
+  /// Buffers to borrow instead of allocating (AttentionWorkspace; caller-owned, one call at a
+  /// time), for every strategy. null: each call allocates its own.
+  AttentionWorkspace* workspace = nullptr;
 };
 
 namespace unchecked {

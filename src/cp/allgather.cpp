@@ -20,11 +20,13 @@ std::vector<int> everyone(int world) {
   return m;
 }
 
+using WB = WorkspaceBuffer;
+
 // Every rank's k and v, all heads, into kw/vw [B, Sk, Hkv, D] (global token order).
-void gather_kv(RingChannel& ch, const StrategyCall& c, const TokenUnion& ku, Tensor& kw, Tensor& vw,
+void gather_kv(RingChannel& ch, const StrategyCall& c, const TokenUnion& ku, View kw, View vw,
                int phase) {
   const std::vector<HeadRange> all(static_cast<size_t>(c.d.world), HeadRange{0, c.d.Hkv});
-  const HeadPart parts[] = {{&ku, all, c.k, kw.view(), false}, {&ku, all, c.v, vw.view(), false}};
+  const HeadPart parts[] = {{&ku, all, c.k, kw, false}, {&ku, all, c.v, vw, false}};
   to_heads(ch, c.d.rank, c.d.world, phase, parts);
 }
 
@@ -34,16 +36,18 @@ unchecked::RingForwardResult allgather_forward(const StrategyCall& c) {
   const RingDims& d = c.d;
   RingStats* stats = c.options.stats;
   const CallTimer timer(stats);
-  RingChannel ch(c.comm, stats);
   MemoryCounter* mem = &c.comm.memory();
+  WorkspaceLease lease(c.options.workspace, mem);
+  RingChannel ch(c.comm, stats);
   const std::vector<int> members = everyone(d.world);
   const TokenUnion ku = token_union(c.kv_seq, members);
-  Tensor kw({d.B, ku.length(), d.Hkv, d.Dqk}, mem), vw({d.B, ku.length(), d.Hkv, d.Dv}, mem);
+  const View kw = lease.view(WB::kK, {d.B, ku.length(), d.Hkv, d.Dqk});
+  const View vw = lease.view(WB::kV, {d.B, ku.length(), d.Hkv, d.Dv});
   gather_kv(ch, c, ku, kw, vw, 0);
   unchecked::RingForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, mem),
                                    Tensor({d.B, d.Hq, d.Sq}, mem), c.rng};
   const std::vector<int64_t> q_pos = c.q_seq.local_positions(), q_doc = c.q_seq.local_docs();
-  const AttentionInputs in{c.q, kw.view(), vw.view(), q_pos, ku.pos, q_doc, ku.doc};
+  const AttentionInputs in{c.q, kw, vw, q_pos, ku.pos, q_doc, ku.doc};
   {
     const ScopedSeconds t(stats ? &stats->kernel_seconds : nullptr);
     attention_kernel_forward(in, c.params, c.rng, res.out.view(), res.lse.span(),
@@ -57,8 +61,9 @@ AttentionGradients allgather_backward(const StrategyCall& c, const BackwardState
   const RingDims& d = c.d;
   RingStats* stats = c.options.stats;
   const CallTimer timer(stats);
-  RingChannel ch(c.comm, stats);
   MemoryCounter* mem = &c.comm.memory();
+  WorkspaceLease lease(c.options.workspace, mem);
+  RingChannel ch(c.comm, stats);
   const std::vector<int> members = everyone(d.world);
   const TokenUnion ku = token_union(c.kv_seq, members);
   AttentionGradients g{Tensor({d.B, d.Sq, d.Hq, d.Dqk}, mem),
@@ -66,22 +71,25 @@ AttentionGradients allgather_backward(const StrategyCall& c, const BackwardState
                        Tensor({d.B, d.Sk, d.Hkv, d.Dv}, mem)};
   {
     // dk/dv of every key for this rank's queries, then summed at the keys' home ranks.
-    Tensor dkw({d.B, ku.length(), d.Hkv, d.Dqk}, mem), dvw({d.B, ku.length(), d.Hkv, d.Dv}, mem);
+    const View dkw = lease.view(WB::kDk, {d.B, ku.length(), d.Hkv, d.Dqk});
+    const View dvw = lease.view(WB::kDv, {d.B, ku.length(), d.Hkv, d.Dv});
     {
-      Tensor kw({d.B, ku.length(), d.Hkv, d.Dqk}, mem), vw({d.B, ku.length(), d.Hkv, d.Dv}, mem);
+      const View kw = lease.view(WB::kK, {d.B, ku.length(), d.Hkv, d.Dqk});
+      const View vw = lease.view(WB::kV, {d.B, ku.length(), d.Hkv, d.Dv});
       gather_kv(ch, c, ku, kw, vw, 1);
       const std::vector<int64_t> q_pos = c.q_seq.local_positions(), q_doc = c.q_seq.local_docs();
-      const AttentionInputs in{c.q, kw.view(), vw.view(), q_pos, ku.pos, q_doc, ku.doc};
+      const AttentionInputs in{c.q, kw, vw, q_pos, ku.pos, q_doc, ku.doc};
       BackwardOptions options;
       static_cast<KernelOptions&>(options) = kernel_options(c.comm, c.options);
       const ScopedSeconds t(stats ? &stats->kernel_seconds : nullptr);
-      attention_kernel_backward(in, c.params, c.rng, s.dout, s.out, s.lse, g.dq.view(), dkw.view(),
-                                dvw.view(), options);
+      attention_kernel_backward(in, c.params, c.rng, s.dout, s.out, s.lse, g.dq.view(), dkw, dvw,
+                                options);
+      lease.done({WB::kK, WB::kV});
     }
     if (stats != nullptr) ++stats->blocks_computed;
     const std::vector<HeadRange> all(static_cast<size_t>(d.world), HeadRange{0, d.Hkv});
-    const HeadPart parts[] = {{&ku, all, dkw.view(), g.dk.view(), true},
-                              {&ku, all, dvw.view(), g.dv.view(), true}};
+    const HeadPart parts[] = {{&ku, all, dkw, g.dk.view(), true},
+                              {&ku, all, dvw, g.dv.view(), true}};
     to_sequence(ch, d.rank, d.world, 0, parts);
   }
   return g;

@@ -40,40 +40,47 @@ HeadSide head_side(const StrategyCall& c, const HeadGroup& g) {
           g.split.kv(r)};
 }
 
-// Computes the attention of the head side's heads: out [B, Sq_u, Hq_l, Dv], lse [B, Hq_l, Sq_u].
+// Computes the attention of the head side's heads: out [B, Sq_u, Hq_l, Dv], lse [B, Hq_l, Sq_u];
+// a ring inside borrows its buffers through the call's lease.
 using ForwardCompute = std::function<void(const HeadSide&, ConstView q, ConstView k, ConstView v,
-                                          View out, std::span<float> lse)>;
+                                          View out, std::span<float> lse, WorkspaceLease& lease)>;
 // Its backward, given dout, lse and delta = D_i of the head side, into dq, dk, dv.
-using BackwardCompute = std::function<void(
-    const HeadSide&, ConstView q, ConstView k, ConstView v, ConstView dout,
-    std::span<const float> lse, std::span<const float> delta, View dq, View dk, View dv)>;
+using BackwardCompute =
+    std::function<void(const HeadSide&, ConstView q, ConstView k, ConstView v, ConstView dout,
+                       std::span<const float> lse, std::span<const float> delta, View dq, View dk,
+                       View dv, WorkspaceLease& lease)>;
+
+using WB = WorkspaceBuffer;
 
 unchecked::RingForwardResult heads_forward(const StrategyCall& c, const HeadGroup& g,
                                            const ForwardCompute& compute) {
   const RingDims& d = c.d;
   const int r = g.comm.rank(), n = g.comm.size();
-  RingChannel ch(g.comm, c.options.stats);
   MemoryCounter* mem = &c.comm.memory();
+  WorkspaceLease lease(c.options.workspace, mem);
+  RingChannel ch(g.comm, c.options.stats);
   const HeadSide h = head_side(c, g);
   const int64_t sq = h.qu.length();
-  Tensor out_h({d.B, sq, h.qh.count, d.Dv}, mem), lse_h({d.B, h.qh.count, sq}, mem);
+  const View out_h = lease.view(WB::kOut, {d.B, sq, h.qh.count, d.Dv});
+  const std::span<float> lse_h = lease.get(WB::kLse, d.B * h.qh.count * sq);
   {
-    Tensor q_h({d.B, sq, h.qh.count, d.Dqk}, mem),
-        k_h({d.B, h.ku.length(), h.kvh.count, d.Dqk}, mem),
-        v_h({d.B, h.ku.length(), h.kvh.count, d.Dv}, mem);
+    const View q_h = lease.view(WB::kQ, {d.B, sq, h.qh.count, d.Dqk});
+    const View k_h = lease.view(WB::kK, {d.B, h.ku.length(), h.kvh.count, d.Dqk});
+    const View v_h = lease.view(WB::kV, {d.B, h.ku.length(), h.kvh.count, d.Dv});
     const std::vector<HeadRange> qa = g.split.q_all(), kva = g.split.kv_all();
-    const HeadPart in[] = {{&h.qu, qa, c.q, q_h.view(), false},
-                           {&h.ku, kva, c.k, k_h.view(), false},
-                           {&h.ku, kva, c.v, v_h.view(), false}};
+    const HeadPart in[] = {
+        {&h.qu, qa, c.q, q_h, false}, {&h.ku, kva, c.k, k_h, false}, {&h.ku, kva, c.v, v_h, false}};
     to_heads(ch, r, n, 0, in);
-    compute(h, q_h.view(), k_h.view(), v_h.view(), out_h.view(), lse_h.span());
+    compute(h, q_h, k_h, v_h, out_h, lse_h, lease);
+    lease.done({WB::kQ, WB::kK, WB::kV});
   }
   unchecked::RingForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, mem),
                                    Tensor({d.B, d.Hq, d.Sq}, mem), c.rng};
   const std::vector<HeadRange> qa = g.split.q_all();
-  const HeadPart back[] = {{&h.qu, qa, out_h.view(), res.out.view(), false},
-                           {&h.qu, qa, rows_view(std::as_const(lse_h).span(), d.B, h.qh.count, sq),
-                            rows_view(res.lse.span(), d.B, d.Hq, d.Sq), false}};
+  const HeadPart back[] = {
+      {&h.qu, qa, out_h, res.out.view(), false},
+      {&h.qu, qa, rows_view(std::span<const float>(lse_h), d.B, h.qh.count, sq),
+       rows_view(res.lse.span(), d.B, d.Hq, d.Sq), false}};
   to_sequence(ch, r, n, 0, back);
   return res;
 }
@@ -82,40 +89,45 @@ AttentionGradients heads_backward(const StrategyCall& c, const BackwardState& s,
                                   const BackwardCompute& compute) {
   const RingDims& d = c.d;
   const int r = g.comm.rank(), n = g.comm.size();
-  RingChannel ch(g.comm, c.options.stats);
   MemoryCounter* mem = &c.comm.memory();
+  WorkspaceLease lease(c.options.workspace, mem);
+  RingChannel ch(g.comm, c.options.stats);
   const HeadSide h = head_side(c, g);
   const int64_t sq = h.qu.length(), sk = h.ku.length();
   Tensor delta =
       row_dot(s.dout, s.out, kernel_options(c.comm, c.options), mem);  // D_i, sequence side
-  Tensor dq_h({d.B, sq, h.qh.count, d.Dqk}, mem), dk_h({d.B, sk, h.kvh.count, d.Dqk}, mem),
-      dv_h({d.B, sk, h.kvh.count, d.Dv}, mem);
+  const View dq_h = lease.view(WB::kDq, {d.B, sq, h.qh.count, d.Dqk});
+  const View dk_h = lease.view(WB::kDk, {d.B, sk, h.kvh.count, d.Dqk});
+  const View dv_h = lease.view(WB::kDv, {d.B, sk, h.kvh.count, d.Dv});
   {
-    Tensor q_h({d.B, sq, h.qh.count, d.Dqk}, mem), k_h({d.B, sk, h.kvh.count, d.Dqk}, mem),
-        v_h({d.B, sk, h.kvh.count, d.Dv}, mem), dout_h({d.B, sq, h.qh.count, d.Dv}, mem),
-        lse_h({d.B, h.qh.count, sq}, mem), delta_h({d.B, h.qh.count, sq}, mem);
+    const View q_h = lease.view(WB::kQ, {d.B, sq, h.qh.count, d.Dqk});
+    const View k_h = lease.view(WB::kK, {d.B, sk, h.kvh.count, d.Dqk});
+    const View v_h = lease.view(WB::kV, {d.B, sk, h.kvh.count, d.Dv});
+    const View dout_h = lease.view(WB::kDout, {d.B, sq, h.qh.count, d.Dv});
+    const std::span<float> lse_h = lease.get(WB::kLse, d.B * h.qh.count * sq);
+    const std::span<float> delta_h = lease.get(WB::kDelta, d.B * h.qh.count * sq);
     const std::vector<HeadRange> qa = g.split.q_all(), kva = g.split.kv_all();
-    const HeadPart in[] = {{&h.qu, qa, c.q, q_h.view(), false},
-                           {&h.ku, kva, c.k, k_h.view(), false},
-                           {&h.ku, kva, c.v, v_h.view(), false},
-                           {&h.qu, qa, s.dout, dout_h.view(), false},
+    const HeadPart in[] = {{&h.qu, qa, c.q, q_h, false},
+                           {&h.ku, kva, c.k, k_h, false},
+                           {&h.ku, kva, c.v, v_h, false},
+                           {&h.qu, qa, s.dout, dout_h, false},
                            {&h.qu, qa, rows_view(s.lse, d.B, d.Hq, d.Sq),
-                            rows_view(lse_h.span(), d.B, h.qh.count, sq), false},
+                            rows_view(lse_h, d.B, h.qh.count, sq), false},
                            {&h.qu, qa, rows_view(std::as_const(delta).span(), d.B, d.Hq, d.Sq),
-                            rows_view(delta_h.span(), d.B, h.qh.count, sq), false}};
+                            rows_view(delta_h, d.B, h.qh.count, sq), false}};
     to_heads(ch, r, n, 1, in);
     delta = Tensor();
-    compute(h, q_h.view(), k_h.view(), v_h.view(), dout_h.view(), std::as_const(lse_h).span(),
-            std::as_const(delta_h).span(), dq_h.view(), dk_h.view(), dv_h.view());
+    compute(h, q_h, k_h, v_h, dout_h, lse_h, delta_h, dq_h, dk_h, dv_h, lease);
+    lease.done({WB::kQ, WB::kK, WB::kV, WB::kDout, WB::kLse, WB::kDelta});
   }
   AttentionGradients grads{Tensor({d.B, d.Sq, d.Hq, d.Dqk}, mem),
                            Tensor({d.B, d.Sk, d.Hkv, d.Dqk}, mem),
                            Tensor({d.B, d.Sk, d.Hkv, d.Dv}, mem)};
   const std::vector<HeadRange> qa = g.split.q_all(), kva = g.split.kv_all();
   const bool replicated = g.split.kv_replicated();
-  const HeadPart back[] = {{&h.qu, qa, dq_h.view(), grads.dq.view(), false},
-                           {&h.ku, kva, dk_h.view(), grads.dk.view(), replicated},
-                           {&h.ku, kva, dv_h.view(), grads.dv.view(), replicated}};
+  const HeadPart back[] = {{&h.qu, qa, dq_h, grads.dq.view(), false},
+                           {&h.ku, kva, dk_h, grads.dk.view(), replicated},
+                           {&h.ku, kva, dv_h, grads.dv.view(), replicated}};
   to_sequence(ch, r, n, 1, back);
   return grads;
 }
@@ -167,8 +179,8 @@ unchecked::RingForwardResult ulysses_forward(const StrategyCall& c) {
                     HeadSplit(c.d.Hq, c.d.Hkv, c.d.world, what.c_str())};
   return heads_forward(
       c, g,
-      [&](const HeadSide& h, ConstView q, ConstView k, ConstView v, View out,
-          std::span<float> lse) {
+      [&](const HeadSide& h, ConstView q, ConstView k, ConstView v, View out, std::span<float> lse,
+          WorkspaceLease&) {
         AttentionInputs in{q, k, v, h.qu.pos, h.ku.pos, h.qu.doc, h.ku.doc};
         in.head_offset = h.qh.begin;
         in.total_heads = c.d.Hq;
@@ -186,7 +198,8 @@ AttentionGradients ulysses_backward(const StrategyCall& c, const BackwardState& 
   return heads_backward(
       c, s, g,
       [&](const HeadSide& h, ConstView q, ConstView k, ConstView v, ConstView dout,
-          std::span<const float> lse, std::span<const float> delta, View dq, View dk, View dv) {
+          std::span<const float> lse, std::span<const float> delta, View dq, View dk, View dv,
+          WorkspaceLease&) {
         AttentionInputs in{q, k, v, h.qu.pos, h.ku.pos, h.qu.doc, h.ku.doc};
         in.head_offset = h.qh.begin;
         in.total_heads = c.d.Hq;
@@ -207,11 +220,11 @@ unchecked::RingForwardResult hybrid_forward(const StrategyCall& c) {
   const HeadGroup g{*grid.row, grid.members, HeadSplit(c.d.Hq, c.d.Hkv, grid.u, what.c_str())};
   return heads_forward(c, g,
                        [&](const HeadSide& h, ConstView q, ConstView k, ConstView v, View out,
-                           std::span<float> lse) {
+                           std::span<float> lse, WorkspaceLease& lease) {
                          RingProblem p{q, k, v, &grid.q_rows, &grid.kv_rows, c.params, c.rng};
                          p.head_offset = h.qh.begin;
                          p.total_heads = c.d.Hq;
-                         ring_forward(*grid.column, p, c.options, out, lse);
+                         ring_forward(*grid.column, p, c.options, out, lse, &lease);
                        });
 }
 
@@ -223,11 +236,12 @@ AttentionGradients hybrid_backward(const StrategyCall& c, const BackwardState& s
   return heads_backward(
       c, s, g,
       [&](const HeadSide& h, ConstView q, ConstView k, ConstView v, ConstView dout,
-          std::span<const float> lse, std::span<const float> delta, View dq, View dk, View dv) {
+          std::span<const float> lse, std::span<const float> delta, View dq, View dk, View dv,
+          WorkspaceLease& lease) {
         RingProblem p{q, k, v, &grid.q_rows, &grid.kv_rows, c.params, c.rng};
         p.head_offset = h.qh.begin;
         p.total_heads = c.d.Hq;
-        ring_backward(*grid.column, p, c.options, dout, lse, delta, dq, dk, dv);
+        ring_backward(*grid.column, p, c.options, dout, lse, delta, dq, dk, dv, &lease);
       });
 }
 

@@ -3,6 +3,7 @@
 // last rank that needs the block.
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <utility>
 
 #include "cp/ring_core.h"
@@ -23,7 +24,7 @@ namespace detail {
 
 void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& options,
                    ConstView dout, std::span<const float> lse, std::span<const float> delta,
-                   View dq, View dk, View dv) {
+                   View dq, View dk, View dv, WorkspaceLease* lease) {
   const RingDims d = ring_dims(comm, p);
   RingChannel channel(comm, options.stats);
   MemoryCounter* mem = &comm.memory();
@@ -45,16 +46,17 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   //   home     this rank's own finished accumulator, received from the last rank on its path
   //            (its receive is posted before step 0, so that send never waits for this rank)
   const RelayPlan plan(p.params, *p.q_blocks, *p.kv_blocks, options.document_aware);
-  RingBuffers buffers(options.workspace, mem);
+  std::optional<WorkspaceLease> own_lease;
+  WorkspaceLease& buffers = lease != nullptr ? *lease : own_lease.emplace(options.workspace, mem);
   KvRelay relay(channel, buffers, d, *p.kv_blocks, plan, RingStream::kBackwardKv, p.k, p.v);
   const PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv};                // the fp32 dk/dv accumulators
   const PackedKv pk_kv{d.B, d.Hkv, d.Dqk, d.Dv, p.k.dtype};  // the travelling k/v blocks
   const int64_t ring_floats = d.world > 1 ? pk.floats(d.max_block) : 0;
-  const std::array<std::span<float>, 2> grad{buffers.get(RingBuffer::kGrad0, ring_floats),
-                                             buffers.get(RingBuffer::kGrad1, ring_floats)};
+  const std::array<std::span<float>, 2> grad{buffers.get(WorkspaceBuffer::kGrad0, ring_floats),
+                                             buffers.get(WorkspaceBuffer::kGrad1, ring_floats)};
   const int own_reach = plan.reach(d.rank);
   const std::span<float> home =
-      buffers.get(RingBuffer::kHome, d.world > 1 && own_reach > 0 ? pk.floats(d.Sk) : 0);
+      buffers.get(WorkspaceBuffer::kHome, d.world > 1 && own_reach > 0 ? pk.floats(d.Sk) : 0);
   if (options.stats != nullptr) {
     // The plain ring relays P - 1 k/v blocks (as in the forward) and sends P accumulators.
     for (int s = 0; s < d.world && d.world > 1; ++s) {
@@ -160,6 +162,11 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   if (own_dq) copy_view(std::as_const(dq_accumulator).view(), dq);
   relay.finish();
   for (Request& r : grad_sends) channel.wait_if_pending(r);
+  // Borrowed through an outer call's lease: free call-owned buffers now, not at its end.
+  if (lease != nullptr) {
+    lease->done({WorkspaceBuffer::kRelay0, WorkspaceBuffer::kRelay1, WorkspaceBuffer::kGrad0,
+                 WorkspaceBuffer::kGrad1, WorkspaceBuffer::kHome});
+  }
 }
 
 }  // namespace detail

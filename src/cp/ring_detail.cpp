@@ -150,7 +150,7 @@ bool RelayPlan::on_path(int rank, int step) const {
   return step <= reach(block);
 }
 
-KvRelay::KvRelay(RingChannel& channel, RingBuffers& buffers, const RingDims& d,
+KvRelay::KvRelay(RingChannel& channel, WorkspaceLease& buffers, const RingDims& d,
                  const BlockTable& kv, const RelayPlan& plan, RingStream stream, ConstView k,
                  ConstView v)
     : channel_(channel),
@@ -163,8 +163,8 @@ KvRelay::KvRelay(RingChannel& channel, RingBuffers& buffers, const RingDims& d,
       own_v_(v),
       pk_{d.B, d.Hkv, d.Dqk, d.Dv, k.dtype},
       // Both buffers hold the largest block of the group; with one rank nothing travels.
-      buf_{buffers.get(RingBuffer::kRelay0, d.world > 1 ? pk_.floats(d.max_block) : 0),
-           buffers.get(RingBuffer::kRelay1, d.world > 1 ? pk_.floats(d.max_block) : 0)},
+      buf_{buffers.get(WorkspaceBuffer::kRelay0, d.world > 1 ? pk_.floats(d.max_block) : 0),
+           buffers.get(WorkspaceBuffer::kRelay1, d.world > 1 ? pk_.floats(d.max_block) : 0)},
       len_(d.Sk) {
   if (alone()) return;
   copy_view(k, pk_.k(buf_[0].data(), len_));

@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "cp/workspace.h"
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"
 #include "cpattn/mask.h"
@@ -67,29 +68,6 @@ class RingChannel {
   double* comm_seconds() const { return stats_ ? &stats_->comm_seconds : nullptr; }
   Communicator& comm_;
   RingStats* stats_;
-};
-
-/// The buffers of one ring call that travel or wait for messages (RingWorkspace's slots).
-enum class RingBuffer { kRelay0, kRelay1, kGrad0, kGrad1, kHome };
-
-/// The call's lease on its buffers: with a RingWorkspace, that workspace's (marked in use for
-/// the lease's lifetime, grown as needed, contents left from earlier calls); without one, fresh
-/// zero-filled tensors charged to `mem` and freed with the lease. Declare it before anything that
-/// holds a Request on its buffers, so those requests end (Request's destructor) first.
-class RingBuffers {
- public:
-  /// Throws Error(kInvalidArgument) when the workspace is in use by another call.
-  RingBuffers(RingWorkspace* workspace, MemoryCounter* mem);
-  ~RingBuffers();
-  RingBuffers(const RingBuffers&) = delete;
-  RingBuffers& operator=(const RingBuffers&) = delete;
-  /// `which` with room for at least `floats` floats: its first `floats` (empty for 0).
-  std::span<float> get(RingBuffer which, int64_t floats);
-
- private:
-  RingWorkspace* workspace_;
-  MemoryCounter* mem_;
-  std::array<Tensor, RingWorkspace::kBuffers> own_;
 };
 
 /// Times a whole ring call: on destruction adds (elapsed - kernel - comm time of this call) to
@@ -205,7 +183,7 @@ class RelayPlan {
 class KvRelay {
  public:
   /// The two block buffers come from `buffers` (kRelay0, kRelay1), which must outlive the relay.
-  KvRelay(RingChannel& channel, RingBuffers& buffers, const RingDims& d, const BlockTable& kv,
+  KvRelay(RingChannel& channel, WorkspaceLease& buffers, const RingDims& d, const BlockTable& kv,
           const RelayPlan& plan, RingStream stream, ConstView k, ConstView v);
   /// Makes step `s`'s block current: waits for it to arrive (s > 0, when this rank is on its
   /// path), relays it if a later rank needs it, and posts the receive of the next block if this

@@ -2,6 +2,7 @@
 // fp32 online softmax from block to block (SoftmaxCarry), so there is no separate merge pass.
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "cp/ring_core.h"
@@ -28,12 +29,13 @@ RingDims ring_dims(const Communicator& comm, const RingProblem& p) {
 }
 
 void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& options, View out,
-                  std::span<float> lse) {
+                  std::span<float> lse, WorkspaceLease* lease) {
   const RingDims d = ring_dims(comm, p);
   RingChannel channel(comm, options.stats);
   MemoryCounter* mem = &comm.memory();
   const RelayPlan plan(p.params, *p.q_blocks, *p.kv_blocks, options.document_aware);
-  RingBuffers buffers(options.workspace, mem);
+  std::optional<WorkspaceLease> own_lease;
+  WorkspaceLease& buffers = lease != nullptr ? *lease : own_lease.emplace(options.workspace, mem);
   KvRelay relay(channel, buffers, d, *p.kv_blocks, plan, RingStream::kForwardKv, p.k, p.v);
   if (options.stats != nullptr) {
     // The plain ring relays blocks r, r - 1, ..., r - P + 2 (every step but the last).
@@ -96,6 +98,8 @@ void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& o
   }
   if (own_accumulator) copy_view(std::as_const(accumulator).view(), out);
   relay.finish();
+  // Borrowed through an outer call's lease: free call-owned buffers now, not at its end.
+  if (lease != nullptr) lease->done({WorkspaceBuffer::kRelay0, WorkspaceBuffer::kRelay1});
 }
 
 }  // namespace detail

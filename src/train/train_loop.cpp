@@ -75,9 +75,9 @@ TrainResult train(const TrainConfig& config, std::span<const uint8_t> text,
     AdamW optimizer(config.model, config.adamw, &comm.memory());
     Generator generator(config.seed);
     const BatchSampler sampler(train_text, config.seq_len, config.batch, config.seed);
-    // The ring's buffers, kept across layers and steps (RingWorkspace): only the first step
+    // The ring's buffers, kept across layers and steps (AttentionWorkspace): only the first step
     // faults fresh memory in.
-    RingWorkspace ring_workspace(&comm.memory());
+    AttentionWorkspace ring_workspace(&comm.memory());
     StepOptions options = step_options(config, comm.rank(), config.recompute);
     options.ring.workspace = &ring_workspace;
     StepOptions eval_options = options;

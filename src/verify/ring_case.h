@@ -32,7 +32,7 @@ struct RingRun {
   DType dtype = DType::kF32;
   /// When not empty (one per rank), rank r's ring borrows its buffers from workspaces[r]
   /// (RingOptions::workspace).
-  std::span<RingWorkspace> workspaces{};
+  std::span<AttentionWorkspace> workspaces{};
 };
 
 /// Zero whole-sequence Outputs of the problem's shapes (gradients only when backward).

@@ -1,7 +1,8 @@
-// RingWorkspace (cpattn/ring.h): a ring call that borrows its buffers from a caller-owned
-// workspace gives bitwise the results of one that allocates them, whatever the workspace held
-// from earlier calls (other shapes, dtypes, strategies); the workspace grows to the largest call,
-// is charged to its own counter, refuses a second concurrent call and release() while in use.
+// AttentionWorkspace (cpattn/ring.h): a call of any strategy that borrows its buffers from a
+// caller-owned workspace gives bitwise the results of one that allocates them, whatever the
+// workspace held from earlier calls (other shapes, dtypes, strategies); the workspace grows to the
+// largest call, is charged to its own counter, refuses a second concurrent call and release()
+// while in use.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -31,8 +32,8 @@ struct WorkspaceCall {
 };
 
 // Calls of growing, shrinking and regrowing size, in fp32 and bf16, with documents, dropout,
-// GQA, uneven shards, the plain and the document-aware relay, and the hybrid strategy (whose
-// rows run rings of their own).
+// GQA, uneven shards, the plain and the document-aware relay, and every strategy (the hybrid's
+// ring borrows through the hybrid call's lease).
 std::vector<WorkspaceCall> calls() {
   std::vector<WorkspaceCall> c;
   const auto add = [&](CaseSpec spec, Layout layout, DType dtype, bool document_aware,
@@ -54,12 +55,18 @@ std::vector<WorkspaceCall> calls() {
   add(spec_of(MaskKind::kWindow, {1, 97, 97, 2, 2, 16, 16}, PositionKind::kContiguous, 0.0f, 64),
       Layout::kContiguous, DType::kF32, true, Strategy::hybrid(2, 2));
   add(spec_of(MaskKind::kCausal, {1, 301, 301, 4, 2, 32, 16}, PositionKind::kContiguous, 0.1f, 61),
+      Layout::kZigzag, DType::kF32, true, Strategy::ulysses());
+  add(spec_of(MaskKind::kDocs, {2, 97, 97, 4, 1, 24, 8}, PositionKind::kContiguous, 0.1f, 66),
+      Layout::kStriped, DType::kF32, true, Strategy::allgather());
+  add(spec_of(MaskKind::kCausal, {1, 7, 7, 4, 4, 8, 8}, PositionKind::kContiguous, 0.0f, 67),
+      Layout::kContiguous, DType::kF32, true, Strategy::ulysses());
+  add(spec_of(MaskKind::kCausal, {1, 301, 301, 4, 2, 32, 16}, PositionKind::kContiguous, 0.1f, 61),
       Layout::kZigzag, DType::kF32, true);
   return c;
 }
 
-TEST(RingWorkspace, BorrowedBuffersGiveBitwiseTheResultsOfFreshOnes) {
-  std::vector<RingWorkspace> workspaces(4);
+TEST(AttentionWorkspace, BorrowedBuffersGiveBitwiseTheResultsOfFreshOnes) {
+  std::vector<AttentionWorkspace> workspaces(4);
   int64_t largest = 0;
   for (const WorkspaceCall& call : calls()) {
     const reference::Problem p = reference::make_problem(call.spec);
@@ -69,7 +76,7 @@ TEST(RingWorkspace, BorrowedBuffersGiveBitwiseTheResultsOfFreshOnes) {
     const reference::Outputs again = run_ring(p, borrowed);
     EXPECT_TRUE(outputs_bitwise_equal(fresh, again)) << reference::case_name(call.spec);
     int64_t bytes = 0;
-    for (const RingWorkspace& w : workspaces) bytes += w.bytes();
+    for (const AttentionWorkspace& w : workspaces) bytes += w.bytes();
     EXPECT_GE(bytes, largest) << "a workspace shrank";
     EXPECT_GT(bytes, 0);
     largest = bytes;
@@ -78,14 +85,14 @@ TEST(RingWorkspace, BorrowedBuffersGiveBitwiseTheResultsOfFreshOnes) {
 
 // The buffers are charged to the workspace's counter, not to the call's rank counter, and are
 // freed by release().
-TEST(RingWorkspace, ChargedToItsCounterUntilRelease) {
+TEST(AttentionWorkspace, ChargedToItsCounterUntilRelease) {
   const CaseSpec spec =
       spec_of(MaskKind::kCausal, {1, 257, 257, 4, 2, 32, 32}, PositionKind::kContiguous, 0.0f, 65);
   const reference::Problem p = reference::make_problem(spec);
   const std::array<std::shared_ptr<MemoryCounter>, 2> counters{MemoryCounter::create(),
-                                                                 MemoryCounter::create()};
-  std::array<RingWorkspace, 2> workspaces{RingWorkspace(counters[0].get()),
-                                          RingWorkspace(counters[1].get())};
+                                                               MemoryCounter::create()};
+  std::array<AttentionWorkspace, 2> workspaces{AttentionWorkspace(counters[0].get()),
+                                               AttentionWorkspace(counters[1].get())};
   RingRun run{2, Layout::kZigzag, spec.layout};
   run.workspaces = workspaces;
   run_ring(p, run);
@@ -101,24 +108,25 @@ TEST(RingWorkspace, ChargedToItsCounterUntilRelease) {
 
 // One call at a time: a second lease (a concurrent call) and release() during a call throw,
 // naming the workspace; after the call a new lease works.
-TEST(RingWorkspace, ASecondConcurrentCallIsRefused) {
-  RingWorkspace workspace;
+TEST(AttentionWorkspace, ASecondConcurrentCallIsRefused) {
+  AttentionWorkspace workspace;
   MemoryCounter& mem = process_memory();
   {
-    detail::RingBuffers lease(&workspace, &mem);
-    EXPECT_EQ(lease.get(detail::RingBuffer::kRelay0, 100).size(), 100u);
+    detail::WorkspaceLease lease(&workspace, &mem);
+    EXPECT_EQ(lease.get(detail::WorkspaceBuffer::kRelay0, 100).size(), 100u);
     try {
-      detail::RingBuffers second(&workspace, &mem);
+      detail::WorkspaceLease second(&workspace, &mem);
       ADD_FAILURE() << "a second lease was granted";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
       EXPECT_THAT(e.what(), ::testing::HasSubstr("RingOptions::workspace is in use"));
     }
     EXPECT_THROW(workspace.release(), Error);
-    EXPECT_EQ(lease.get(detail::RingBuffer::kRelay0, 50).size(), 50u);  // no shrink, no realloc
+    EXPECT_EQ(lease.get(detail::WorkspaceBuffer::kRelay0, 50).size(),
+              50u);  // no shrink, no realloc
   }
-  detail::RingBuffers after(&workspace, &mem);
-  EXPECT_EQ(after.get(detail::RingBuffer::kHome, 0).size(), 0u);
+  detail::WorkspaceLease after(&workspace, &mem);
+  EXPECT_EQ(after.get(detail::WorkspaceBuffer::kHome, 0).size(), 0u);
   EXPECT_EQ(workspace.bytes(), 100 * static_cast<int64_t>(sizeof(float)));
 }
 
