@@ -94,7 +94,8 @@ struct RingTiming {
 
 // Ring forward + backward over P in-process ranks, 1 kernel thread each, zigzag layout; with
 // `workspaces` (one per rank), the ring borrows its buffers from them (RingOptions::workspace).
-RingTiming time_ring(const Problem& p, int P, std::vector<AttentionWorkspace>* workspaces = nullptr) {
+RingTiming time_ring(const Problem& p, int P,
+                     std::vector<AttentionWorkspace>* workspaces = nullptr) {
   RingTiming result;
   std::mutex mu;
   run_ranks(P, [&](Communicator& comm) {

@@ -111,12 +111,12 @@ StateMemoryStats memory_stats(const MemoryCounter& counter = process_memory());
 /// ForwardResult: out and lse of this rank's queries in q_seq's sharding. q [B, Sq_r, Hq, Dqk], k
 /// [B, Sk_r, Hkv, Dqk], v [B, Sk_r, Hkv, Dv] with Sq_r = q_seq.local_length(), Sk_r =
 /// kv_seq.local_length(); any strides; fp32, or bf16 / fp16 (one dtype, the ring strategy only:
-/// out is then of that dtype, lse fp32; docs/design.md section 1.1). q_seq and kv_seq say how the query and the key/value
-/// sequences are split (the same object for self-attention; different ones for cross-attention or
-/// Sq != Sk); their cp_rank/cp_size must equal comm.rank()/size(). `rng` is recorded in the result
-/// (take it from a Generator). Before any data moves, every rank learns every other rank's
-/// description of the call (call number, shapes, layouts, lengths, positions/documents, params,
-/// RngState; one all_to_all of 168-byte records, the strategy and
+/// out is then of that dtype, lse fp32; docs/design.md section 1.1). q_seq and kv_seq say how the
+/// query and the key/value sequences are split (the same object for self-attention; different ones
+/// for cross-attention or Sq != Sk); their cp_rank/cp_size must equal comm.rank()/size(). `rng` is
+/// recorded in the result (take it from a Generator). Before any data moves, every rank learns
+/// every other rank's description of the call (call number, shapes, layouts, lengths,
+/// positions/documents, params, RngState; one all_to_all of 168-byte records, the strategy and
 /// RingOptions::document_aware included) and all throw
 /// Error(kRankDisagreement) naming the field and the ranks when they differ. A strategy that
 /// cannot run this call (check_strategy) throws Error(kInvalidArgument) on every rank. Throws

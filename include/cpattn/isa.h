@@ -15,7 +15,8 @@ enum class Isa {
   kAvx2,     ///< AVX2 + FMA, 8 fp32 lanes
   kAvx512,   ///< AVX-512 F/BW/VL/DQ (+ FMA), 16 fp32 lanes
   /// kAvx512 plus AVX-512-BF16: bf16 calls run their bf16 x bf16 products on vdpbf16ps (two
-  /// products per fp32 lane and instruction, fp32 accumulation; docs/design.md section 3.1);
+  /// products per fp32 lane and instruction, fp32 accumulation; P rounded to bf16 before P V;
+  /// bf16 denormal inputs count as zero, as the instruction defines; docs/design.md section 3);
   /// fp32 and fp16 calls run exactly kAvx512's code and give its bits.
   kAvx512Bf16,
 };
@@ -34,10 +35,10 @@ std::vector<Isa> available_isas();
 
 /// The path a call with `requested` runs: an explicit ISA is returned as is when available;
 /// kAuto becomes the value of the CPATTN_ISA environment variable ("generic", "avx2", "avx512",
-/// "avx512bf16", or "auto" / empty for detected_isa()) when it is set, else detected_isa(). Read on every call.
-/// Throws Error(kInvalidArgument) for an ISA this CPU or build lacks ("CPATTN_ISA=avx512: this
-/// CPU supports only generic, avx2") and for a CPATTN_ISA value outside the accepted names
-/// (naming them).
+/// "avx512bf16", or "auto" / empty for detected_isa()) when it is set, else detected_isa(). Read on
+/// every call. Throws Error(kInvalidArgument) for an ISA this CPU or build lacks
+/// ("CPATTN_ISA=avx512: this CPU supports only generic, avx2") and for a CPATTN_ISA value outside
+/// the accepted names (naming them).
 Isa resolve_isa(Isa requested);
 
 }  // namespace cpattn

@@ -51,16 +51,16 @@ struct KernelOptions {
   /// CPATTN_ISA names another. Results are bitwise equal on kAvx2 and kAvx512 (and kAvx512Bf16
   /// for fp32 and fp16 calls); kGeneric (no FMA: a * b + c rounds twice) differs from them in the
   /// last bits; bf16 calls on kAvx512Bf16 run their products on vdpbf16ps and round P to bf16
-  /// before P V, so they differ from the other paths by bf16 roundings (docs/design.md
-  /// section 3).
+  /// before P V, so they differ from the other paths by bf16 roundings, and treat bf16 denormal
+  /// inputs (|x| < 2^-126) as zero (docs/design.md section 3).
   /// Throws Error(kInvalidArgument) for a path this CPU or build lacks.
   Isa isa = Isa::kAuto;
 };
 
 /// Forward: writes out [B, Sq, Hq, Dv] (any strides) and lse fp32 [B, Hq, Sq] (contiguous,
 /// natural log). q, k, v are fp32, bf16 or fp16 (one dtype per call); out is of that dtype or
-/// fp32, rounded once on store; accumulation is fp32 (docs/design.md section 1.1). Outputs must not alias any input (that is not detected; the result is undefined).
-/// Computes, for each (b, h, i):
+/// fp32, rounded once on store; accumulation is fp32 (docs/design.md section 1.1). Outputs must not
+/// alias any input (that is not detected; the result is undefined). Computes, for each (b, h, i):
 ///   s_ij = scale * <q_i, k_j>,  lse_i = log sum_{visible j} exp(s_ij),
 ///   out_i = sum_{visible j} keep_ij / (1 - p) * exp(s_ij - lse_i) * v_j.
 /// A row with no visible key gets out_i = 0, lse_i = -inf. Online softmax with fp32

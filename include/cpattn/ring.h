@@ -84,8 +84,8 @@ class WorkspaceLease;
 /// Reusable buffers for the calls of every CP strategy, owned by the caller
 /// (RingOptions::workspace; AttentionOptions inherits it). A call borrows from here what it
 /// would otherwise allocate and free: the ring its travelling k/v blocks, dk/dv accumulators and
-/// finished dk/dv (about 5 k/v blocks of the largest rank: 448 MiB per backward at S = 16384,
-/// P = 2, Hkv = 8, D = 128 in fp32), Ulysses and the hybrid their head-side q, k, v, dout, out,
+/// finished dk/dv (5 k/v blocks of the largest rank: 320 MiB per rank at S = 16384, P = 2,
+/// Hkv = 8, D = 128 in fp32), Ulysses and the hybrid their head-side q, k, v, dout, out,
 /// lse, D and gradients, allgather its gathered k/v and their dk/dv. The results a call returns
 /// (out, lse, dq, dk, dv) are never in the workspace. Without a workspace every call gets fresh
 /// memory, which the operating system faults in and zeroes page by page (docs/performance.md,
@@ -101,9 +101,10 @@ class AttentionWorkspace {
   AttentionWorkspace(const AttentionWorkspace&) = delete;
   AttentionWorkspace& operator=(const AttentionWorkspace&) = delete;
 
-  /// Bytes held now.
+  /// Bytes held now. Read it between calls (not concurrently with one, which may grow a buffer).
   int64_t bytes() const noexcept;
-  /// Frees every buffer. Throws Error(kInvalidArgument) while a call uses the workspace.
+  /// Frees every buffer. Throws Error(kInvalidArgument) while a call uses the workspace; a call
+  /// that starts while release() runs throws the same "in use" error.
   void release();
 
  private:

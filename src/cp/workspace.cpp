@@ -12,9 +12,11 @@ int64_t AttentionWorkspace::bytes() const noexcept {
 }
 
 void AttentionWorkspace::release() {
-  CPATTN_CHECK(!in_use_.load(), ErrorCode::kInvalidArgument,
+  // Held like a call's lease while freeing, so no call can start on buffers being freed.
+  CPATTN_CHECK(!in_use_.exchange(true), ErrorCode::kInvalidArgument,
                "AttentionWorkspace::release: a call is using the workspace");
   for (Tensor& t : buffers_) t = Tensor();
+  in_use_.store(false);
 }
 
 namespace detail {

@@ -130,10 +130,11 @@ Isa resolve_isa(Isa requested) {
   for (Isa isa : kPaths) {
     if (value == isa_name(isa)) return checked(isa, "CPATTN_ISA=");
   }
-  throw Error(ErrorCode::kInvalidArgument,
-              detail::str_cat("CPATTN_ISA=", value,
-                              ": expected one of auto, generic, avx2, avx512, avx512bf16 (available here: ",
-                              available_names(), ")"));
+  throw Error(
+      ErrorCode::kInvalidArgument,
+      detail::str_cat("CPATTN_ISA=", value,
+                      ": expected one of auto, generic, avx2, avx512, avx512bf16 (available here: ",
+                      available_names(), ")"));
 }
 
 }  // namespace cpattn

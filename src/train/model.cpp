@@ -133,8 +133,8 @@ LayerActs layer_forward(const Context& c, const LayerTensors<const float>& w, co
     const float* qkv = a.qkv.data();
     const DType dt = c.opt.activations;
     a.q = dense_copy(c.qkv_view(qkv, 0, cfg.heads), dt, MemoryLayout::kBSHD, c.counter);
-    a.k = dense_copy(c.qkv_view(qkv, cfg.q_dim(), cfg.kv_heads), dt, MemoryLayout::kBSHD,
-                     c.counter);
+    a.k =
+        dense_copy(c.qkv_view(qkv, cfg.q_dim(), cfg.kv_heads), dt, MemoryLayout::kBSHD, c.counter);
     a.v = dense_copy(c.qkv_view(qkv, cfg.q_dim() + cfg.kv_dim(), cfg.kv_heads), dt,
                      MemoryLayout::kBSHD, c.counter);
     a.qkv = Tensor();

@@ -31,7 +31,7 @@ struct TrainConfig {
   ModelConfig model;  ///< model.seed is set from `seed` by validate_train_config
   int cp = 4;         ///< ranks of the CP group (P)
   Layout layout = Layout::kZigzag;
-  Strategy strategy{};     ///< how the CP group splits attention (--strategy; default ring)
+  Strategy strategy{};  ///< how the CP group splits attention (--strategy; default ring)
   /// Attention activations' dtype (--dtype; StepOptions::activations): fp32, or bf16 / fp16
   /// with fp32 master weights and optimizer (the ring strategy only).
   DType dtype = DType::kF32;

@@ -150,6 +150,7 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
   // Magnitudes: the same sums over absolute values of their terms (see reference.h).
   Outputs mag;
   if (magnitudes != nullptr) {
+    mag.out.assign(out.size(), 0.0);
     if (with_backward) {
       mag.dq.assign(q.size(), 0.0);
       mag.dk.assign(k.size(), 0.0);
@@ -188,6 +189,12 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
                          ? keep_scale
                          : T{0};
           axpy(zmask[j] * prob[j], &v[at(b, j, hk, d.Sk, d.Hkv, d.Dv)], oi, d.Dv);
+          if (magnitudes != nullptr) {
+            const double zp = static_cast<double>(zmask[j] * prob[j]);
+            const T* vj = &v[at(b, j, hk, d.Sk, d.Hkv, d.Dv)];
+            double* mi = &mag.out[at(b, i, h, d.Sq, d.Hq, d.Dv)];
+            for (int64_t e = 0; e < d.Dv; ++e) mi[e] += zp * std::fabs(static_cast<double>(vj[e]));
+          }
         }
         if (!with_backward) continue;
         const T* doi = &dout[at(b, i, h, d.Sq, d.Hq, d.Dv)];

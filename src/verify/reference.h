@@ -66,11 +66,11 @@ double softmax_scale(const Problem& problem);
 ///   dv_j = sum_i Z_ij P_ij dout_i, dS_ij = P_ij (Z_ij <dout_i, v_j> - <dout_i, out_i>),
 ///   dq_i = scale sum_j dS_ij k_j, dk_j = scale sum_i dS_ij q_i (dk, dv summed over GQA groups).
 /// Empty rows: out 0, lse -inf, no gradient. Cost O(B Hq Sq Sk D): a slow oracle, not a kernel.
-/// When `magnitudes` is given (and backward runs) its dq, dk, dv receive, per element, the size
-/// of the terms that gradient is summed from, the scale its fp32 rounding error is proportional
-/// to, cancellation included: dv: sum_i Z P |dout_i|,
+/// When `magnitudes` is given its out (and, when backward runs, dq, dk, dv) receive, per element,
+/// the size of the terms that result is summed from, the scale its rounding error is proportional
+/// to, cancellation included: out: sum_j Z P |v_j|; dv: sum_i Z P |dout_i|,
 ///   dq: |scale| sum_j P (|Z <dout_i, v_j>| + |D_i|) |k_j|, dk: likewise with |q_i|.
-/// Its out and lse stay empty.
+/// Its lse stays empty.
 /// Throws Error(kShapeMismatch) when a vector's length disagrees with dims.
 Outputs attention(const Problem& problem, bool with_backward = true, Outputs* magnitudes = nullptr);
 

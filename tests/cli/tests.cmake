@@ -53,7 +53,7 @@ set_tests_properties(cli.verify_isa_invalid PROPERTIES LABELS cli ENVIRONMENT CP
   PASS_REGULAR_EXPRESSION "cpattn: error \\(invalid_argument\\): CPATTN_ISA=sse9: expected one of auto, generic, avx2, avx512")
 add_test(NAME cli.version_names_isa COMMAND cpattn_cli --version)
 set_tests_properties(cli.version_names_isa PROPERTIES LABELS cli
-  PASS_REGULAR_EXPRESSION "; kernel ISA (generic|avx2|avx512) \\(available: generic")
+  PASS_REGULAR_EXPRESSION "; kernel ISA (generic|avx2|avx512|avx512bf16) \\(available: generic")
 
 # `cpattn plan`: the table of every strategy with a recommendation, valid JSON, and bad document
 # lists refused with the accepted forms.

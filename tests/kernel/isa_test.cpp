@@ -136,7 +136,8 @@ TEST(Isa, EnvironmentChoosesForAutoOnlyAndIsChecked) {
     ADD_FAILURE() << "CPATTN_ISA=sse9 was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("auto, generic, avx2, avx512, avx512bf16"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("auto, generic, avx2, avx512, avx512bf16"),
+              std::string::npos)
         << e.what();
   }
   // A kernel call resolves kAuto through the same check.
