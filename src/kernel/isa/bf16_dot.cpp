@@ -7,7 +7,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <utility>
 
 namespace cpattn::detail::CPATTN_ISA_NS {
 namespace {
@@ -23,55 +22,33 @@ uint32_t pair(uint16_t lo, uint16_t hi) { return lo | static_cast<uint32_t>(hi) 
 // C[0:MR, 0:kNr] (+)= A[0:MR, 0:2 k2_len] * panel: each k2 step loads 2 B vectors (32 columns x
 // 2 k) and broadcasts MR A words, as gemm.cpp's micro-kernel does for one k.
 template <int MR, bool kAccumulate>
-void micro_kernel(int64_t k2_len, const uint32_t* a, int64_t rs, int64_t ks, const uint32_t* b,
+struct DotKernel {
+  static void run(int64_t k2_len, const uint32_t* a, int64_t rs, int64_t ks, const uint32_t* b,
                   float* c, int64_t ldc) {
-  __m512 lo[MR], hi[MR];
-#pragma GCC unroll 16
-  for (int m = 0; m < MR; ++m) {
-    lo[m] = kAccumulate ? _mm512_loadu_ps(c + m * ldc) : _mm512_setzero_ps();
-    hi[m] = kAccumulate ? _mm512_loadu_ps(c + m * ldc + kLanes) : _mm512_setzero_ps();
-  }
-  for (int64_t k2 = 0; k2 < k2_len; ++k2) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + k2 * kNr);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + k2 * kNr + kLanes);
-    const Word* ak = a + k2 * ks;
+    __m512 lo[MR], hi[MR];
 #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
-      const __m512bh am = (__m512bh)_mm512_set1_epi32(static_cast<int>(ak[m * rs]));
-      lo[m] = _mm512_dpbf16_ps(lo[m], am, b0);
-      hi[m] = _mm512_dpbf16_ps(hi[m], am, b1);
+      lo[m] = kAccumulate ? _mm512_loadu_ps(c + m * ldc) : _mm512_setzero_ps();
+      hi[m] = kAccumulate ? _mm512_loadu_ps(c + m * ldc + kLanes) : _mm512_setzero_ps();
     }
-  }
+    for (int64_t k2 = 0; k2 < k2_len; ++k2) {
+      const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + k2 * kNr);
+      const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + k2 * kNr + kLanes);
+      const Word* ak = a + k2 * ks;
 #pragma GCC unroll 16
-  for (int m = 0; m < MR; ++m) {
-    _mm512_storeu_ps(c + m * ldc, lo[m]);
-    _mm512_storeu_ps(c + m * ldc + kLanes, hi[m]);
-  }
-}
-
-template <bool kAccumulate, int... R>
-void micro_kernel_tail(int64_t rows, int64_t k2_len, const uint32_t* a, int64_t rs, int64_t ks,
-                       const uint32_t* b, float* c, int64_t ldc, std::integer_sequence<int, R...>) {
-  ((rows == R + 1 ? micro_kernel<R + 1, kAccumulate>(k2_len, a, rs, ks, b, c, ldc) : void()), ...);
-}
-
-template <bool kAccumulate>
-void gemm_impl(int64_t m, int64_t n, PairsA a, PairsB b, float* c, int64_t ldc) {
-  for (int64_t n0 = 0; n0 < n; n0 += kNr) {
-    const uint32_t* panel = b.data + n0 * b.k2;
-    float* c_col = c + n0;
-    int64_t m0 = 0;
-    for (; m0 + kMr <= m; m0 += kMr) {
-      micro_kernel<kMr, kAccumulate>(b.k2, a.data + m0 * a.row_stride, a.row_stride, a.k2_stride,
-                                     panel, c_col + m0 * ldc, ldc);
+      for (int m = 0; m < MR; ++m) {
+        const __m512bh am = (__m512bh)_mm512_set1_epi32(static_cast<int>(ak[m * rs]));
+        lo[m] = _mm512_dpbf16_ps(lo[m], am, b0);
+        hi[m] = _mm512_dpbf16_ps(hi[m], am, b1);
+      }
     }
-    if (m0 < m) {
-      micro_kernel_tail<kAccumulate>(m - m0, b.k2, a.data + m0 * a.row_stride, a.row_stride,
-                                     a.k2_stride, panel, c_col + m0 * ldc, ldc,
-                                     std::make_integer_sequence<int, kMr - 1>{});
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+      _mm512_storeu_ps(c + m * ldc, lo[m]);
+      _mm512_storeu_ps(c + m * ldc + kLanes, hi[m]);
     }
   }
-}
+};
 
 // The word of elements d0 and d0 + 1 of a bf16 row (stride sd, dim elements), 0 past the end.
 uint32_t row_pair(const uint16_t* row, int64_t sd, int64_t dim, int64_t d0) {
@@ -106,9 +83,9 @@ __m512i interleave16(const uint16_t* r0, const uint16_t* r1) {
 void gemm_tile_bf16(int64_t m, int64_t n, PairsA a, PairsB b, float* c, int64_t ldc,
                     bool accumulate) {
   if (accumulate) {
-    gemm_impl<true>(m, n, a, b, c, ldc);
+    tile_loops<DotKernel, true>(m, n, a, b, c, ldc);
   } else {
-    gemm_impl<false>(m, n, a, b, c, ldc);
+    tile_loops<DotKernel, false>(m, n, a, b, c, ldc);
   }
 }
 

@@ -25,22 +25,22 @@ namespace cpattn::detail::CPATTN_ISA_NS {
 /// Pairs of K: the number of 32-bit words a packed K-long bf16 row takes, ceil(k / 2).
 inline int64_t k_pairs(int64_t k) { return (k + 1) / 2; }
 
-/// A[m][2 k2 .. 2 k2 + 1] = word a[m * row_stride + k2 * k2_stride] (low half first).
+/// A[m][2 k2 .. 2 k2 + 1] = word a[m * row_stride + k2 * k_stride] (low half first).
 struct PairsA {
   const uint32_t* data;
   int64_t row_stride;  ///< in words
-  int64_t k2_stride;   ///< in words
+  int64_t k_stride;    ///< between pairs of k, in words
 };
 
 /// Packed-B pairs: panel p holds the word (B[2 k2][n], B[2 k2 + 1][n]) of column n = kNr p + c
-/// at b[p * k2 * kNr + k2 * kNr + c]; columns past the real N are zero words.
+/// at b[p * k * kNr + k2 * kNr + c]; columns past the real N are zero words.
 struct PairsB {
   const uint32_t* data;
-  int64_t k2;  ///< word rows per panel: k_pairs of the product's K
+  int64_t k;  ///< word rows per panel: k_pairs of the product's K
 };
 
 /// C[m][n] = (accumulate ? C[m][n] : 0) + sum_{k < K} A[m][k] * B[k][n] for m < M, n < N (N a
-/// multiple of kNr), K = 2 b.k2 with the zero pads; fp32 C, row-major with leading dimension ldc.
+/// multiple of kNr), K = 2 b.k with the zero pads; fp32 C, row-major with leading dimension ldc.
 /// The sum runs over k in pair order (k = 2k2 + 1 then 2k2 within a word, pairs in order).
 void gemm_tile_bf16(int64_t m, int64_t n, PairsA a, PairsB b, float* c, int64_t ldc,
                     bool accumulate);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "kernel/isa/simd.h"
 
@@ -45,5 +46,31 @@ struct AOperand {
 /// C[m][n] = (accumulate ? C[m][n] : 0) + sum_{k < K} A[m][k] * B[k][n], for m < M and n < N,
 /// where N is a multiple of kNr and K = b.k. C is row-major with leading dimension ldc.
 void gemm_tile(int64_t m, int64_t n, AOperand a, PackedB b, float* c, int64_t ldc, bool accumulate);
+
+/// The loop nest around a register micro-kernel, shared by the fp32 product (gemm.cpp) and the
+/// bf16 pair product (bf16_dot.cpp): column panels of kNr, row blocks of kMr, and the last
+/// m % kMr rows through Micro<rows>. Micro<MR, kAccumulate>::run(k, a, row_stride, k_stride,
+/// panel, c, ldc) computes C[0:MR, 0:kNr] (+)= A[0:MR, 0:k] * panel; A and B are AOperand /
+/// PackedB or their pair twins (fields data, row_stride, k_stride; data, k).
+template <template <int, bool> class Micro, bool kAccumulate, class A, class B>
+void tile_loops(int64_t m, int64_t n, const A& a, const B& b, float* c, int64_t ldc) {
+  const auto tail = [&]<int... R>(int64_t rows, int64_t m0, const auto* panel, float* c_col,
+                                  std::integer_sequence<int, R...>) {
+    ((rows == R + 1 ? Micro<R + 1, kAccumulate>::run(b.k, a.data + m0 * a.row_stride, a.row_stride,
+                                                     a.k_stride, panel, c_col + m0 * ldc, ldc)
+                    : void()),
+     ...);
+  };
+  for (int64_t n0 = 0; n0 < n; n0 += kNr) {
+    const auto* panel = b.data + n0 * b.k;  // (n0 / kNr) panels of b.k * kNr elements
+    float* c_col = c + n0;
+    int64_t m0 = 0;
+    for (; m0 + kMr <= m; m0 += kMr) {
+      Micro<kMr, kAccumulate>::run(b.k, a.data + m0 * a.row_stride, a.row_stride, a.k_stride, panel,
+                                   c_col + m0 * ldc, ldc);
+    }
+    if (m0 < m) tail(m - m0, m0, panel, c_col, std::make_integer_sequence<int, kMr - 1>{});
+  }
+}
 
 }  // namespace cpattn::detail::CPATTN_ISA_NS
