@@ -38,6 +38,12 @@ expect_output() { grep -Eq "$2" "$1" || fail "no line matching /$2/ in $1"; }
 expect_within() {
   awk "BEGIN { exit !($elapsed <= $1) }" || fail "took $elapsed s, more than $1 s"
 }
+# When rank_timer.sh sent its signal (seconds after start; at least its --after).
+signal_time() { sed -n 's/^rank 1: sent SIG[A-Z]* to its cpattn after \([0-9.]*\) s$/\1/p' "$1"; }
+# The time bound of a fault injected by rank_timer.sh: its signal time + $1 seconds.
+expect_within_after_signal() {
+  expect_within "$(awk "BEGIN { print $(signal_time out.txt) + $1 }")"
+}
 # The per-rank times printed by rank_timer.sh ("rank R: exit S after T s"), or, for a rank that
 # mpirun ended, the job's end.
 rank_times() {
@@ -132,12 +138,12 @@ case $case_name in
   stopped_rank)
     # SIGSTOP on rank 1 after 2 s of a long run: rank 0's next wait times out.
     # shellcheck disable=SC2086
-    run out.txt "$@" 2 sh "$here/rank_timer.sh" --rank1-signal STOP --after 2 \
+    run out.txt "$@" 2 sh "$here/rank_timer.sh" --rank1-signal STOP --after 2 --once ck/checkpoint.bin \
       "$cpattn" train --backend mpi $tiny --steps 1000000 --save ck --save-every 20
     expect_status 15
     # (in whichever wait comes next: a ring message or the per-step allreduce)
     expect_output out.txt "^cpattn: rank 0: error \(timeout\): ((allreduce_sum|all_to_all): )?rank 0: timed out after 5 s waiting for"
-    expect_within $((2 + deadline + 5))
+    expect_within_after_signal $((deadline + 5))
     checkpoint_loads ck
     row "$(rank_times out.txt) (rank 1 stopped at 2 s)" "checkpoint of the last --save-every step (loads)"
     ;;
@@ -153,10 +159,10 @@ case $case_name in
     ;;
   killed_rank)
     # shellcheck disable=SC2086
-    run out.txt "$@" 2 sh "$here/rank_timer.sh" --rank1-signal KILL --after 2 \
+    run out.txt "$@" 2 sh "$here/rank_timer.sh" --rank1-signal KILL --after 2 --once ck/checkpoint.bin \
       "$cpattn" train --backend mpi $tiny --steps 1000000 --save ck --save-every 20
     [ "$status" -ne 0 ] || fail "the job succeeded"
-    expect_within $((2 + deadline + 5))
+    expect_within_after_signal $((deadline + 5))
     checkpoint_loads ck
     row "$(rank_times out.txt) (rank 1 killed at 2 s)" "checkpoint of the last --save-every step (loads)"
     ;;
