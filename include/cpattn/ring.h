@@ -109,7 +109,7 @@ class AttentionWorkspace {
 
  private:
   friend class detail::WorkspaceLease;
-  static constexpr int kBuffers = 15;  ///< detail::WorkspaceBuffer's values
+  static constexpr int kBuffers = 17;  ///< detail::WorkspaceBuffer's values
   MemoryCounter* counter_;
   std::array<Tensor, kBuffers> buffers_;
   std::atomic<bool> in_use_{false};
@@ -122,11 +122,14 @@ struct RingOptions {
   int num_threads = 1;
   /// When non-null, the call adds its timings and counts here (caller-owned, per rank).
   RingStats* stats = nullptr;
-  /// Document-aware relay (docs/ring.md, "Document-aware ring"): from the position and document
-  /// ranges of every rank (MaskRule::classify, the ring's block skip), a k/v block travels round
-  /// the ring only as far as the last rank that needs it, and its dk/dv accumulator returns from
-  /// there straight to its home rank. Saves traffic with packed documents, windows and causal
-  /// masks on contiguous layouts. false: the plain ring.
+  /// Document-aware routing (docs/strategies.md, "Document-aware ring"): from the position and
+  /// document ranges of every rank (MaskRule::classify, the ring's block skip), a k/v block
+  /// travels round the ring only as far as the last rank that needs it, and its dk/dv
+  /// accumulator returns from there straight to its home rank; a block that at most two other
+  /// ranks need, with a rank on the way that does not, goes straight from its home to them, and
+  /// their dk/dv shares come straight back and are added at home in ring order. Saves traffic
+  /// with packed documents, windows and causal masks on contiguous layouts. false: the plain
+  /// ring.
   bool document_aware = true;
   /// The kernel's code path for every block (KernelOptions::isa; resolved once per call).
   Isa isa = Isa::kAuto;

@@ -43,6 +43,10 @@ CASES = [
     ("documents_zigzag_dropout", 101, 2, 1, 16, 16, "zigzag", {"causal": True, "dropout_p": 0.1},
      [0] * 30 + [1] * 5 + [2] * 60 + [3] * 6),
     ("full_striped_dropout", 33, 2, 2, 16, 16, "striped", {"dropout_p": 0.1}, None),
+    # Bidirectional documents on contiguous shards of 25 tokens: blocks 1-3 are needed by the rank
+    # before them, the end of the ring's path, so they go straight from their home rank there.
+    ("documents_contiguous_direct", 100, 2, 1, 16, 16, "contiguous", {"dropout_p": 0.1},
+     [0] * 20 + [1] * 10 + [2] * 40 + [3] * 10 + [4] * 20),
 ]
 
 

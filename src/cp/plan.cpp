@@ -23,8 +23,8 @@ constexpr double kFloat = 4.0;  // bytes
 constexpr double kRingBlocks = 5.0;
 
 // The ring's own copies of a forward + backward, read and write each: packing the own k|v into
-// the relay in both passes, and unpacking the finished dk|dv (merges and share additions happen
-// inside the kernel).
+// the relay in both passes, and unpacking the finished dk|dv (merges and relayed share additions
+// happen inside the kernel; a direct block's at most kMaxDirect share additions are not counted).
 double ring_copy_seconds(double block_bytes, const KernelModel& kernel) {
   return 2 * 3 * block_bytes / kernel.copy_bytes_per_s;
 }
@@ -63,11 +63,13 @@ double computed_pairs(const MaskRule& rule, const Tiles& q, const Tiles& k) {
 }
 
 // A ring rank's traffic (forward + backward) on block tables of `heads` kv heads with the
-// document-aware relay: the bytes and messages it sends; the largest block.
+// document-aware routing: the bytes and messages it sends; the largest block; the blocks of
+// buffer a direct own block adds (its packed k|v, one dk|dv share per rank that needs it).
 struct RingTraffic {
   double bytes = 0;
   int64_t messages = 0;
   int64_t max_block = 0;
+  int64_t direct_buffers = 0;
 };
 RingTraffic rank_traffic(const PlanProblem& p, const detail::RelayPlan& plan,
                          const detail::BlockTable& kv, int64_t heads, int rank) {
@@ -76,9 +78,19 @@ RingTraffic rank_traffic(const PlanProblem& p, const detail::RelayPlan& plan,
   const double per_token = static_cast<double>(p.B * heads * (p.Dqk + p.Dv)) * kFloat;
   for (int s = 0; s < P; ++s) {
     const int b = ((rank - s) % P + P) % P;
-    if (s > plan.reach(b)) continue;
+    if (!plan.on_path(rank, s)) continue;
     const double bytes = per_token * static_cast<double>(kv.length(b));
-    if (s < plan.reach(b)) {  // k/v relayed in forward and backward, accumulator on
+    if (plan.direct(b)) {
+      const auto needers = static_cast<int64_t>(plan.direct_steps(b).size());
+      if (s == 0) {  // k/v to each rank that needs it, in forward and backward
+        t.bytes += 2 * static_cast<double>(needers) * bytes;
+        t.messages += 2 * needers;
+        t.direct_buffers = 1 + needers;
+      } else {  // the share goes home
+        t.bytes += bytes;
+        t.messages += 1;
+      }
+    } else if (s < plan.reach(b)) {  // k/v relayed in forward and backward, accumulator on
       t.bytes += 3 * bytes;
       t.messages += 3;
     } else if (s > 0) {  // the last rank of the path: the accumulator goes home
@@ -89,6 +101,13 @@ RingTraffic rank_traffic(const PlanProblem& p, const detail::RelayPlan& plan,
   return t;
 }
 
+// t <- the elementwise maximum of t and a rank's traffic `tr`.
+void take_max(RingTraffic& t, const RingTraffic& tr) {
+  t.bytes = std::max(t.bytes, tr.bytes);
+  t.messages = std::max(t.messages, tr.messages);
+  t.direct_buffers = std::max(t.direct_buffers, tr.direct_buffers);
+}
+
 // The maximum of rank_traffic over the ranks (one RelayPlan for all: O(P^2) classifications).
 RingTraffic ring_traffic(const PlanProblem& p, const detail::BlockTable& q,
                          const detail::BlockTable& kv, int64_t heads) {
@@ -97,9 +116,7 @@ RingTraffic ring_traffic(const PlanProblem& p, const detail::BlockTable& q,
   if (kv.size() == 1) return t;
   const detail::RelayPlan plan(p.params, q, kv, true);
   for (int r = 0; r < kv.size(); ++r) {
-    const RingTraffic tr = rank_traffic(p, plan, kv, heads, r);
-    t.bytes = std::max(t.bytes, tr.bytes);
-    t.messages = std::max(t.messages, tr.messages);
+    take_max(t, rank_traffic(p, plan, kv, heads, r));
   }
   return t;
 }
@@ -209,8 +226,7 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
                   : std::nullopt;
         for (int r = 0; r < P; ++r) {
           const RingTraffic tr = plan ? rank_traffic(p, *plan, table, p.Hkv, r) : RingTraffic{};
-          t.bytes = std::max(t.bytes, tr.bytes);
-          t.messages = std::max(t.messages, tr.messages);
+          take_max(t, tr);
           const double compute = pairs[static_cast<size_t>(r)] * Hq * flops_per_pair_head /
                                  (kernel.flops_per_s * slowdown);
           ring_slowest =
@@ -220,8 +236,10 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
         e.bytes_sent = t.bytes;
         e.messages = t.messages;
         const double block = static_cast<double>(t.max_block) * kv_token;
-        // Backward: dq, dk|dv, delta, 2 relay buffers, 2 accumulators, home; the state.
-        e.peak_bytes = q_local + Sr * kv_token + rows_local + (P > 1 ? kRingBlocks * block : 0) +
+        // Backward: dq, dk|dv, delta, 2 relay buffers, 2 accumulators, home (and a direct own
+        // block's buffers); the state.
+        const double ring_blocks = kRingBlocks + static_cast<double>(t.direct_buffers);
+        e.peak_bytes = q_local + Sr * kv_token + rows_local + (P > 1 ? ring_blocks * block : 0) +
                        o_local + rows_local;
         e.copy_seconds = P > 1 ? ring_copy_seconds(block, kernel) : 0;
         break;
@@ -297,7 +315,7 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
           e.messages += t.messages;
           const double block = static_cast<double>(t.max_block) * kv_head_token;
           if (strategy.ring_size > 1) {
-            e.peak_bytes += kRingBlocks * block;
+            e.peak_bytes += (kRingBlocks + static_cast<double>(t.direct_buffers)) * block;
             e.copy_seconds += ring_copy_seconds(block, kernel);
           }
           // The ring's transfers hide under compute; the row all-to-alls do not.

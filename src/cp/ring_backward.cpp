@@ -1,6 +1,7 @@
-// Ring backward: dq accumulates locally; each block's dk/dv accumulator follows its k/v around the
-// ring, every rank on the block's path adding its share in a fixed order, and goes home from the
-// last rank that needs the block.
+// Ring backward: dq accumulates locally; each relayed block's dk/dv accumulator follows its k/v
+// around the ring, every rank on the block's path adding its share in a fixed order, and goes
+// home from the last rank that needs the block; a direct block's shares come straight home and
+// are added there in the same order.
 #include <algorithm>
 #include <array>
 #include <optional>
@@ -44,7 +45,10 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   //            may still be in flight from step s - 1. At step 0 the kernel writes its share of
   //            the own block into grad[0] (overwrite_dkdv).
   //   home     this rank's own finished accumulator, received from the last rank on its path
-  //            (its receive is posted before step 0, so that send never waits for this rank)
+  //            (its receive is posted before step 0, so that send never waits for this rank);
+  //            for a direct own block, the accumulator itself: the own share, then the others
+  //   shares   a direct own block's shares from the ranks that need it, one buffer each (their
+  //            receives are posted before step 0 too), added into home in ring order at the end
   const RelayPlan plan(p.params, *p.q_blocks, *p.kv_blocks, options.document_aware);
   std::optional<WorkspaceLease> own_lease;
   WorkspaceLease& buffers = lease != nullptr ? *lease : own_lease.emplace(options.workspace, mem);
@@ -55,8 +59,12 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   const std::array<std::span<float>, 2> grad{buffers.get(WorkspaceBuffer::kGrad0, ring_floats),
                                              buffers.get(WorkspaceBuffer::kGrad1, ring_floats)};
   const int own_reach = plan.reach(d.rank);
+  const std::vector<int>& share_steps = plan.direct_steps(d.rank);
+  const int64_t own_floats = pk.floats(d.Sk);
   const std::span<float> home =
-      buffers.get(WorkspaceBuffer::kHome, d.world > 1 && own_reach > 0 ? pk.floats(d.Sk) : 0);
+      buffers.get(WorkspaceBuffer::kHome, d.world > 1 && own_reach > 0 ? own_floats : 0);
+  const std::span<float> shares =
+      buffers.get(WorkspaceBuffer::kShares, static_cast<int64_t>(share_steps.size()) * own_floats);
   if (options.stats != nullptr) {
     // The plain ring relays P - 1 k/v blocks (as in the forward) and sends P accumulators.
     for (int s = 0; s < d.world && d.world > 1; ++s) {
@@ -71,13 +79,21 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   const std::vector<int64_t>& q_doc = p.q_blocks->doc[static_cast<size_t>(d.rank)];
   std::array<Request, 2> grad_sends;
   Request grad_recv, home_recv;
+  std::vector<Request> share_recvs;
   BackwardOptions kernel;
   static_cast<KernelOptions&>(kernel) = kernel_options(comm, options);
   kernel.accumulate = true;  // dq sums over blocks
   kernel.delta = delta;
   const auto grad_tag = [](int step) { return ring_tag(RingStream::kBackwardGrad, step); };
   const auto home_tag = [](int step) { return ring_tag(RingStream::kBackwardHome, step); };
-  if (d.world > 1 && own_reach > 0) {
+  const auto share = [&](size_t i) {
+    return shares.subspan(i * static_cast<size_t>(own_floats), static_cast<size_t>(own_floats));
+  };
+  for (size_t i = 0; i < share_steps.size(); ++i) {
+    const int from = share_steps[i];
+    share_recvs.push_back(channel.recv(share(i), (d.rank + from) % d.world, home_tag(from)));
+  }
+  if (d.world > 1 && own_reach > 0 && share_steps.empty()) {
     home_recv = channel.recv(home, (d.rank + own_reach) % d.world, home_tag(own_reach));
   }
 
@@ -92,7 +108,9 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
     }
     const int64_t len = relay.length();
     const int64_t floats = pk.floats(len);
-    bool received = s == 0;
+    // A direct block's share goes home on its own: nothing to receive, the kernel writes it.
+    const bool direct = plan.direct(step.kv_block);
+    bool received = s == 0 || direct;
     const auto wait_accumulator = [&] {
       channel.wait_recv(grad_recv, floats, "ring backward: floats of the dk/dv accumulator");
       received = true;
@@ -100,17 +118,21 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
     if (s > 0) {
       // grad[cur] was sent on at step s - 2; the sender of this accumulator finished step s - 1.
       channel.wait_if_pending(grad_sends[cur]);
-      grad_recv = channel.recv(grad[cur].first(static_cast<size_t>(floats)), step.grad_recv_from,
-                               grad_tag(s - 1));
+      if (!direct) {
+        grad_recv = channel.recv(grad[cur].first(static_cast<size_t>(floats)), step.grad_recv_from,
+                                 grad_tag(s - 1));
+      }
     }
-    // With one rank the share is the finished dk/dv.
-    const View target_k = d.world == 1 ? dk : pk.k(grad[cur].data(), len);
-    const View target_v = d.world == 1 ? dv : pk.v(grad[cur].data(), len);
+    // With one rank the share is the finished dk/dv; a direct own block's share starts home.
+    float* const accumulator = s == 0 && direct ? home.data() : grad[cur].data();
+    const View target_k = d.world == 1 ? dk : pk.k(accumulator, len);
+    const View target_v = d.world == 1 ? dv : pk.v(accumulator, len);
     const bool needed = plan.needs(d.rank, step.kv_block);
     if (needed) {
       // Fixed order: the accumulator holds (shares of ranks kv_block .. r-1); the kernel adds
-      // this rank's share elementwise. Step 0 starts it with this rank's share.
-      kernel.overwrite_dkdv = s == 0;
+      // this rank's share elementwise. Step 0 starts it with this rank's share; a direct block's
+      // share is written alone.
+      kernel.overwrite_dkdv = s == 0 || direct;
       kernel.before_dkdv = nullptr;
       if (!received) kernel.before_dkdv = wait_accumulator;
       const std::vector<int64_t>& k_pos = p.kv_blocks->pos[static_cast<size_t>(step.kv_block)];
@@ -145,7 +167,11 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
       copy_view(pk.k(static_cast<const float*>(grad[0].data()), d.Sk), dk);
       copy_view(pk.v(static_cast<const float*>(grad[0].data()), d.Sk), dv);
     }
-    if (s < reach) {
+    if (direct) {
+      if (s > 0) {
+        grad_sends[cur] = channel.send(first(grad[cur], floats), step.kv_block, home_tag(s));
+      }
+    } else if (s < reach) {
       grad_sends[cur] = channel.send(first(grad[cur], floats), step.grad_send_to, grad_tag(s));
     } else if (s > 0) {
       // The last rank on the block's path: the accumulator is finished; straight home.
@@ -154,8 +180,16 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   }
 
   if (d.world > 1 && own_reach > 0) {
-    // The own block's finished dk/dv, from the last rank on its path.
-    channel.wait_recv(home_recv, pk.floats(d.Sk), "ring backward: floats of the finished dk/dv");
+    if (share_steps.empty()) {
+      // The own block's finished dk/dv, from the last rank on its path.
+      channel.wait_recv(home_recv, own_floats, "ring backward: floats of the finished dk/dv");
+    }
+    // A direct own block: the shares of the ranks that need it, added in ring order.
+    for (size_t i = 0; i < share_steps.size(); ++i) {
+      channel.wait_recv(share_recvs[i], own_floats, "ring backward: floats of a dk/dv share");
+      const std::span<const float> part = share(i);
+      for (size_t e = 0; e < part.size(); ++e) home[e] += part[e];
+    }
     copy_view(pk.k(static_cast<const float*>(home.data()), d.Sk), dk);
     copy_view(pk.v(static_cast<const float*>(home.data()), d.Sk), dv);
   }
@@ -164,8 +198,9 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   for (Request& r : grad_sends) channel.wait_if_pending(r);
   // Borrowed through an outer call's lease: free call-owned buffers now, not at its end.
   if (lease != nullptr) {
-    lease->done({WorkspaceBuffer::kRelay0, WorkspaceBuffer::kRelay1, WorkspaceBuffer::kGrad0,
-                 WorkspaceBuffer::kGrad1, WorkspaceBuffer::kHome});
+    lease->done({WorkspaceBuffer::kRelay0, WorkspaceBuffer::kRelay1, WorkspaceBuffer::kOwnKv,
+                 WorkspaceBuffer::kGrad0, WorkspaceBuffer::kGrad1, WorkspaceBuffer::kHome,
+                 WorkspaceBuffer::kShares});
   }
 }
 

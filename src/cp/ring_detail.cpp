@@ -125,7 +125,8 @@ RelayPlan::RelayPlan(const AttentionParams& params, const BlockTable& q, const B
                      bool document_aware)
     : world_(q.size()),
       needs_(static_cast<size_t>(world_) * static_cast<size_t>(world_)),
-      reach_(static_cast<size_t>(world_), 0) {
+      reach_(static_cast<size_t>(world_), 0),
+      direct_steps_(static_cast<size_t>(world_)) {
   for (int r = 0; r < world_; ++r) {
     const BlockSkip skip(params, q.pos[static_cast<size_t>(r)], q.doc[static_cast<size_t>(r)]);
     for (int b = 0; b < world_; ++b) {
@@ -139,15 +140,30 @@ RelayPlan::RelayPlan(const AttentionParams& params, const BlockTable& q, const B
       reach = world_ - 1;
       continue;
     }
+    std::vector<int> steps;
     for (int s = 1; s < world_; ++s) {
-      if (needs((b + s) % world_, b)) reach = s;
+      if (needs((b + s) % world_, b)) steps.push_back(s);
+    }
+    if (!steps.empty()) reach = steps.back();
+    // Direct when the relay would pass through ranks that do not need the block: then it sends
+    // 3 n blocks for n needing ranks instead of the relay's 3 reach + 1. When every rank up to
+    // the reach needs it the relay, one block short of that, is kept for its smaller buffers.
+    const int n = static_cast<int>(steps.size());
+    if (n <= kMaxDirect && n < reach) {
+      direct_steps_[static_cast<size_t>(b)] = std::move(steps);
     }
   }
 }
 
 bool RelayPlan::on_path(int rank, int step) const {
   const int block = ((rank - step) % world_ + world_) % world_;
+  if (direct(block)) return step == 0 || needs(rank, block);
   return step <= reach(block);
+}
+
+int RelayPlan::source(int rank, int step) const {
+  const int block = ((rank - step) % world_ + world_) % world_;
+  return direct(block) ? block : (rank - 1 + world_) % world_;
 }
 
 KvRelay::KvRelay(RingChannel& channel, WorkspaceLease& buffers, const RingDims& d,
@@ -167,13 +183,24 @@ KvRelay::KvRelay(RingChannel& channel, WorkspaceLease& buffers, const RingDims& 
            buffers.get(WorkspaceBuffer::kRelay1, d.world > 1 ? pk_.floats(d.max_block) : 0)},
       len_(d.Sk) {
   if (alone()) return;
-  copy_view(k, pk_.k(buf_[0].data(), len_));
-  copy_view(v, pk_.v(buf_[0].data(), len_));
+  const bool direct = plan_.direct(rank_);
+  own_ = direct ? buffers.get(WorkspaceBuffer::kOwnKv, pk_.floats(d.Sk)) : buf_[0];
+  copy_view(k, pk_.k(own_.data(), len_));
+  copy_view(v, pk_.v(own_.data(), len_));
+  current_ = own_.data();
+  if (!direct) return;
+  const std::span<const float> block =
+      std::span<const float>(own_).first(static_cast<size_t>(pk_.floats(len_)));
+  for (const int s : plan_.direct_steps(rank_)) {
+    direct_sends_.push_back(channel_.send(block, (rank_ + s) % world_, ring_tag(stream_, s - 1)));
+  }
 }
 
 void KvRelay::advance(const RingStep& step, int s) {
-  cur_ = s % 2;
+  const int cur = s % 2;
   len_ = kv_.length(step.kv_block);
+  if (alone()) return;
+  current_ = s == 0 ? own_.data() : buf_[static_cast<size_t>(cur)].data();
   // Off the block's path (nobody from here on needs it) nothing arrives, nothing is relayed; the
   // next block may still come.
   const bool here = plan_.on_path(rank_, s);
@@ -182,21 +209,22 @@ void KvRelay::advance(const RingStep& step, int s) {
   if (step.kv_send_to < 0) return;
   const int tag = ring_tag(stream_, s);
   // The buffer about to receive block s + 1 was relayed at step s - 1: that send must be done.
-  const size_t other = static_cast<size_t>(1 - cur_);
+  const size_t other = static_cast<size_t>(1 - cur);
   channel_.wait_if_pending(sends_[other]);
-  if (here && s < plan_.reach(step.kv_block)) {
-    sends_[static_cast<size_t>(cur_)] =
-        channel_.send(std::span<const float>(buf_[static_cast<size_t>(cur_)]).first(floats),
-                      step.kv_send_to, tag);
+  if (here && !plan_.direct(step.kv_block) && s < plan_.reach(step.kv_block)) {
+    sends_[static_cast<size_t>(cur)] =
+        channel_.send(std::span<const float>(current_, floats), step.kv_send_to, tag);
   }
   if (plan_.on_path(rank_, s + 1)) {
     const int64_t next = pk_.floats(kv_.length(step.next_kv_block));
-    recv_ = channel_.recv(buf_[other].first(static_cast<size_t>(next)), step.kv_recv_from, tag);
+    recv_ = channel_.recv(buf_[other].first(static_cast<size_t>(next)), plan_.source(rank_, s + 1),
+                          tag);
   }
 }
 
 void KvRelay::finish() {
   for (Request& r : sends_) channel_.wait_if_pending(r);
+  for (Request& r : direct_sends_) channel_.wait_if_pending(r);
 }
 
 void check_backward_state(const RingDims& d, ConstView q, ConstView dout, ConstView out,

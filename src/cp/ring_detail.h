@@ -147,15 +147,25 @@ class BlockSkip {
   BlockRange q_;
 };
 
-/// Who needs which k/v block, and how far round the ring each block travels (the document-aware
-/// relay, RingOptions::document_aware). Block b visits ranks b+1, b+2, ... (mod P) at steps 1, 2,
-/// ...; rank r needs block b unless BlockSkip hides it from r's queries. reach(b) is the step of
-/// the last rank that needs it (0: none but its home), or P - 1 for the plain ring. Ranks up to
-/// reach(b) relay the block (also those that do not need it); its dk/dv accumulator follows the
-/// same ranks and goes from the last one straight home. A pure function of the tables and the
+/// Who needs which k/v block and how it gets there (the document-aware routing,
+/// RingOptions::document_aware). Rank r needs block b unless BlockSkip hides it from r's queries.
+/// A block is routed one of two ways:
+///  - relayed: it visits ranks b+1, b+2, ... (mod P) at steps 1, 2, ...; reach(b) is the step of
+///    the last rank that needs it (0: none but its home), or P - 1 for the plain ring. Ranks up
+///    to reach(b) relay it (also those that do not need it); its dk/dv accumulator follows the
+///    same ranks, each adding its share, and goes from the last one straight home.
+///  - direct (document-aware, 1 to kMaxDirect ranks besides its home need it, and some rank up to
+///    reach(b) does not): its home sends it straight to each rank that needs it, each of them
+///    returns its dk/dv share straight home, and the home adds the shares in ring order (the
+///    relayed accumulator's order).
+/// Both give the same sums term by term (the kernel adds a whole share to an accumulator once per
+/// element), so results are bitwise the plain ring's. A pure function of the tables and the
 /// parameters: every rank computes the same plan, so every send has its matching receive.
 class RelayPlan {
  public:
+  /// The most ranks besides its home a direct block may have: its home holds one dk/dv share
+  /// buffer per such rank, so this bounds the routing's extra memory.
+  static constexpr int kMaxDirect = 2;
   RelayPlan(const AttentionParams& params, const BlockTable& q, const BlockTable& kv,
             bool document_aware);
   /// Rank r computes block b (r == b included: its own block may be hidden too).
@@ -163,26 +173,41 @@ class RelayPlan {
     return needs_[static_cast<size_t>(rank) * static_cast<size_t>(world_) +
                   static_cast<size_t>(block)];
   }
-  /// The last step at which block b is at a rank that needs it, or P - 1 (plain ring).
+  /// The last step at which block b is at a rank that needs it (0: only its home, or none), or
+  /// P - 1 for the plain ring.
   int reach(int block) const { return reach_[static_cast<size_t>(block)]; }
+  /// Block b goes straight from its home to the ranks that need it.
+  bool direct(int block) const { return !direct_steps(block).empty(); }
+  /// The steps s (ascending: ring order) at which rank (b + s) mod P needs direct block b; empty
+  /// for a relayed block.
+  const std::vector<int>& direct_steps(int block) const {
+    return direct_steps_[static_cast<size_t>(block)];
+  }
   /// Rank r holds block (r - step) mod P at `step` (it receives it, relays it or computes it).
   bool on_path(int rank, int step) const;
+  /// The rank block (r - step) mod P arrives from at `step` > 0: its home when direct, else the
+  /// rank before r.
+  int source(int rank, int step) const;
   int world() const { return world_; }
 
  private:
   int world_;
   std::vector<char> needs_;  // [rank][block]
   std::vector<int> reach_;
+  std::vector<std::vector<int>> direct_steps_;
 };
 
 /// The k/v double buffer of a ring pass: at step s the block of rank (r - s) mod P is current in
-/// one buffer and relayed on while the next block arrives in the other, as far as the RelayPlan
-/// says. Starts with this rank's own k/v packed in (with one rank nothing travels: its own views
-/// are the block and nothing is copied); one object per pass (forward, backward), each on its own
-/// message stream.
+/// one buffer and relayed on while the next block arrives in the other, as the RelayPlan says
+/// (from the rank before, or from its home when direct). Starts with this rank's own k/v packed
+/// in (with one rank nothing travels: its own views are the block and nothing is copied); a
+/// direct own block is packed into a buffer of its own, kept for the whole pass, and sent to the
+/// ranks that need it right away. One object per pass (forward, backward), each on its own
+/// message stream; a message for step s carries tag ring_tag(stream, s - 1) whatever its source.
 class KvRelay {
  public:
-  /// The two block buffers come from `buffers` (kRelay0, kRelay1), which must outlive the relay.
+  /// The block buffers come from `buffers` (kRelay0, kRelay1, kOwnKv), which must outlive the
+  /// relay.
   KvRelay(RingChannel& channel, WorkspaceLease& buffers, const RingDims& d, const BlockTable& kv,
           const RelayPlan& plan, RingStream stream, ConstView k, ConstView v);
   /// Makes step `s`'s block current: waits for it to arrive (s > 0, when this rank is on its
@@ -191,14 +216,13 @@ class KvRelay {
   void advance(const RingStep& step, int s);
   /// The current block's k and v ([B, len, Hkv, D] dense views) and its token count; only valid
   /// when this rank is on the current block's path.
-  ConstView k() const { return alone() ? own_k_ : pk_.k(current(), len_); }
-  ConstView v() const { return alone() ? own_v_ : pk_.v(current(), len_); }
+  ConstView k() const { return alone() ? own_k_ : pk_.k(current_, len_); }
+  ConstView v() const { return alone() ? own_v_ : pk_.v(current_, len_); }
   int64_t length() const { return len_; }
-  /// Waits for the relays still in flight (the buffers may be freed afterwards).
+  /// Waits for the sends still in flight (the buffers may be freed afterwards).
   void finish();
 
  private:
-  const float* current() const { return buf_[static_cast<size_t>(cur_)].data(); }
   bool alone() const { return world_ == 1; }
   RingChannel& channel_;
   const BlockTable& kv_;
@@ -208,9 +232,11 @@ class KvRelay {
   ConstView own_k_, own_v_;
   PackedKv pk_;
   std::array<std::span<float>, 2> buf_;
+  std::span<float> own_;  // the packed own block: buf_[0], or its own buffer when direct
   std::array<Request, 2> sends_;
+  std::vector<Request> direct_sends_;
   Request recv_;
-  int cur_ = 0;
+  const float* current_ = nullptr;
   int64_t len_ = 0;
 };
 

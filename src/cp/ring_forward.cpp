@@ -99,7 +99,9 @@ void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& o
   if (own_accumulator) copy_view(std::as_const(accumulator).view(), out);
   relay.finish();
   // Borrowed through an outer call's lease: free call-owned buffers now, not at its end.
-  if (lease != nullptr) lease->done({WorkspaceBuffer::kRelay0, WorkspaceBuffer::kRelay1});
+  if (lease != nullptr) {
+    lease->done({WorkspaceBuffer::kRelay0, WorkspaceBuffer::kRelay1, WorkspaceBuffer::kOwnKv});
+  }
 }
 
 }  // namespace detail

@@ -15,7 +15,8 @@
 namespace cpattn::detail {
 
 /// The buffers (AttentionWorkspace's slots). Ring: the two k/v relay buffers, the two dk/dv
-/// accumulators and the finished dk/dv (home). Ulysses / hybrid (head side) and allgather
+/// accumulators, the finished dk/dv (home), and for a direct own block (RelayPlan) its packed
+/// k/v and the dk/dv shares returned to it. Ulysses / hybrid (head side) and allgather
 /// (gathered k/v and their dk/dv): the operands and results of the strategy's local call.
 enum class WorkspaceBuffer {
   kRelay0,
@@ -23,6 +24,8 @@ enum class WorkspaceBuffer {
   kGrad0,
   kGrad1,
   kHome,
+  kOwnKv,
+  kShares,
   kQ,
   kK,
   kV,

@@ -1,12 +1,16 @@
 // The document-aware ring (RingOptions::document_aware): with packed documents, windows or causal
 // masks on a contiguous layout, k/v blocks travel only as far as the last rank that needs them
-// and dk/dv accumulators return straight home. Fewer bytes than the plain ring, bitwise the same
-// results, and the plain ring's byte count is what RingStats::bytes_sent_plain_ring reports.
+// and dk/dv accumulators return straight home, or (RelayPlan::direct) go straight from their home
+// to the few ranks that need them, whose dk/dv shares come straight back. Fewer bytes than the
+// plain ring, bitwise the same results, and the plain ring's byte count is what
+// RingStats::bytes_sent_plain_ring reports.
 #include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
 
 #include <numeric>
 #include <vector>
 
+#include "cp/ring_detail.h"
 #include "cp/ring_harness.h"
 #include "support/metrics.h"
 #include "verify/reference_case.h"
@@ -68,16 +72,77 @@ TEST(DocumentRing, PackedDocumentsSendLessAndGiveTheSameBits) {
   }
 }
 
-// Many short documents at P = 8 (mean length S / 16): the relay stops after about one hop.
+// The routing every rank derives for shards of `p` over P ranks.
+detail::RelayPlan plan_of(const reference::Problem& p, int P, Layout layout = Layout::kContiguous) {
+  SequenceSharding seq = SequenceSharding::of(layout, p.dims.Sq, P, 0);
+  seq.docs = p.q_doc;
+  const detail::BlockTable table = detail::BlockTable::of(seq);
+  return detail::RelayPlan(p.params, table, table, true);
+}
+
+// Many short documents at P = 8 (mean length S / 16). Causal: a block is needed by the next rank
+// only, one hop. Bidirectional: also by the rank before it, the end of the ring's path, so the
+// block goes straight there and to the next rank instead.
 TEST(DocumentRing, ShortDocumentsAtP8SendAFractionOfThePlainRing) {
   std::vector<int64_t> lengths;
-  for (int d = 0; d < 16; ++d) lengths.push_back(32 + (d * 37) % 64);  // mean 64, S = 1032
-  const reference::Problem p = packed(lengths, true, 0.0f, 93);
-  const Traffic aware = run(p, 8, Layout::kContiguous, true);
-  const Traffic plain = run(p, 8, Layout::kContiguous, false);
-  EXPECT_TRUE(outputs_bitwise_equal(aware.out, plain.out));
-  EXPECT_LE(static_cast<double>(aware.bytes), 0.3 * static_cast<double>(plain.bytes))
-      << aware.bytes << " of " << plain.bytes;
+  for (int d = 0; d < 16; ++d) lengths.push_back(32 + (d * 37) % 64);  // mean 61.5, S = 984
+  for (const bool causal : {true, false}) {
+    SCOPED_TRACE(::testing::Message() << "causal " << causal);
+    const reference::Problem p = packed(lengths, causal, 0.0f, 93);
+    const Traffic aware = run(p, 8, Layout::kContiguous, true);
+    const Traffic plain = run(p, 8, Layout::kContiguous, false);
+    EXPECT_TRUE(outputs_bitwise_equal(aware.out, plain.out));
+    EXPECT_LE(static_cast<double>(aware.bytes), 0.3 * static_cast<double>(plain.bytes))
+        << aware.bytes << " of " << plain.bytes;
+    const detail::RelayPlan plan = plan_of(p, 8);
+    for (int b = 0; b < 8; ++b) {
+      // Block 7 has no next rank; block 0 no rank before it.
+      EXPECT_EQ(plan.direct(b), !causal && b != 0) << "block " << b;
+    }
+  }
+}
+
+// Direct and relayed blocks in one call, with dropout and GQA: a document spanning ranks 1-4 makes
+// block 1 needed by four ranks (relayed), the short ones around it give direct blocks.
+TEST(DocumentRing, DirectAndRelayedBlocksInOneCallGiveTheSameBits) {
+  const std::vector<int64_t> lengths = {100, 40, 560, 30, 90, 80, 50, 8, 42};  // S = 1000, P = 8
+  const reference::Problem p = packed(lengths, false, 0.1f, 97);
+  const detail::RelayPlan plan = plan_of(p, 8);
+  int direct = 0;
+  for (int b = 0; b < 8; ++b) direct += plan.direct(b) ? 1 : 0;
+  EXPECT_GT(direct, 0);
+  EXPECT_LT(direct, 8);
+  for (const Layout layout : {Layout::kContiguous, Layout::kZigzag}) {
+    SCOPED_TRACE(layout_name(layout));
+    const Traffic aware = run(p, 8, layout, true);
+    const Traffic plain = run(p, 8, layout, false);
+    EXPECT_TRUE(outputs_bitwise_equal(aware.out, plain.out));
+    EXPECT_LE(aware.bytes, plain.bytes);
+    EXPECT_TRUE(row_passes(reference::compare("docs", reference::make_oracle(p), aware.out)));
+  }
+}
+
+// A direct block's dk/dv is its home's share plus the returned shares, added in ring order: the
+// same sum as the relayed accumulator, bit for bit, for any documents, mask and group size.
+RC_GTEST_PROP(DocumentRing, AnyDocumentsGiveThePlainRingsBits, ()) {
+  const int P = *rc::gen::inRange(2, 9);
+  const int64_t longest = *rc::gen::inRange<int64_t>(1, 90);
+  const auto lengths = *rc::gen::container<std::vector<int64_t>>(
+      *rc::gen::inRange<size_t>(1, 24), rc::gen::inRange<int64_t>(1, longest + 1));
+  // Bidirectional documents on contiguous shards, where blocks go direct, more often than not.
+  const bool causal = *rc::gen::element(false, false, true);
+  const Layout layout = *rc::gen::element(Layout::kContiguous, Layout::kContiguous, Layout::kZigzag,
+                                          Layout::kStriped);
+  const reference::Problem p =
+      packed(lengths, causal, *rc::gen::element(0.0f, 0.1f), *rc::gen::inRange<uint64_t>(1, 1000));
+  const detail::RelayPlan plan = plan_of(p, P, layout);
+  bool direct = false;
+  for (int b = 0; b < P; ++b) direct = direct || plan.direct(b);
+  RC_TAG(direct ? "some blocks direct" : "all relayed");
+  const Traffic aware = run(p, P, layout, true);
+  const Traffic plain = run(p, P, layout, false);
+  RC_ASSERT(outputs_bitwise_equal(aware.out, plain.out));
+  RC_ASSERT(aware.bytes <= plain.bytes);
 }
 
 // Whatever the layout and mask, pruning never changes a bit and never sends more.

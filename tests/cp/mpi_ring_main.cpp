@@ -47,6 +47,10 @@ const std::vector<MpiCase> kCases = {
      spec(reference::MaskKind::kWindow, 97, 2, 1, 192, 128, 0.1f, MemoryLayout::kSBHD, 63)},
     {Layout::kZigzag,
      spec(reference::MaskKind::kCausal, 3, 2, 2, 8, 8, 0.0f, MemoryLayout::kBSHD, 64)},
+    // Bidirectional documents on contiguous shards: at 4 processes blocks 1-3 go straight from
+    // their home to the ranks that need them (RelayPlan::direct) while block 0 is relayed.
+    {Layout::kContiguous,
+     spec(reference::MaskKind::kDocs, 1025, 4, 2, 16, 8, 0.1f, MemoryLayout::kBSHD, 68)},
 };
 
 class MpiRing : public ::testing::TestWithParam<MpiCase> {};

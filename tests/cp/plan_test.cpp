@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,43 @@ TEST(Plan, BytesAndMessagesAreWhatTheStrategiesSend) {
         EXPECT_GT(e.peak_bytes, 0.0);
       }
     }
+  }
+}
+
+// The same with short bidirectional documents at P = 8 on contiguous shards, where the ring sends
+// most blocks straight from their home to the ranks that need them (RelayPlan::direct).
+TEST(Plan, DirectBlocksBytesAndMessagesAreWhatTheRingSends) {
+  PlanProblem pp = plan_problem(8, Layout::kContiguous, false);
+  for (int d = 0; d < 16; ++d) pp.doc_lengths.push_back(32 + (d * 37) % 64);  // mean 61.5
+  pp.S = std::accumulate(pp.doc_lengths.begin(), pp.doc_lengths.end(), int64_t{0});
+  reference::CaseSpec spec;
+  spec.mask = reference::MaskKind::kDocs;
+  spec.dims = {1, pp.S, pp.S, pp.Hq, pp.Hkv, pp.Dqk, pp.Dv};
+  spec.seed = 5;
+  reference::Problem p = reference::make_problem(spec);
+  p.q_doc.clear();
+  for (size_t d = 0; d < pp.doc_lengths.size(); ++d) {
+    p.q_doc.insert(p.q_doc.end(), static_cast<size_t>(pp.doc_lengths[d]), static_cast<int64_t>(d));
+  }
+  p.k_doc = p.q_doc;
+  for (const StrategyEstimate& e : plan_strategies(pp, {}, {})) {
+    if (e.strategy.kind != Strategy::Kind::kRing && e.strategy.kind != Strategy::Kind::kHybrid) {
+      continue;
+    }
+    SCOPED_TRACE(strategy_name(e.strategy));
+    ASSERT_TRUE(e.feasible) << e.reason;
+    std::vector<RingStats> stats(8);
+    RingRun run{8, Layout::kContiguous};
+    run.strategy = e.strategy;
+    run.stats = stats;
+    run_ring(p, run);
+    int64_t bytes = 0, messages = 0;
+    for (const RingStats& s : stats) {
+      bytes = std::max(bytes, s.bytes_sent);
+      messages = std::max(messages, s.messages_sent);
+    }
+    EXPECT_EQ(static_cast<int64_t>(e.bytes_sent), bytes);
+    EXPECT_EQ(e.messages, messages);
   }
 }
 
