@@ -165,10 +165,10 @@ void strategies_table(const Group& group, int P, bool lead, const Options& o, co
           plans[key("plan", S, hkv, Strategy::ring())] = plan_strategies(p, m.link, m.kernel);
           if (lead) {
             std::printf(
-                "models S=%lld Hkv=%lld: link %.2f GB/s, %.1f us; kernel %.1f GFLOP/s per rank, "
-                "%d at once; copies %.2f GB/s\n",
+                "models S=%lld Hkv=%lld: link %.2f GB/s, %.1f us, overlap %.2f; kernel %.1f "
+                "GFLOP/s per rank, %d at once; copies %.2f GB/s\n",
                 static_cast<long long>(S), static_cast<long long>(hkv),
-                m.link.bandwidth_bytes_per_s / 1e9, m.link.latency_s * 1e6,
+                m.link.bandwidth_bytes_per_s / 1e9, m.link.latency_s * 1e6, m.link.overlap,
                 m.kernel.flops_per_s / 1e9, m.kernel.concurrent_ranks,
                 m.kernel.copy_bytes_per_s / 1e9);
             std::fflush(stdout);

@@ -33,6 +33,12 @@ struct PlanProblem {
 struct LinkModel {
   double bandwidth_bytes_per_s = 10e9;  ///< per rank, while every rank sends at once
   double latency_s = 10e-6;
+  /// The fraction (0..1) of a posted transfer that proceeds while the ranks compute without
+  /// calling the communicator: 1 for links that move data on their own (a NIC, a progress
+  /// thread), near 0 where the copy happens inside wait() (in-process ranks, shared-memory MPI
+  /// without a progress thread). The ring hides overlap * min(compute, transfer) of its
+  /// transfers under compute.
+  double overlap = 1.0;
 };
 
 /// The compute of one rank.
@@ -62,8 +68,9 @@ struct StrategyEstimate {
   double compute_seconds = 0;  ///< flops / effective kernel throughput
   double comm_seconds = 0;     ///< bytes / bandwidth + messages * latency
   double copy_seconds = 0;     ///< packing, unpacking, merging
-  /// Predicted wall time: the ring overlaps its transfers with compute (max of the two),
-  /// the all-to-all strategies do not (sum); copies add.
+  /// Predicted wall time: the ring overlaps its transfers with compute as far as the link
+  /// does (compute + transfer - overlap * min of the two), the all-to-all strategies do not
+  /// (sum); copies add.
   double seconds = 0;
 };
 
@@ -78,7 +85,10 @@ struct MachineModel {
 /// min(S, 2048) tokens: flops_per_s (by the planner's FLOP count) is the slowest rank's, so it
 /// already includes the ranks' sharing of cores (concurrent_ranks = 0). Then every rank sends
 /// 16 MiB round the ring 4 times (bandwidth: bytes over the slowest rank's time, less latency)
-/// and empty messages 64 times (latency); copy_bytes_per_s is the slowest rank's 64 MiB memcpy.
+/// and empty messages 64 times (latency); overlap: every rank posts one such 16 MiB exchange,
+/// computes (spins) for twice its transfer time without calling the communicator, then waits,
+/// and 1 - (the slowest rank's wait) / (transfer time) is the fraction that moved meanwhile;
+/// copy_bytes_per_s is the slowest rank's 64 MiB memcpy.
 /// Every rank returns the same models. Throws the communicator's errors.
 MachineModel measure_models(Communicator& comm, const PlanProblem& problem);
 

@@ -109,7 +109,7 @@ class AttentionWorkspace {
 
  private:
   friend class detail::WorkspaceLease;
-  static constexpr int kBuffers = 17;  ///< detail::WorkspaceBuffer's values
+  static constexpr int kBuffers = 19;  ///< detail::WorkspaceBuffer's values
   MemoryCounter* counter_;
   std::array<Tensor, kBuffers> buffers_;
   std::atomic<bool> in_use_{false};

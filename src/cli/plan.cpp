@@ -37,6 +37,7 @@ struct PlanOptions {
   std::string docs;  // "300,5,700,19" or "mean:N"
   double bandwidth_gbs = 10;
   double latency_us = 10;
+  double overlap = 1;
   double gflops = 20;
   double copy_gbs = 4;
   int cores = 0;
@@ -95,7 +96,7 @@ int run_plan(PlanOptions o) {
   PlanProblem& p = o.problem;
   p.layout = parse_layout(o.layout);
   p.doc_lengths = parse_docs(o.docs, p.S);
-  LinkModel link{o.bandwidth_gbs * 1e9, o.latency_us * 1e-6};
+  LinkModel link{o.bandwidth_gbs * 1e9, o.latency_us * 1e-6, o.overlap};
   KernelModel kernel{o.gflops * 1e9, o.cores, o.copy_gbs * 1e9};
   if (o.measure) {
     // On P in-process ranks of this machine, which share its cores.
@@ -118,6 +119,7 @@ int run_plan(PlanOptions o) {
     nlohmann::json doc;
     doc["models"] = {{"bandwidth_bytes_per_s", link.bandwidth_bytes_per_s},
                      {"latency_s", link.latency_s},
+                     {"overlap", link.overlap},
                      {"flops_per_s", kernel.flops_per_s},
                      {"concurrent_ranks", kernel.concurrent_ranks},
                      {"copy_bytes_per_s", kernel.copy_bytes_per_s},
@@ -141,15 +143,15 @@ int run_plan(PlanOptions o) {
   }
   std::printf(
       "cpattn plan: B=%lld S=%lld Hq=%lld Hkv=%lld Dqk=%lld Dv=%lld, %s%s, %s layout, P=%d\n"
-      "  models%s: link %.2f GB/s + %.1f us per message, kernel %.1f GFLOP/s per rank "
-      "(%s), copies %.2f GB/s\n\n",
+      "  models%s: link %.2f GB/s + %.1f us per message, overlap %.2f, kernel %.1f GFLOP/s per "
+      "rank (%s), copies %.2f GB/s\n\n",
       static_cast<long long>(p.B), static_cast<long long>(p.S), static_cast<long long>(p.Hq),
       static_cast<long long>(p.Hkv), static_cast<long long>(p.Dqk), static_cast<long long>(p.Dv),
       p.params.causal ? "causal" : "no causal mask",
       p.doc_lengths.empty() ? ""
                             : (", " + std::to_string(p.doc_lengths.size()) + " documents").c_str(),
       o.layout.c_str(), p.cp_size, o.measure ? " (measured)" : "", link.bandwidth_bytes_per_s / 1e9,
-      link.latency_s * 1e6, kernel.flops_per_s / 1e9,
+      link.latency_s * 1e6, link.overlap, kernel.flops_per_s / 1e9,
       kernel.concurrent_ranks > 0
           ? (std::to_string(kernel.concurrent_ranks) + " ranks at full speed").c_str()
           : "every rank at full speed",
@@ -224,6 +226,11 @@ Command plan_command() {
             ->capture_default_str();
         sub->add_option("--latency", o->latency_us, "link latency per message, us")
             ->check(CLI::NonNegativeNumber)
+            ->capture_default_str();
+        sub->add_option("--overlap", o->overlap,
+                        "fraction of a transfer that moves while ranks compute (1: a NIC or "
+                        "progress thread; 0: copies inside wait)")
+            ->check(CLI::Range(0.0, 1.0))
             ->capture_default_str();
         sub->add_option("--gflops", o->gflops, "kernel GFLOP/s per rank (forward + backward)")
             ->check(CLI::PositiveNumber)

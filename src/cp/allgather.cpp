@@ -23,11 +23,11 @@ std::vector<int> everyone(int world) {
 using WB = WorkspaceBuffer;
 
 // Every rank's k and v, all heads, into kw/vw [B, Sk, Hkv, D] (global token order).
-void gather_kv(RingChannel& ch, const StrategyCall& c, const TokenUnion& ku, View kw, View vw,
-               int phase) {
+void gather_kv(RingChannel& ch, WorkspaceLease& lease, const StrategyCall& c, const TokenUnion& ku,
+               View kw, View vw, int phase) {
   const std::vector<HeadRange> all(static_cast<size_t>(c.d.world), HeadRange{0, c.d.Hkv});
   const HeadPart parts[] = {{&ku, all, c.k, kw, false}, {&ku, all, c.v, vw, false}};
-  to_heads(ch, c.d.rank, c.d.world, phase, parts);
+  to_heads(ch, lease, c.d.rank, c.d.world, phase, parts);
 }
 
 }  // namespace
@@ -43,7 +43,7 @@ unchecked::RingForwardResult allgather_forward(const StrategyCall& c) {
   const TokenUnion ku = token_union(c.kv_seq, members);
   const View kw = lease.view(WB::kK, {d.B, ku.length(), d.Hkv, d.Dqk});
   const View vw = lease.view(WB::kV, {d.B, ku.length(), d.Hkv, d.Dv});
-  gather_kv(ch, c, ku, kw, vw, 0);
+  gather_kv(ch, lease, c, ku, kw, vw, 0);
   unchecked::RingForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, mem),
                                    Tensor({d.B, d.Hq, d.Sq}, mem), c.rng};
   const std::vector<int64_t> q_pos = c.q_seq.local_positions(), q_doc = c.q_seq.local_docs();
@@ -76,7 +76,7 @@ AttentionGradients allgather_backward(const StrategyCall& c, const BackwardState
     {
       const View kw = lease.view(WB::kK, {d.B, ku.length(), d.Hkv, d.Dqk});
       const View vw = lease.view(WB::kV, {d.B, ku.length(), d.Hkv, d.Dv});
-      gather_kv(ch, c, ku, kw, vw, 1);
+      gather_kv(ch, lease, c, ku, kw, vw, 1);
       const std::vector<int64_t> q_pos = c.q_seq.local_positions(), q_doc = c.q_seq.local_docs();
       const AttentionInputs in{c.q, kw, vw, q_pos, ku.pos, q_doc, ku.doc};
       BackwardOptions options;
@@ -90,7 +90,7 @@ AttentionGradients allgather_backward(const StrategyCall& c, const BackwardState
     const std::vector<HeadRange> all(static_cast<size_t>(d.world), HeadRange{0, d.Hkv});
     const HeadPart parts[] = {{&ku, all, dkw, g.dk.view(), true},
                               {&ku, all, dvw, g.dv.view(), true}};
-    to_sequence(ch, d.rank, d.world, 0, parts);
+    to_sequence(ch, lease, d.rank, d.world, 0, parts);
   }
   return g;
 }

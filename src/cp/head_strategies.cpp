@@ -70,7 +70,7 @@ unchecked::RingForwardResult heads_forward(const StrategyCall& c, const HeadGrou
     const std::vector<HeadRange> qa = g.split.q_all(), kva = g.split.kv_all();
     const HeadPart in[] = {
         {&h.qu, qa, c.q, q_h, false}, {&h.ku, kva, c.k, k_h, false}, {&h.ku, kva, c.v, v_h, false}};
-    to_heads(ch, r, n, 0, in);
+    to_heads(ch, lease, r, n, 0, in);
     compute(h, q_h, k_h, v_h, out_h, lse_h, lease);
     lease.done({WB::kQ, WB::kK, WB::kV});
   }
@@ -81,7 +81,7 @@ unchecked::RingForwardResult heads_forward(const StrategyCall& c, const HeadGrou
       {&h.qu, qa, out_h, res.out.view(), false},
       {&h.qu, qa, rows_view(std::span<const float>(lse_h), d.B, h.qh.count, sq),
        rows_view(res.lse.span(), d.B, d.Hq, d.Sq), false}};
-  to_sequence(ch, r, n, 0, back);
+  to_sequence(ch, lease, r, n, 0, back);
   return res;
 }
 
@@ -115,7 +115,7 @@ AttentionGradients heads_backward(const StrategyCall& c, const BackwardState& s,
                             rows_view(lse_h, d.B, h.qh.count, sq), false},
                            {&h.qu, qa, rows_view(std::as_const(delta).span(), d.B, d.Hq, d.Sq),
                             rows_view(delta_h, d.B, h.qh.count, sq), false}};
-    to_heads(ch, r, n, 1, in);
+    to_heads(ch, lease, r, n, 1, in);
     delta = Tensor();
     compute(h, q_h, k_h, v_h, dout_h, lse_h, delta_h, dq_h, dk_h, dv_h, lease);
     lease.done({WB::kQ, WB::kK, WB::kV, WB::kDout, WB::kLse, WB::kDelta});
@@ -128,7 +128,7 @@ AttentionGradients heads_backward(const StrategyCall& c, const BackwardState& s,
   const HeadPart back[] = {{&h.qu, qa, dq_h, grads.dq.view(), false},
                            {&h.ku, kva, dk_h, grads.dk.view(), replicated},
                            {&h.ku, kva, dv_h, grads.dv.view(), replicated}};
-  to_sequence(ch, r, n, 1, back);
+  to_sequence(ch, lease, r, n, 1, back);
   return grads;
 }
 

@@ -121,6 +121,12 @@ RingTraffic ring_traffic(const PlanProblem& p, const detail::BlockTable& q,
   return t;
 }
 
+// Compute and transfers that overlap as far as the link does (LinkModel::overlap): from their
+// sum (no overlap) down to the larger of the two (full overlap).
+double overlapped(double compute_s, double transfer_s, const LinkModel& link) {
+  return compute_s + transfer_s - link.overlap * std::min(compute_s, transfer_s);
+}
+
 int busiest(const std::vector<double>& x) {
   return static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
 }
@@ -143,6 +149,8 @@ void check_problem(const PlanProblem& p, const LinkModel& link, const KernelMode
   CPATTN_CHECK(link.bandwidth_bytes_per_s > 0 && link.latency_s >= 0 && kernel.flops_per_s > 0 &&
                    kernel.copy_bytes_per_s > 0 && kernel.concurrent_ranks >= 0,
                kArg, "plan: the link and kernel models need positive rates");
+  CPATTN_CHECK(link.overlap >= 0 && link.overlap <= 1, kArg,
+               "plan: the link's overlap is a fraction in [0, 1], got ", link.overlap);
 }
 
 }  // namespace
@@ -229,8 +237,8 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
           take_max(t, tr);
           const double compute = pairs[static_cast<size_t>(r)] * Hq * flops_per_pair_head /
                                  (kernel.flops_per_s * slowdown);
-          ring_slowest =
-              std::max(ring_slowest, std::max(compute, tr.bytes / link.bandwidth_bytes_per_s));
+          ring_slowest = std::max(ring_slowest,
+                                  overlapped(compute, tr.bytes / link.bandwidth_bytes_per_s, link));
         }
         e.flops = pairs[static_cast<size_t>(hot)] * Hq * flops_per_pair_head;
         e.bytes_sent = t.bytes;
@@ -293,10 +301,19 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
         e.messages = 4 * (U - 1);
         const double q_h = B * row_tokens * hq * Dqk * kFloat, kv_h = row_tokens * kv_head_token,
                      o_h = B * row_tokens * hq * Dv * kFloat, r_h = B * row_tokens * hq * kFloat;
-        // Backward on the head side: q, k|v, dout, lse, delta and dq, dk|dv, with the staging of
-        // the all-to-all; the caller's inputs and state.
-        e.peak_bytes = 2 * (q_h + kv_h + o_h + 2 * r_h) + q_h + kv_h + q_local + Sr * kv_token +
-                       2 * o_local + 2 * rows_local;
+        // The backward's peak, the largest of its phases, each with the head side's dq, dk|dv
+        // and the forward's out and lse (the state; delta too until the heads have it):
+        //  - in: the head-side q, k|v, dout, lse, delta and the all-to-all's staging (what the
+        //    rank sends and what it receives, the other members' share of each: the own block
+        //    moves straight across);
+        //  - compute (hybrid): the head-side inputs and the row ring's buffers;
+        //  - out: the sequence-side dq, dk|dv and the staging of the head-side gradients.
+        const double staged = 2 * static_cast<double>(U - 1) / static_cast<double>(U);
+        const double head_inputs = q_h + kv_h + o_h + 2 * r_h, head_grads = q_h + kv_h;
+        const double state = o_local + rows_local;
+        const double in_phase = head_inputs + staged * head_inputs + rows_local;
+        const double out_phase = q_local + Sr * kv_token + staged * head_grads;
+        e.peak_bytes = head_grads + state + std::max(in_phase, out_phase);
         e.copy_seconds = 2 * (e.bytes_sent + 2 * (q_h + kv_h + o_h)) / kernel.copy_bytes_per_s;
         if (hybrid) {
           detail::BlockTable q_rows, kv_rows;
@@ -315,15 +332,18 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
           e.messages += t.messages;
           const double block = static_cast<double>(t.max_block) * kv_head_token;
           if (strategy.ring_size > 1) {
-            e.peak_bytes += (kRingBlocks + static_cast<double>(t.direct_buffers)) * block;
+            const double ring_phase =
+                head_inputs + (kRingBlocks + static_cast<double>(t.direct_buffers)) * block;
+            e.peak_bytes = head_grads + state + std::max({in_phase, ring_phase, out_phase});
             e.copy_seconds += ring_copy_seconds(block, kernel);
           }
-          // The ring's transfers hide under compute; the row all-to-alls do not.
+          // The ring's transfers hide under compute as far as the link overlaps; the row
+          // all-to-alls do not.
           const double ring_comm = t.bytes / link.bandwidth_bytes_per_s;
           const double a2a = (e.bytes_sent - t.bytes) / link.bandwidth_bytes_per_s;
           e.compute_seconds = e.flops / (kernel.flops_per_s * slowdown);
           e.comm_seconds = ring_comm + a2a + static_cast<double>(e.messages) * link.latency_s;
-          e.seconds = a2a + std::max(e.compute_seconds, ring_comm) + e.copy_seconds +
+          e.seconds = a2a + overlapped(e.compute_seconds, ring_comm, link) + e.copy_seconds +
                       static_cast<double>(e.messages) * link.latency_s;
           out.push_back(e);
           continue;

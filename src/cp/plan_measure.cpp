@@ -66,6 +66,26 @@ double ring_seconds(Communicator& comm, size_t bytes, int rounds) {
   return slowest(comm, watch.seconds());
 }
 
+// The fraction of a ring exchange of `bytes` per rank that moves while every rank computes
+// (spins for twice `transfer_s`) without calling the communicator: 1 - slowest wait / transfer_s.
+double overlap_fraction(Communicator& comm, size_t bytes, double transfer_s) {
+  const int n = comm.size(), r = comm.rank();
+  const int64_t floats = static_cast<int64_t>(bytes / sizeof(float));
+  const Tensor out({floats}, &comm.memory());
+  Tensor in({floats}, &comm.memory());
+  comm.barrier();
+  Request recv = comm.irecv(in.span(), (r + n - 1) % n, 0);
+  Request send = comm.isend(out.span(), (r + 1) % n, 0);
+  const Stopwatch busy;
+  volatile double sink = 0;
+  while (busy.seconds() < 2 * transfer_s) sink = sink + 1.0;
+  const Stopwatch watch;
+  recv.wait();
+  send.wait();
+  const double waited = slowest(comm, watch.seconds());
+  return std::clamp(1.0 - waited / std::max(transfer_s, 1e-9), 0.0, 1.0);
+}
+
 }  // namespace
 
 MachineModel measure_models(Communicator& comm, const PlanProblem& problem) {
@@ -81,6 +101,8 @@ MachineModel measure_models(Communicator& comm, const PlanProblem& problem) {
     m.link.bandwidth_bytes_per_s =
         static_cast<double>(kBytes) * kRounds /
         std::max(ring_seconds(comm, kBytes, kRounds) - kRounds * m.link.latency_s, 1e-9);
+    m.link.overlap =
+        overlap_fraction(comm, kBytes, static_cast<double>(kBytes) / m.link.bandwidth_bytes_per_s);
   }
   const Tensor a({int64_t{16} << 20}, &comm.memory());
   Tensor b({int64_t{16} << 20}, &comm.memory());

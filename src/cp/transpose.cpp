@@ -121,6 +121,28 @@ const float* unpack(const float* src, std::span<const int64_t> rows, HeadRange h
   return src;
 }
 
+// The rank's own block, straight from `from` to `to` without staging: rows from_rows[j] of
+// from's heads `from_heads` to rows to_rows[j] of to's heads from `to_head` on (adding when
+// `add`), the element order pack and unpack would give.
+void move_rows(ConstView from, std::span<const int64_t> from_rows, HeadRange from_heads, View to,
+               std::span<const int64_t> to_rows, int64_t to_head, bool add) {
+  const int64_t D = from.shape[3], sf = from.stride[3], st = to.stride[3];
+  if (D == 0) return;
+  for (size_t j = 0; j < from_rows.size(); ++j)
+    for (int64_t b = 0; b < from.shape[0]; ++b)
+      for (int64_t h = 0; h < from_heads.count; ++h) {
+        const float* src = &from(b, from_rows[j], from_heads.begin + h, 0);
+        float* dst = &to(b, to_rows[j], to_head + h, 0);
+        if (sf == 1 && st == 1 && !add) {
+          std::copy_n(src, D, dst);
+        } else {
+          for (int64_t d = 0; d < D; ++d) {
+            dst[d * st] = add ? dst[d * st] + src[d * sf] : src[d * sf];
+          }
+        }
+      }
+}
+
 std::vector<int64_t> identity(int64_t n) {
   std::vector<int64_t> r(static_cast<size_t>(n));
   std::iota(r.begin(), r.end(), int64_t{0});
@@ -159,61 +181,78 @@ bool broadcast(std::span<const HeadPart> parts) {
 
 }  // namespace
 
-void to_heads(RingChannel& channel, int rank, int world, int phase,
+void to_heads(RingChannel& channel, WorkspaceLease& lease, int rank, int world, int phase,
               std::span<const HeadPart> parts) {
+  // The own block (c == rank) moves straight across (move_rows); only the others are staged.
   std::vector<int64_t> send_sizes(static_cast<size_t>(world), 0), recv_sizes(send_sizes);
   for (const HeadPart& p : parts) {
     for (int c = 0; c < world; ++c) {
+      if (c == rank) continue;
       send_sizes[static_cast<size_t>(c)] +=
           block_floats(p, len_of(p, rank), p.heads[static_cast<size_t>(c)]);
       recv_sizes[static_cast<size_t>(c)] +=
           block_floats(p, len_of(p, c), p.heads[static_cast<size_t>(rank)]);
     }
   }
-  MemoryCounter* mem = &channel.memory();
-  const bool same = broadcast(parts);
-  std::vector<int64_t> packed_sizes = same ? std::vector<int64_t>{send_sizes[0]} : send_sizes;
-  Tensor send({total(packed_sizes)}, mem);
-  Tensor recv({total(recv_sizes)}, mem);
+  const bool same = broadcast(parts) && world > 1;
+  const int first_peer = rank == 0 ? 1 : 0;
+  std::vector<int64_t> packed_sizes =
+      same ? std::vector<int64_t>{send_sizes[static_cast<size_t>(first_peer)]} : send_sizes;
+  const std::span<float> send = lease.get(WorkspaceBuffer::kStageSend, total(packed_sizes));
+  const std::span<float> recv = lease.get(WorkspaceBuffer::kStageRecv, total(recv_sizes));
   {
     float* dst = send.data();
     for (int c = 0; c < (same ? 1 : world); ++c) {
+      const int peer = same ? first_peer : c;
+      if (peer == rank) continue;
       for (const HeadPart& p : parts) {
-        dst = pack(p.from, identity(len_of(p, rank)), p.heads[static_cast<size_t>(c)], dst);
+        dst = pack(p.from, identity(len_of(p, rank)), p.heads[static_cast<size_t>(peer)], dst);
       }
     }
   }
-  std::vector<std::span<const float>> send_blocks = cut(std::as_const(send).span(), packed_sizes);
-  if (same) send_blocks.assign(static_cast<size_t>(world), send_blocks[0]);
-  const std::vector<std::span<float>> recv_blocks = cut(recv.span(), recv_sizes);
+  std::vector<std::span<const float>> send_blocks = cut(std::span<const float>(send), packed_sizes);
+  if (same) {
+    const std::span<const float> block = send_blocks[0];
+    send_blocks.assign(static_cast<size_t>(world), block);
+    send_blocks[static_cast<size_t>(rank)] = {};
+  }
+  const std::vector<std::span<float>> recv_blocks = cut(recv, recv_sizes);
   exchange(channel, rank, world, RingStream::kHeadsIn, phase, send_blocks, recv_blocks,
            "heads exchange: floats of a block");
   const float* src = recv.data();
   for (int m = 0; m < world; ++m) {
     for (const HeadPart& p : parts) {
-      const HeadRange mine{0, p.heads[static_cast<size_t>(rank)].count};
-      src = unpack(src, p.tokens->rows[static_cast<size_t>(m)], mine, p.to, false);
+      const HeadRange& mine = p.heads[static_cast<size_t>(rank)];
+      const std::vector<int64_t>& rows = p.tokens->rows[static_cast<size_t>(m)];
+      if (m == rank) {
+        move_rows(p.from, identity(len_of(p, rank)), mine, p.to, rows, 0, false);
+      } else {
+        src = unpack(src, rows, {0, mine.count}, p.to, false);
+      }
     }
   }
+  lease.done({WorkspaceBuffer::kStageSend, WorkspaceBuffer::kStageRecv});
 }
 
-void to_sequence(RingChannel& channel, int rank, int world, int phase,
+void to_sequence(RingChannel& channel, WorkspaceLease& lease, int rank, int world, int phase,
                  std::span<const HeadPart> parts) {
+  // The own block (c == rank) moves straight across (move_rows); only the others are staged.
   std::vector<int64_t> send_sizes(static_cast<size_t>(world), 0), recv_sizes(send_sizes);
   for (const HeadPart& p : parts) {
     for (int c = 0; c < world; ++c) {
+      if (c == rank) continue;
       send_sizes[static_cast<size_t>(c)] +=
           block_floats(p, len_of(p, c), p.heads[static_cast<size_t>(rank)]);
       recv_sizes[static_cast<size_t>(c)] +=
           block_floats(p, len_of(p, rank), p.heads[static_cast<size_t>(c)]);
     }
   }
-  MemoryCounter* mem = &channel.memory();
-  Tensor send({total(send_sizes)}, mem);
-  Tensor recv({total(recv_sizes)}, mem);
+  const std::span<float> send = lease.get(WorkspaceBuffer::kStageSend, total(send_sizes));
+  const std::span<float> recv = lease.get(WorkspaceBuffer::kStageRecv, total(recv_sizes));
   {
     float* dst = send.data();
     for (int c = 0; c < world; ++c) {
+      if (c == rank) continue;
       for (const HeadPart& p : parts) {
         const HeadRange mine{0, p.heads[static_cast<size_t>(rank)].count};
         dst = pack(p.from, p.tokens->rows[static_cast<size_t>(c)], mine, dst);
@@ -221,18 +260,26 @@ void to_sequence(RingChannel& channel, int rank, int world, int phase,
     }
   }
   exchange(channel, rank, world, RingStream::kHeadsOut, phase,
-           cut(std::as_const(send).span(), send_sizes), cut(recv.span(), recv_sizes),
+           cut(std::span<const float>(send), send_sizes), cut(recv, recv_sizes),
            "heads exchange: floats of a block");
   for (const HeadPart& p : parts) {
     if (p.sum) zero_view(p.to);
   }
-  // Blocks arrive in rank order, so sums are ((x_0 + x_1) + x_2) + ... on every rank.
+  // Blocks are added in rank order, so sums are ((x_0 + x_1) + x_2) + ... on every rank.
   const float* src = recv.data();
   for (int c = 0; c < world; ++c) {
     for (const HeadPart& p : parts) {
-      src = unpack(src, identity(len_of(p, rank)), p.heads[static_cast<size_t>(c)], p.to, p.sum);
+      const HeadRange& theirs = p.heads[static_cast<size_t>(c)];
+      const std::vector<int64_t> own = identity(len_of(p, rank));
+      if (c == rank) {
+        move_rows(p.from, p.tokens->rows[static_cast<size_t>(rank)], {0, theirs.count}, p.to, own,
+                  theirs.begin, p.sum);
+      } else {
+        src = unpack(src, own, theirs, p.to, p.sum);
+      }
     }
   }
+  lease.done({WorkspaceBuffer::kStageSend, WorkspaceBuffer::kStageRecv});
 }
 
 }  // namespace cpattn::detail

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cp/ring_detail.h"
+#include "cp/workspace.h"
 #include "cpattn/layout.h"
 
 namespace cpattn::detail {
@@ -71,13 +72,16 @@ ConstView rows_view(std::span<const float> x, int64_t B, int64_t H, int64_t S);
 
 /// Sequence side -> head side, one message per pair of ranks for all parts: every part's `from`
 /// is this rank's [B, S_m, H, D] (S_m = tokens->rows[rank].size()), its `to` this rank's
-/// [B, S_union, heads[rank].count, D], filled at the union rows of every member's tokens.
-void to_heads(RingChannel& channel, int rank, int world, int phase,
+/// [B, S_union, heads[rank].count, D], filled at the union rows of every member's tokens. The own
+/// block is copied straight across; the others are packed into and unpacked from staging buffers
+/// borrowed from `lease` (kStageSend, kStageRecv; done() when the call returns).
+void to_heads(RingChannel& channel, WorkspaceLease& lease, int rank, int world, int phase,
               std::span<const HeadPart> parts);
 
 /// Head side -> sequence side: every part's `from` is this rank's [B, S_union, heads[rank].count,
 /// D], its `to` this rank's [B, S_m, H, D] (overwritten; sum parts are the rank-order sums).
-void to_sequence(RingChannel& channel, int rank, int world, int phase,
+/// Staging as to_heads.
+void to_sequence(RingChannel& channel, WorkspaceLease& lease, int rank, int world, int phase,
                  std::span<const HeadPart> parts);
 
 }  // namespace cpattn::detail

@@ -17,7 +17,8 @@ namespace cpattn::detail {
 /// The buffers (AttentionWorkspace's slots). Ring: the two k/v relay buffers, the two dk/dv
 /// accumulators, the finished dk/dv (home), and for a direct own block (RelayPlan) its packed
 /// k/v and the dk/dv shares returned to it. Ulysses / hybrid (head side) and allgather
-/// (gathered k/v and their dk/dv): the operands and results of the strategy's local call.
+/// (gathered k/v and their dk/dv): the operands and results of the strategy's local call, and
+/// the staging of their all-to-alls (what a rank sends and receives, packed).
 enum class WorkspaceBuffer {
   kRelay0,
   kRelay1,
@@ -36,6 +37,8 @@ enum class WorkspaceBuffer {
   kDq,
   kDk,
   kDv,
+  kStageSend,
+  kStageRecv,
 };
 /// The call's lease on its buffers: with an AttentionWorkspace, that workspace's (marked in use
 /// for the lease's lifetime, grown as needed, contents left from earlier calls); without one,
@@ -58,7 +61,7 @@ class WorkspaceLease {
   void done(std::initializer_list<WorkspaceBuffer> buffers);
 
  private:
-  static_assert(static_cast<int>(WorkspaceBuffer::kDv) + 1 == AttentionWorkspace::kBuffers);
+  static_assert(static_cast<int>(WorkspaceBuffer::kStageRecv) + 1 == AttentionWorkspace::kBuffers);
   AttentionWorkspace* workspace_;
   MemoryCounter* mem_;
   std::array<Tensor, AttentionWorkspace::kBuffers> own_;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -148,6 +149,37 @@ TEST(Plan, InfeasibleStrategiesAreFlaggedAndTheFastestIsRecommended) {
             }).code(),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(candidate_strategies(8).size(), 5u);  // ring, allgather, ulysses, 2x4, 4x2
+}
+
+// LinkModel::overlap: the ring's transfers hide under its compute on a link that overlaps (the
+// larger of the two) and add to it on one that does not (the sum); the all-to-all strategies
+// never overlap. Outside [0, 1] the model is refused.
+TEST(Plan, TheLinksOverlapDecidesWhatTheRingHides) {
+  PlanProblem p = plan_problem(4, Layout::kZigzag, true);
+  p.S = 4096;
+  const KernelModel kernel{20e9, 0, 1e12};
+  for (const double overlap : {0.0, 0.5, 1.0}) {
+    SCOPED_TRACE(overlap);
+    const LinkModel link{1e9, 0, overlap};
+    const std::vector<StrategyEstimate> e = plan_strategies(p, link, kernel);
+    const StrategyEstimate& ring = e[0];
+    const double transfer = ring.bytes_sent / link.bandwidth_bytes_per_s;
+    const double compute = ring.compute_seconds;
+    EXPECT_NEAR(ring.seconds,
+                compute + transfer - overlap * std::min(compute, transfer) + ring.copy_seconds,
+                1e-9 * ring.seconds);
+    const StrategyEstimate& ulysses = e[2];
+    EXPECT_NEAR(ulysses.seconds,
+                ulysses.compute_seconds + ulysses.comm_seconds + ulysses.copy_seconds,
+                1e-9 * ulysses.seconds);
+  }
+  for (const double bad : {-0.1, 1.5, std::nan("")}) {
+    EXPECT_EQ(error_of([&] {
+                plan_strategies(p, {1e9, 0, bad}, kernel);
+              }).code(),
+              ErrorCode::kInvalidArgument)
+        << bad;
+  }
 }
 
 }  // namespace
