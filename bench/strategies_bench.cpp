@@ -210,7 +210,7 @@ void strategies_table(const Group& group, int P, bool lead, const Options& o, co
       "MiB | peak MiB/rank | predicted peak MiB | fastest | planner pick |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       backend, P, static_cast<long long>(kHeads), static_cast<long long>(kDim), o.reps);
-  int cases = 0, picked_fastest = 0, within = 0, rows = 0;
+  int cases = 0, picked_fastest = 0, picked_tied = 0, within = 0, rows = 0;
   for (const int64_t S : o.seqs) {
     for (const int64_t hkv : o.kv) {
       const std::vector<StrategyEstimate>& plan = plans[key("plan", S, hkv, Strategy::ring())];
@@ -238,19 +238,28 @@ void strategies_table(const Group& group, int P, bool lead, const Options& o, co
       ++cases;
       if (pick == fastest) {
         ++picked_fastest;
+        ++picked_tied;
       } else {
-        // A pick within 3 % of the fastest is a tie at this machine's noise level; say so.
-        const double t_pick = bench::median_of(key("s", S, hkv, pick));
-        std::printf("|  |  | (pick %s is %.1f%% slower than %s) |||||||||\n",
-                    strategy_name(pick).c_str(), 100 * (t_pick / best - 1),
-                    strategy_name(fastest).c_str());
+        // With two or more repetitions: whether the two strategies' ranges of repetition times
+        // overlap, so that this machine's noise cannot tell them apart.
+        const std::vector<double>& a = bench::samples()[key("s", S, hkv, pick)];
+        const std::vector<double>& b = bench::samples()[key("s", S, hkv, fastest)];
+        const bool tie =
+            a.size() > 1 && b.size() > 1 &&
+            *std::min_element(a.begin(), a.end()) <= *std::max_element(b.begin(), b.end());
+        picked_tied += tie ? 1 : 0;
+        std::printf("|  |  | (pick %s is %.1f%% slower than %s%s) |||||||||\n",
+                    strategy_name(pick).c_str(),
+                    100 * (bench::median_of(key("s", S, hkv, pick)) / best - 1),
+                    strategy_name(fastest).c_str(), tie ? "; their repetition ranges overlap" : "");
       }
     }
   }
   std::printf(
       "\nplanner: prediction within 25%% of the measured time in %d of %d rows; its pick was "
-      "the fastest measured strategy in %d of %d cases\n",
-      within, rows, picked_fastest, cases);
+      "the fastest measured strategy in %d of %d cases, and the fastest or one whose repetition "
+      "times overlap the fastest's in %d of %d\n",
+      within, rows, picked_fastest, cases, picked_tied, cases);
 }
 
 // Ulysses at P = 2 (one thread per rank) against the single-rank kernel with 2 threads on the

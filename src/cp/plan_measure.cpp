@@ -49,41 +49,33 @@ double slowest(Communicator& comm, double mine) {
   return *std::max_element(all.begin(), all.end());
 }
 
-// Seconds of `rounds` ring exchanges of `bytes` per rank (slowest rank).
-double ring_seconds(Communicator& comm, size_t bytes, int rounds) {
+// `rounds` ring exchanges of `bytes` per rank, each posted, then `spin_s` of computing (a spin
+// that does not call the communicator), then waited for: the slowest rank's seconds in all and
+// in the waits.
+struct ExchangeTimes {
+  double total = 0, waited = 0;
+};
+ExchangeTimes ring_exchanges(Communicator& comm, size_t bytes, int rounds, double spin_s) {
   const int n = comm.size(), r = comm.rank();
   const int64_t floats = static_cast<int64_t>(bytes / sizeof(float));
   const Tensor out({floats}, &comm.memory());
   Tensor in({floats}, &comm.memory());
   comm.barrier();
   const Stopwatch watch;
+  double waited = 0;
   for (int s = 0; s < rounds; ++s) {
     Request recv = comm.irecv(in.span(), (r + n - 1) % n, s);
     Request send = comm.isend(out.span(), (r + 1) % n, s);
+    const Stopwatch busy;
+    volatile double sink = 0;
+    while (busy.seconds() < spin_s) sink = sink + 1.0;
+    const Stopwatch wait;
     recv.wait();
     send.wait();
+    waited += wait.seconds();
   }
-  return slowest(comm, watch.seconds());
-}
-
-// The fraction of a ring exchange of `bytes` per rank that moves while every rank computes
-// (spins for twice `transfer_s`) without calling the communicator: 1 - slowest wait / transfer_s.
-double overlap_fraction(Communicator& comm, size_t bytes, double transfer_s) {
-  const int n = comm.size(), r = comm.rank();
-  const int64_t floats = static_cast<int64_t>(bytes / sizeof(float));
-  const Tensor out({floats}, &comm.memory());
-  Tensor in({floats}, &comm.memory());
-  comm.barrier();
-  Request recv = comm.irecv(in.span(), (r + n - 1) % n, 0);
-  Request send = comm.isend(out.span(), (r + 1) % n, 0);
-  const Stopwatch busy;
-  volatile double sink = 0;
-  while (busy.seconds() < 2 * transfer_s) sink = sink + 1.0;
-  const Stopwatch watch;
-  recv.wait();
-  send.wait();
-  const double waited = slowest(comm, watch.seconds());
-  return std::clamp(1.0 - waited / std::max(transfer_s, 1e-9), 0.0, 1.0);
+  const double total = watch.seconds();
+  return {slowest(comm, total), slowest(comm, waited)};
 }
 
 }  // namespace
@@ -97,12 +89,14 @@ MachineModel measure_models(Communicator& comm, const PlanProblem& problem) {
   if (comm.size() > 1) {
     constexpr size_t kBytes = size_t{16} << 20;
     constexpr int kRounds = 4, kPings = 64;
-    m.link.latency_s = ring_seconds(comm, 0, kPings) / kPings;
+    m.link.latency_s = ring_exchanges(comm, 0, kPings, 0).total / kPings;
     m.link.bandwidth_bytes_per_s =
         static_cast<double>(kBytes) * kRounds /
-        std::max(ring_seconds(comm, kBytes, kRounds) - kRounds * m.link.latency_s, 1e-9);
+        std::max(ring_exchanges(comm, kBytes, kRounds, 0).total - kRounds * m.link.latency_s, 1e-9);
+    // The share of one exchange that did not wait while the ranks computed for twice its time.
+    const double transfer = static_cast<double>(kBytes) / m.link.bandwidth_bytes_per_s;
     m.link.overlap =
-        overlap_fraction(comm, kBytes, static_cast<double>(kBytes) / m.link.bandwidth_bytes_per_s);
+        std::clamp(1.0 - ring_exchanges(comm, kBytes, 1, 2 * transfer).waited / transfer, 0.0, 1.0);
   }
   const Tensor a({int64_t{16} << 20}, &comm.memory());
   Tensor b({int64_t{16} << 20}, &comm.memory());

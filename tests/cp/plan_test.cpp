@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cp/ring_harness.h"
@@ -32,6 +33,19 @@ PlanProblem plan_problem(int P, Layout layout, bool causal) {
   return p;
 }
 
+// The largest bytes and messages any rank sent in a real forward + backward of `run`.
+std::pair<int64_t, int64_t> busiest_traffic(const reference::Problem& p, RingRun run) {
+  std::vector<RingStats> stats(static_cast<size_t>(run.cp_size));
+  run.stats = stats;
+  run_ring(p, run);
+  int64_t bytes = 0, messages = 0;
+  for (const RingStats& s : stats) {
+    bytes = std::max(bytes, s.bytes_sent);
+    messages = std::max(messages, s.messages_sent);
+  }
+  return {bytes, messages};
+}
+
 // The planner's busiest-rank bytes and messages equal the largest RingStats of a real forward +
 // backward (contiguous and zigzag layouts, causal: the ring's relay is pruned on contiguous).
 TEST(Plan, BytesAndMessagesAreWhatTheStrategiesSend) {
@@ -47,16 +61,9 @@ TEST(Plan, BytesAndMessagesAreWhatTheStrategiesSend) {
         SCOPED_TRACE(strategy_name(e.strategy) + " " + layout_name(layout) + " P " +
                      std::to_string(P));
         ASSERT_TRUE(e.feasible) << e.reason;
-        std::vector<RingStats> stats(static_cast<size_t>(P));
         RingRun run{P, layout};
         run.strategy = e.strategy;
-        run.stats = stats;
-        run_ring(p, run);
-        int64_t bytes = 0, messages = 0;
-        for (const RingStats& s : stats) {
-          bytes = std::max(bytes, s.bytes_sent);
-          messages = std::max(messages, s.messages_sent);
-        }
+        const auto [bytes, messages] = busiest_traffic(p, run);
         EXPECT_EQ(static_cast<int64_t>(e.bytes_sent), bytes);
         EXPECT_EQ(e.messages, messages);
         EXPECT_GT(e.flops, 0.0);
@@ -88,16 +95,9 @@ TEST(Plan, DirectBlocksBytesAndMessagesAreWhatTheRingSends) {
     }
     SCOPED_TRACE(strategy_name(e.strategy));
     ASSERT_TRUE(e.feasible) << e.reason;
-    std::vector<RingStats> stats(8);
     RingRun run{8, Layout::kContiguous};
     run.strategy = e.strategy;
-    run.stats = stats;
-    run_ring(p, run);
-    int64_t bytes = 0, messages = 0;
-    for (const RingStats& s : stats) {
-      bytes = std::max(bytes, s.bytes_sent);
-      messages = std::max(messages, s.messages_sent);
-    }
+    const auto [bytes, messages] = busiest_traffic(p, run);
     EXPECT_EQ(static_cast<int64_t>(e.bytes_sent), bytes);
     EXPECT_EQ(e.messages, messages);
   }
