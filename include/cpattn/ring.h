@@ -85,8 +85,10 @@ class WorkspaceLease;
 /// (RingOptions::workspace; AttentionOptions inherits it). A call borrows from here what it
 /// would otherwise allocate and free: the ring its travelling k/v blocks, dk/dv accumulators and
 /// finished dk/dv (5 k/v blocks of the largest rank: 320 MiB per rank at S = 16384, P = 2,
-/// Hkv = 8, D = 128 in fp32), Ulysses and the hybrid their head-side q, k, v, dout, out,
-/// lse, D and gradients, allgather its gathered k/v and their dk/dv. The results a call returns
+/// Hkv = 8, D = 128 in fp32; with direct blocks also the packed own block and the returned dk/dv
+/// shares), Ulysses and the hybrid their head-side q, k, v, dout, out, lse, D and gradients,
+/// allgather its gathered k/v and their dk/dv, and those three the staging of their
+/// all-to-alls. The results a call returns
 /// (out, lse, dq, dk, dv) are never in the workspace. Without a workspace every call gets fresh
 /// memory, which the operating system faults in and zeroes page by page (docs/performance.md,
 /// "Ring"); with one kept per rank across layers and steps, only the first call does. The

@@ -236,9 +236,9 @@ Command verify_command() {
             CLI::App* sub = app.add_subcommand(
                 "verify",
                 "Check the attention kernel against a float64 reference on a sweep of cases "
-                "(masks, GQA, dropout, layouts, odd sizes); with --cp P, check the ring over P "
-                "ranks against the reference and the single-rank kernel instead; exit status 1 "
-                "if any case fails");
+                "(masks, GQA, dropout, layouts, odd sizes); with --cp P, check the CP strategies "
+                "over P ranks against the reference and the single-rank kernel instead; exit "
+                "status 1 if any case fails");
             auto o = std::make_shared<VerifyOptions>();
             sub->add_option("--threads", o->threads, "Kernel worker threads per case")
                 ->check(CLI::Range(1, 1024))

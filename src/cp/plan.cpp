@@ -108,19 +108,6 @@ void take_max(RingTraffic& t, const RingTraffic& tr) {
   t.direct_buffers = std::max(t.direct_buffers, tr.direct_buffers);
 }
 
-// The maximum of rank_traffic over the ranks (one RelayPlan for all: O(P^2) classifications).
-RingTraffic ring_traffic(const PlanProblem& p, const detail::BlockTable& q,
-                         const detail::BlockTable& kv, int64_t heads) {
-  RingTraffic t;
-  t.max_block = kv.max_length();
-  if (kv.size() == 1) return t;
-  const detail::RelayPlan plan(p.params, q, kv, true);
-  for (int r = 0; r < kv.size(); ++r) {
-    take_max(t, rank_traffic(p, plan, kv, heads, r));
-  }
-  return t;
-}
-
 // Compute and transfers that overlap as far as the link does (LinkModel::overlap): from their
 // sum (no overlap) down to the larger of the two (full overlap).
 double overlapped(double compute_s, double transfer_s, const LinkModel& link) {
@@ -254,7 +241,9 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
       }
       case Strategy::Kind::kAllGather: {
         e.flops = *std::max_element(gathered.begin(), gathered.end()) * Hq * flops_per_pair_head;
-        e.bytes_sent = (2 * (P - 1) * Sr + (S - Sr)) * kv_token;
+        // Grows with the own shard: the largest shard's rank sends the most.
+        const double S_max = *std::max_element(tokens.begin(), tokens.end());
+        e.bytes_sent = (2 * (P - 1) * S_max + (S - S_max)) * kv_token;
         e.messages = 3 * (P - 1);
         // Backward: gathered k|v, the staging it arrives in, dk|dv of every key; the state.
         e.peak_bytes = 3 * S * kv_token + q_local + Sr * kv_token + o_local + rows_local;
@@ -290,14 +279,23 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
           row_pairs = computed_pairs(rule, whole_tiles, whole_tiles);
         }
         e.flops = row_pairs * hq * flops_per_pair_head;
-        // Per peer: inputs in (q heads, kv heads of the own tokens), results out (out + lse of
-        // the peer's tokens), backward inputs in (q, k|v, dout, lse, delta), gradients out.
-        const double others = row_tokens - Sr;  // tokens of the other members of the row
-        const double in_fwd = (U - 1) * Sr * (B * hq * Dqk * kFloat + kv_head_token);
-        const double out_fwd = others * B * hq * (Dv + 1) * kFloat;
-        const double in_bwd = (U - 1) * Sr * (B * hq * (Dqk + Dv + 2) * kFloat + kv_head_token);
-        const double out_bwd = others * (B * hq * Dqk * kFloat + kv_head_token);
-        e.bytes_sent = in_fwd + out_fwd + in_bwd + out_bwd;
+        // A rank's all-to-all bytes, for its own tokens and its row's: to each peer the inputs of
+        // its own tokens (forward q heads and kv heads; backward q, k|v, dout, lse, delta), and
+        // back to each peer the results of that peer's tokens (out + lse; dq, dk|dv).
+        const double in_per_token = B * hq * (2 * Dqk + Dv + 2) * kFloat + 2 * kv_head_token;
+        const double out_per_token = B * hq * (Dv + 1 + Dqk) * kFloat + kv_head_token;
+        const auto a2a_bytes = [&](double own, double row_total) {
+          return (U - 1) * own * in_per_token + (row_total - own) * out_per_token;
+        };
+        std::vector<double> rank_a2a(static_cast<size_t>(P));
+        for (int m = 0; m < P; ++m) {
+          double row_total = 0;
+          for (int x = m / U * U; x < m / U * U + U; ++x) {
+            row_total += tokens[static_cast<size_t>(x)];
+          }
+          rank_a2a[static_cast<size_t>(m)] = a2a_bytes(tokens[static_cast<size_t>(m)], row_total);
+        }
+        e.bytes_sent = *std::max_element(rank_a2a.begin(), rank_a2a.end());
         e.messages = 4 * (U - 1);
         const double q_h = B * row_tokens * hq * Dqk * kFloat, kv_h = row_tokens * kv_head_token,
                      o_h = B * row_tokens * hq * Dv * kFloat, r_h = B * row_tokens * hq * kFloat;
@@ -327,9 +325,24 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
           kv_rows = q_rows;
           PlanProblem rows = p;
           rows.Hkv = static_cast<int64_t>(kvl);
-          const RingTraffic t = ring_traffic(rows, q_rows, kv_rows, rows.Hkv);  // busiest row
-          e.bytes_sent += t.bytes;
-          e.messages += t.messages;
+          // Each rank's all-to-all in its row plus its row ring's traffic (the busiest rank);
+          // t: the busiest row ring's, for the time.
+          RingTraffic t;
+          t.max_block = kv_rows.max_length();
+          const double a2a_max = e.bytes_sent;
+          if (strategy.ring_size > 1) {
+            const detail::RelayPlan plan(rows.params, q_rows, kv_rows, true);
+            double busiest_total = 0;
+            int64_t busiest_messages = 0;
+            for (int m = 0; m < P; ++m) {
+              const RingTraffic tr = rank_traffic(rows, plan, kv_rows, rows.Hkv, m / U);
+              take_max(t, tr);
+              busiest_total = std::max(busiest_total, rank_a2a[static_cast<size_t>(m)] + tr.bytes);
+              busiest_messages = std::max(busiest_messages, tr.messages);
+            }
+            e.bytes_sent = busiest_total;
+            e.messages += busiest_messages;
+          }
           const double block = static_cast<double>(t.max_block) * kv_head_token;
           if (strategy.ring_size > 1) {
             const double ring_phase =
@@ -340,7 +353,7 @@ std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkMo
           // The ring's transfers hide under compute as far as the link overlaps; the row
           // all-to-alls do not.
           const double ring_comm = t.bytes / link.bandwidth_bytes_per_s;
-          const double a2a = (e.bytes_sent - t.bytes) / link.bandwidth_bytes_per_s;
+          const double a2a = a2a_max / link.bandwidth_bytes_per_s;
           e.compute_seconds = e.flops / (kernel.flops_per_s * slowdown);
           e.comm_seconds = ring_comm + a2a + static_cast<double>(e.messages) * link.latency_s;
           e.seconds = a2a + overlapped(e.compute_seconds, ring_comm, link) + e.copy_seconds +

@@ -47,27 +47,31 @@ std::pair<int64_t, int64_t> busiest_traffic(const reference::Problem& p, RingRun
 }
 
 // The planner's busiest-rank bytes and messages equal the largest RingStats of a real forward +
-// backward (contiguous and zigzag layouts, causal: the ring's relay is pruned on contiguous).
+// backward (every layout, causal: the ring's relay is pruned on contiguous; even and uneven
+// shards).
 TEST(Plan, BytesAndMessagesAreWhatTheStrategiesSend) {
   for (const int P : {4, 8}) {
-    for (const Layout layout : {Layout::kContiguous, Layout::kZigzag}) {
-      const PlanProblem pp = plan_problem(P, layout, true);
-      reference::CaseSpec spec;
-      spec.mask = reference::MaskKind::kCausal;
-      spec.dims = {1, pp.S, pp.S, pp.Hq, pp.Hkv, pp.Dqk, pp.Dv};
-      spec.seed = 3;
-      const reference::Problem p = reference::make_problem(spec);
-      for (const StrategyEstimate& e : plan_strategies(pp, {}, {})) {
-        SCOPED_TRACE(strategy_name(e.strategy) + " " + layout_name(layout) + " P " +
-                     std::to_string(P));
-        ASSERT_TRUE(e.feasible) << e.reason;
-        RingRun run{P, layout};
-        run.strategy = e.strategy;
-        const auto [bytes, messages] = busiest_traffic(p, run);
-        EXPECT_EQ(static_cast<int64_t>(e.bytes_sent), bytes);
-        EXPECT_EQ(e.messages, messages);
-        EXPECT_GT(e.flops, 0.0);
-        EXPECT_GT(e.peak_bytes, 0.0);
+    for (const Layout layout : {Layout::kContiguous, Layout::kZigzag, Layout::kStriped}) {
+      for (const int64_t S : {96, 97}) {  // 97: uneven shards, the largest sends the most
+        PlanProblem pp = plan_problem(P, layout, true);
+        pp.S = S;
+        reference::CaseSpec spec;
+        spec.mask = reference::MaskKind::kCausal;
+        spec.dims = {1, pp.S, pp.S, pp.Hq, pp.Hkv, pp.Dqk, pp.Dv};
+        spec.seed = 3;
+        const reference::Problem p = reference::make_problem(spec);
+        for (const StrategyEstimate& e : plan_strategies(pp, {}, {})) {
+          SCOPED_TRACE(strategy_name(e.strategy) + " " + layout_name(layout) + " P " +
+                       std::to_string(P) + " S " + std::to_string(S));
+          ASSERT_TRUE(e.feasible) << e.reason;
+          RingRun run{P, layout};
+          run.strategy = e.strategy;
+          const auto [bytes, messages] = busiest_traffic(p, run);
+          EXPECT_EQ(static_cast<int64_t>(e.bytes_sent), bytes);
+          EXPECT_EQ(e.messages, messages);
+          EXPECT_GT(e.flops, 0.0);
+          EXPECT_GT(e.peak_bytes, 0.0);
+        }
       }
     }
   }
