@@ -38,7 +38,7 @@ enum class RingStream {
   kForwardKv = 1,     ///< ring: k/v blocks of the forward
   kBackwardKv = 2,    ///< ring: k/v blocks of the backward
   kBackwardGrad = 3,  ///< ring: dk/dv accumulators from rank to rank
-  kBackwardHome = 4,  ///< ring: a finished dk/dv accumulator to its home rank
+  kBackwardHome = 4,  ///< ring: a finished dk/dv accumulator (or a direct block's share) home
   /// allgather, ulysses, hybrid: sequence side -> head side (allgather: k/v of every rank);
   /// phase 0 forward, 1 backward
   kHeadsIn = 5,
