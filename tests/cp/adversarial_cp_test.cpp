@@ -11,6 +11,7 @@
 #include "cp/ring_detail.h"
 #include "cp/ring_harness.h"
 #include "cpattn/error.h"
+#include "cpattn/strategy.h"
 #include "support/counting_communicator.h"
 #include "support/metrics.h"
 #include "verify/reference_case.h"
@@ -84,16 +85,28 @@ TEST(CpAdversarial, NaNQuerySurvivesTheMerge) {
 // A rank failing at each of its sends (forward and backward): the call fails, and no rank's
 // counted memory outlives it, whether the rank failed too or (a rank that needed nothing more
 // from the failed one, e.g. when its last send went to a receive posted long before) finished.
-// Relayed blocks (causal zigzag), and bidirectional documents on contiguous shards at P = 4,
-// where blocks 1 and 3 go straight from their home to the ranks that need them.
+// Relayed blocks (causal zigzag), bidirectional documents on contiguous shards at P = 4, where
+// blocks 1 and 3 go straight from their home to the ranks that need them, and the other
+// strategies (the hybrid's sends in its row and column sub-groups counted alike).
 TEST(CpAdversarial, FailureAtEverySendLeaksNothing) {
   struct Case {
     reference::Problem p;
     RingRun run;
   };
+  const auto with = [](RingRun run, Strategy strategy) {
+    run.strategy = strategy;
+    return run;
+  };
+  const reference::Dims heads{1, 0, 0, 4, 2, 8, 8};
   const std::vector<Case> cases = {
       {problem(37, MaskKind::kCausal, 0.1f, 21), {3, Layout::kZigzag}},
       {problem(40, MaskKind::kDocs, 0.1f, 22), {4, Layout::kContiguous}},
+      {problem(37, MaskKind::kCausal, 0.1f, 23, heads),
+       with({4, Layout::kZigzag}, Strategy::ulysses())},
+      {problem(37, MaskKind::kCausal, 0.1f, 24, heads),
+       with({4, Layout::kStriped}, Strategy::allgather())},
+      {problem(40, MaskKind::kDocs, 0.1f, 25, heads),
+       with({4, Layout::kContiguous}, Strategy::hybrid(2, 2))},
   };
   {
     SequenceSharding seq = SequenceSharding::of(Layout::kContiguous, 40, 4, 0);
@@ -113,7 +126,8 @@ TEST(CpAdversarial, FailureAtEverySendLeaksNothing) {
     const int64_t sends = stats[1].messages_sent;
     ASSERT_GT(sends, 3);
     for (int64_t fail_at = 0; fail_at < sends; ++fail_at) {
-      SCOPED_TRACE(::testing::Message() << "cp" << ranks << " fail_at " << fail_at);
+      SCOPED_TRACE(::testing::Message()
+                   << strategy_name(c.run.strategy) << " cp" << ranks << " fail_at " << fail_at);
       const int64_t process_before = process_memory().stats().live_bytes;
       std::mutex mu;
       std::vector<int64_t> live_after(static_cast<size_t>(ranks), -1);

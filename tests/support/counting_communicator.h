@@ -1,11 +1,12 @@
 // Communicator decorators for ring tests: one counts the point-to-point traffic of a rank, the
-// other makes a rank fail at a chosen send (fault injection).
+// other makes a rank fail at a chosen send (fault injection), in its sub-groups too.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "cpattn/communicator.h"
 #include "cpattn/error.h"
@@ -70,22 +71,51 @@ class CountingCommunicator : public Communicator {
   Communicator& inner_;
 };
 
-/// A rank that throws Error(kInternal, "injected failure ...") at its `fail_at`-th isend (0-based).
-class FailingCommunicator : public CountingCommunicator {
+namespace detail_testing {
+/// Holds a sub-communicator for a decorator that must own what it forwards to (base-from-member:
+/// initialised before the decorator's CountingCommunicator base).
+struct OwnedCommunicator {
+  std::unique_ptr<Communicator> owned;
+};
+}  // namespace detail_testing
+
+/// A rank that throws Error(kInternal, "injected failure ...") at its `fail_at`-th isend (0-based),
+/// counting the sends of the sub-communicators it splits off too (each wraps its sub-group alike
+/// and shares the count), so strategies that talk in sub-groups (the hybrid's rows and columns)
+/// fail at every one of their sends as well.
+class FailingCommunicator : private detail_testing::OwnedCommunicator, public CountingCommunicator {
  public:
   FailingCommunicator(Communicator& inner, int64_t fail_at)
-      : CountingCommunicator(inner), fail_at_(fail_at) {}
+      : OwnedCommunicator{nullptr},
+        CountingCommunicator(inner),
+        fail_at_(fail_at),
+        rank_sends_(std::make_shared<std::atomic<int64_t>>(0)) {}
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    std::unique_ptr<Communicator> sub = CountingCommunicator::split(color, key);
+    return std::unique_ptr<Communicator>(
+        new FailingCommunicator(std::move(sub), fail_at_, rank_sends_));
+  }
 
  protected:
   void before_send() override {
-    if (sends == fail_at_) {
+    const int64_t n = (*rank_sends_)++;
+    if (n == fail_at_) {
       throw Error(ErrorCode::kInternal,
-                  detail::str_cat("injected failure at send ", sends, " of rank ", rank()));
+                  detail::str_cat("injected failure at send ", n, " of rank ", rank()));
     }
   }
 
  private:
+  FailingCommunicator(std::unique_ptr<Communicator> sub, int64_t fail_at,
+                      std::shared_ptr<std::atomic<int64_t>> rank_sends)
+      : OwnedCommunicator{std::move(sub)},
+        CountingCommunicator(*owned),
+        fail_at_(fail_at),
+        rank_sends_(std::move(rank_sends)) {}
+
   int64_t fail_at_;
+  std::shared_ptr<std::atomic<int64_t>> rank_sends_;  // this rank's sends in every sub-group
 };
 
 }  // namespace cpattn::testing
