@@ -6,6 +6,7 @@
 // group-wide event timed across P ranks (threads, or processes under mpirun).
 //   bench_strategies                          P = 4 in-process ranks, S = 8192, 3 repetitions
 //   bench_strategies --seq 8192,32768 --reps 1 --kv 2
+//   bench_strategies --only ring,ulysses      some strategies only (no pick is judged)
 //   mpirun -n 4 bench_strategies              the same over MPI processes (one rank each)
 //   bench_strategies --ulysses-check          Ulysses at P = 2 vs the single-rank kernel
 //   bench_strategies --docs-check             document-aware ring bytes at P = 8
@@ -49,6 +50,7 @@ struct Options {
   int ranks = 4;
   bool ulysses_check = false;
   bool docs_check = false;
+  std::vector<Strategy> only;  ///< empty: every candidate strategy
 };
 
 std::vector<int64_t> parse_list(const std::string& text) {
@@ -187,6 +189,9 @@ void strategies_table(const Group& group, int P, bool lead, const Options& o, co
           } catch (const Error&) {
             continue;
           }
+          if (!o.only.empty() && std::find(o.only.begin(), o.only.end(), s) == o.only.end()) {
+            continue;
+          }
           group([&](Communicator& comm) {
             const Measured m = run_call(comm, p, s);
             if (comm.rank() != 0) return;
@@ -194,8 +199,11 @@ void strategies_table(const Group& group, int P, bool lead, const Options& o, co
             bench::record(key("bytes", S, hkv, s), m.bytes);
             bench::record(key("peak", S, hkv, s), m.peak);
             if (lead) {
-              std::printf("rep %d S=%lld Hkv=%lld %s: %.2f s\n", rep, static_cast<long long>(S),
-                          static_cast<long long>(hkv), strategy_name(s).c_str(), m.seconds);
+              std::printf(
+                  "rep %d S=%lld Hkv=%lld %s: %.2f s (slowest rank's kernel %.2f s, "
+                  "communication %.2f s)\n",
+                  rep, static_cast<long long>(S), static_cast<long long>(hkv),
+                  strategy_name(s).c_str(), m.seconds, m.kernel_seconds, m.comm_seconds);
               std::fflush(stdout);
             }
           });
@@ -215,14 +223,19 @@ void strategies_table(const Group& group, int P, bool lead, const Options& o, co
     for (const int64_t hkv : o.kv) {
       const std::vector<StrategyEstimate>& plan = plans[key("plan", S, hkv, Strategy::ring())];
       const Strategy pick = recommend(plan).strategy;
+      const auto measured = [&](const StrategyEstimate& e) {
+        return e.feasible && (o.only.empty() ||
+                              std::find(o.only.begin(), o.only.end(), e.strategy) != o.only.end());
+      };
       Strategy fastest;
       double best = 1e30;
       for (const StrategyEstimate& e : plan) {
+        if (!measured(e)) continue;
         const double t = bench::median_of(key("s", S, hkv, e.strategy));
-        if (e.feasible && t < best) best = t, fastest = e.strategy;
+        if (t < best) best = t, fastest = e.strategy;
       }
       for (const StrategyEstimate& e : plan) {
-        if (!e.feasible) continue;
+        if (!measured(e)) continue;
         const double t = bench::median_of(key("s", S, hkv, e.strategy));
         const double err = e.seconds / t - 1.0;
         ++rows;
@@ -235,6 +248,7 @@ void strategies_table(const Group& group, int P, bool lead, const Options& o, co
             mib(bench::median_of(key("peak", S, hkv, e.strategy))), mib(e.peak_bytes),
             e.strategy == fastest ? "yes" : "", e.strategy == pick ? "yes" : "");
       }
+      if (!o.only.empty()) continue;  // some strategies were not run: no pick to judge
       ++cases;
       if (pick == fastest) {
         ++picked_fastest;
@@ -383,6 +397,10 @@ Options parse(int argc, char** argv) {
       o.reps = std::stoi(value());
     } else if (a == "--ranks") {
       o.ranks = std::stoi(value());
+    } else if (a == "--only") {
+      std::stringstream in(value());
+      std::string name;
+      while (std::getline(in, name, ',')) o.only.push_back(parse_strategy(name));
     } else if (a == "--ulysses-check") {
       o.ulysses_check = true;
     } else if (a == "--docs-check") {
@@ -390,7 +408,7 @@ Options parse(int argc, char** argv) {
     } else {
       throw Error(ErrorCode::kInvalidArgument,
                   "usage: bench_strategies [--seq S,...] [--kv H,...] [--reps N] [--ranks P] "
-                  "[--ulysses-check] [--docs-check]; got " +
+                  "[--only STRATEGY,...] [--ulysses-check] [--docs-check]; got " +
                       a);
     }
   }

@@ -116,6 +116,17 @@ class Communicator {
   /// pieces of work, so that a rank busy computing stops within one piece of a group failure.
   virtual void throw_if_group_failed() const {}
 
+  /// Lets this rank's posted transfers move on without blocking, for backends that move data
+  /// only inside their own calls: an MPI without an asynchronous progress thread matches and
+  /// copies a large (rendezvous) message only inside an MPI call, so a ring block posted before
+  /// a kernel call would wait for the kernel to finish. Long computations call it between
+  /// pieces of work (the kernels' interruption points), so the ring's transfers proceed under
+  /// compute. It may be called from the kernel's worker threads while the rank's own thread is
+  /// in the same kernel call (concurrent calls skip the work instead of waiting for each other).
+  /// Never throws: an error is kept by its request and thrown by that request's wait. Does
+  /// nothing by default (in-process ranks copy inside wait(); gloo has threads of its own).
+  virtual void progress() noexcept {}
+
   /// The number of this rank's next checked attention call on this group (0, 1, 2, ...). The safe
   /// API (attention.h) takes one per call and all ranks compare it before any data moves, so a
   /// rank whose calls are out of step with the others' (a skipped call, backward calls in another

@@ -45,7 +45,8 @@ struct KernelOptions {
   /// Cooperative cancellation: when set, every worker calls it before each work item (a tile
   /// row of the forward, a k-tile chunk of the backward: milliseconds apart). An exception it
   /// throws stops the call and is rethrown to the caller. The ring passes its communicator's
-  /// throw_if_group_failed, so a rank busy computing learns within a tile that its group failed.
+  /// throw_if_group_failed, so a rank busy computing learns within a tile that its group failed,
+  /// then its progress, so the ring's posted transfers move while the kernel runs.
   std::function<void()> interruption_point;
   /// The code path (cpattn/isa.h): kAuto is resolve_isa(kAuto), the best the CPU supports unless
   /// CPATTN_ISA names another. Results are bitwise equal on kAvx2 and kAvx512 (and kAvx512Bf16

@@ -75,6 +75,11 @@ class MpiCommunicator final : public Communicator {
   void allreduce_sum(std::span<double> data) override;
   void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
   void barrier() override;
+  /// Advances every pending receive of this communicator (matching each (source, tag) queue's
+  /// receives in posting order, as wait() does) and lets MPI's progress engine move the posted
+  /// sends. Without blocking: a call finding another thread inside this communicator, or MPI
+  /// finalized, returns at once; below MPI_THREAD_SERIALIZED only the main thread calls MPI.
+  void progress() noexcept override;
   /// MPI_Comm_split of this communicator (after the (color, key) exchange of communicator.h),
   /// wrapped in a new MpiCommunicator with this one's timeout and chunk size. MPI_Comm_split has
   /// no deadline of its own; the exchange before it makes sure every rank has arrived.

@@ -35,8 +35,8 @@ struct LinkModel {
   double latency_s = 10e-6;
   /// The fraction (0..1) of a posted transfer that proceeds while the ranks compute without
   /// calling the communicator: 1 for links that move data on their own (a NIC, a progress
-  /// thread), near 0 where the copy happens inside wait() (in-process ranks, shared-memory MPI
-  /// without a progress thread). The ring hides overlap * min(compute, transfer) of its
+  /// thread, MPI moved along by Communicator::progress), near 0 where the copy happens inside
+  /// wait() (in-process ranks). The ring hides overlap * min(compute, transfer) of its
   /// transfers under compute.
   double overlap = 1.0;
 };
@@ -86,7 +86,8 @@ struct MachineModel {
 /// already includes the ranks' sharing of cores (concurrent_ranks = 0). Then every rank sends
 /// 16 MiB round the ring 4 times (bandwidth: bytes over the slowest rank's time, less latency)
 /// and empty messages 64 times (latency); overlap: every rank posts one such 16 MiB exchange,
-/// computes (spins) for twice its transfer time without calling the communicator, then waits,
+/// computes (spins) for twice its transfer time, calling Communicator::progress every
+/// millisecond as the kernel does between its work items, then waits,
 /// and 1 - (the slowest rank's wait) / (transfer time) is the fraction that moved meanwhile;
 /// copy_bytes_per_s is the slowest rank's 64 MiB memcpy.
 /// Every rank returns the same models. Throws the communicator's errors.

@@ -24,6 +24,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const MpiOptions& options)
   detail::MpiState& s = *state_;
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
+  s.thread_level = provided;
   s.serialize = provided < MPI_THREAD_MULTIPLE;
   s.chunk_bytes = options.chunk_bytes;
   detail::check_mpi(MPI_Comm_rank(comm, &s.rank), -1, "MPI_Comm_rank");
@@ -104,6 +105,17 @@ void MpiCommunicator::all_to_all(std::span<const std::byte> send, std::span<std:
 }
 
 void MpiCommunicator::barrier() { p2p::barrier(channel()); }
+
+void MpiCommunicator::progress() noexcept {
+  if (!detail::mpi_active()) return;
+  if (state_->thread_level < MPI_THREAD_SERIALIZED) {
+    int main = 0;
+    MPI_Is_thread_main(&main);
+    if (main == 0) return;
+  }
+  detail::MpiLock lock = state_->try_lock();
+  if (lock.owns()) detail::MpiRequest::progress_all(*state_);
+}
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   const detail::SplitGroup sub = detail::plan_split(*this, color, key);

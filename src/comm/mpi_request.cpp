@@ -100,17 +100,33 @@ bool MpiRequest::progress_head() {
   }
 }
 
-void MpiRequest::progress_queue() {
-  std::deque<MpiRequest*>& q = queue();
-  while (phase_ == Phase::kPending && !q.empty()) {
+void MpiRequest::advance(std::deque<MpiRequest*>& q, const MpiRequest* until) {
+  while (!q.empty() && (until == nullptr || until->phase_ == Phase::kPending)) {
     MpiRequest* head = q.front();
     try {
       if (!head->progress_head()) return;
     } catch (const Error& e) {
       head->error_ = e;  // an MPI error: the head fails, the queue moves on
       head->phase_ = Phase::kDone;
+    } catch (const std::exception& e) {  // out of memory for a chunk's scratch
+      head->error_ = Error(
+          ErrorCode::kCommunication,
+          str_cat("rank ", head->state_->rank, ": ", head->describe(), " failed: ", e.what()));
+      head->phase_ = Phase::kDone;
     }
     q.pop_front();
+  }
+}
+
+void MpiRequest::progress_all(MpiState& state) noexcept {
+  bool pending = false;
+  for (auto& [key, q] : state.recv_queues) {
+    pending = pending || !q.empty();
+    advance(q, nullptr);
+  }
+  if (!pending) {
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, state.p2p, &flag, MPI_STATUS_IGNORE);
   }
 }
 
@@ -122,7 +138,7 @@ bool MpiRequest::test() {
     if (spec_.is_send) {
       if (progress_send()) phase_ = Phase::kDone;
     } else {
-      progress_queue();
+      advance(queue(), this);
     }
   } catch (const Error& e) {
     fail(e);

@@ -38,6 +38,12 @@ class MpiRequest final : public RequestImpl {
   MpiRequest(std::shared_ptr<MpiState> state, Spec spec);
   ~MpiRequest() override;
 
+  /// Advances every pending receive of `state`, each (communicator, source, tag) queue from its
+  /// head in posting order, without blocking; with no receive pending, one MPI_Iprobe drives
+  /// MPI's progress engine for the posted sends. An MPI error is kept by the receive it hit
+  /// (its wait throws it). Requires the lock. For MpiCommunicator::progress.
+  static void progress_all(MpiState& state) noexcept;
+
   bool test() override;
   size_t wait(std::chrono::steady_clock::time_point deadline) override;
   void cancel() noexcept override;
@@ -47,9 +53,11 @@ class MpiRequest final : public RequestImpl {
 
   // The queue this receive waits in. Requires the lock.
   std::deque<MpiRequest*>& queue();
-  // Advances the receives of this request's queue from its head, in order, until the head is
-  // pending or this request finished. Requires the lock.
-  void progress_queue();
+  // Advances the receives of `q` from its head, in order, until the head is pending, the queue is
+  // empty or `until` (when not null) finished; an error (MPI's, or no memory for a chunk's
+  // scratch) finishes the head it hit, with it.
+  // Requires the lock.
+  static void advance(std::deque<MpiRequest*>& q, const MpiRequest* until);
   // Advances this receive (the head of its queue); true once it finished. Requires the lock.
   bool progress_head();
   // Requires the lock. Sends: true once every chunk completed.

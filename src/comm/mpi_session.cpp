@@ -31,12 +31,30 @@ void check_mpi(int rc, int rank, const char* call) {
               len > 0 ? std::string(text, static_cast<size_t>(len)) : str_cat("MPI error ", rc)));
 }
 
+namespace {
+// Held around every MPI call of the process when MPI lacks MPI_THREAD_MULTIPLE.
+std::mutex& global_mpi() {
+  static std::mutex mu;
+  return mu;
+}
+}  // namespace
+
 MpiLock MpiState::lock() {
   // Lock order: global before state, everywhere.
-  static std::mutex global_mpi;
   MpiLock l;
-  if (serialize) l.global = std::unique_lock<std::mutex>(global_mpi);
+  if (serialize) l.global = std::unique_lock<std::mutex>(global_mpi());
   l.state = std::unique_lock<std::mutex>(mu);
+  return l;
+}
+
+MpiLock MpiState::try_lock() {
+  MpiLock l;
+  if (serialize) {
+    l.global = std::unique_lock<std::mutex>(global_mpi(), std::try_to_lock);
+    if (!l.global.owns_lock()) return {};
+  }
+  l.state = std::unique_lock<std::mutex>(mu, std::try_to_lock);
+  if (!l.state.owns_lock()) return {};
   return l;
 }
 

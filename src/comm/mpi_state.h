@@ -18,6 +18,8 @@ class MpiRequest;
 struct MpiLock {
   std::unique_lock<std::mutex> global;
   std::unique_lock<std::mutex> state;
+
+  bool owns() const { return state.owns_lock(); }
 };
 
 /// The duplicated communicators of one MpiCommunicator and its pending receives. Freed when the
@@ -29,7 +31,8 @@ struct MpiState {
   int size = 1;
   int tag_ub = 32767;  // MPI guarantees at least this
   size_t chunk_bytes = size_t{1} << 30;
-  bool serialize = false;  // MPI lacks MPI_THREAD_MULTIPLE
+  int thread_level = MPI_THREAD_SINGLE;  // what MPI provides (MPI_Query_thread)
+  bool serialize = false;                // MPI lacks MPI_THREAD_MULTIPLE
   std::mutex mu;
   /// Pending receives per (communicator, source, tag) in posting order. Only the head of a queue
   /// probes and receives, so messages match receives in posting order whatever order they are
@@ -42,6 +45,9 @@ struct MpiState {
   ~MpiState();
 
   MpiLock lock();
+  /// As lock(), but gives up at once when another thread holds a mutex it needs: then the
+  /// MpiLock owns nothing (owns() is false).
+  MpiLock try_lock();
 };
 
 /// True while MPI calls are allowed (initialised and not finalized).

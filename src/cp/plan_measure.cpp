@@ -50,8 +50,8 @@ double slowest(Communicator& comm, double mine) {
 }
 
 // `rounds` ring exchanges of `bytes` per rank, each posted, then `spin_s` of computing (a spin
-// that does not call the communicator), then waited for: the slowest rank's seconds in all and
-// in the waits.
+// that calls Communicator::progress every kWorkItem, as the kernel does between its work items),
+// then waited for: the slowest rank's seconds in all and in the waits.
 struct ExchangeTimes {
   double total = 0, waited = 0;
 };
@@ -66,9 +66,13 @@ ExchangeTimes ring_exchanges(Communicator& comm, size_t bytes, int rounds, doubl
   for (int s = 0; s < rounds; ++s) {
     Request recv = comm.irecv(in.span(), (r + n - 1) % n, s);
     Request send = comm.isend(out.span(), (r + 1) % n, s);
+    constexpr double kWorkItem = 1e-3;  // seconds: a kernel work item at the planner's shapes
     const Stopwatch busy;
     volatile double sink = 0;
-    while (busy.seconds() < spin_s) sink = sink + 1.0;
+    for (double next = kWorkItem; busy.seconds() < spin_s; next += kWorkItem) {
+      while (busy.seconds() < std::min(next, spin_s)) sink = sink + 1.0;
+      comm.progress();
+    }
     const Stopwatch wait;
     recv.wait();
     send.wait();

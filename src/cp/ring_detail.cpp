@@ -249,7 +249,10 @@ Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, Memor
 KernelOptions kernel_options(Communicator& comm, const RingOptions& options) {
   KernelOptions k;
   k.num_threads = options.num_threads;
-  k.interruption_point = [&comm] { comm.throw_if_group_failed(); };
+  k.interruption_point = [&comm] {
+    comm.throw_if_group_failed();
+    comm.progress();
+  };
   k.isa = resolve_isa(options.isa);
   return k;
 }

@@ -254,7 +254,8 @@ Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, Memor
 
 /// The KernelOptions of every kernel call of a CP strategy (the ring's blocks included):
 /// options.num_threads, options.isa resolved (resolve_isa, once per call), and the group's
-/// cooperative cancellation (Communicator::throw_if_group_failed between work items).
+/// cooperative cancellation and progress between work items (Communicator::throw_if_group_failed,
+/// then Communicator::progress, so posted transfers move while the kernel runs).
 KernelOptions kernel_options(Communicator& comm, const RingOptions& options);
 
 /// Sets every element of `v` to 0 (any strides, any dtype).

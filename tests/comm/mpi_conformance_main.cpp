@@ -3,8 +3,11 @@
 // every test; rank 0 prints the GoogleTest report, other ranks print only their failures.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "comm/conformance.h"
 #include "cpattn/error.h"
@@ -76,6 +79,52 @@ TEST(MpiCommunicator, ChunkedMessagesOfAnySizeArriveWhole) {
   Request s = comm.isend(std::span<const std::byte>(out), next, 2);
   EXPECT_THROW(r.wait(), Error);
   s.wait();
+  comm.barrier();
+}
+
+// A rendezvous message (far above the eager limit) completes while its receiver only calls
+// progress(): rank 0's send finishes before rank 1 waits on the receive (progress matches it and
+// lets MPI copy it), with two more threads calling progress() concurrently on rank 1.
+TEST(MpiCommunicator, ProgressMovesAPostedMessageWithoutAWait) {
+  Communicator& comm = *g_comm;
+  if (comm.size() < 2) GTEST_SKIP() << "needs two ranks";
+  constexpr size_t kBytes = size_t{8} << 20;
+  constexpr int kData = 77, kDone = 78;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  if (comm.rank() == 0) {
+    const auto out = message_bytes(0, 1, kData, kBytes);
+    Request send = comm.isend(std::span<const std::byte>(out), 1, kData);
+    bool sent = false;
+    while (!sent && std::chrono::steady_clock::now() < deadline) sent = send.test();
+    EXPECT_TRUE(sent) << "rank 1 called only progress(), and the send did not finish in 10 s";
+    const std::byte flag{static_cast<unsigned char>(sent ? 1 : 0)};
+    comm.isend(std::span<const std::byte>(&flag, 1), 1, kDone).wait();
+    send.wait();
+  } else if (comm.rank() == 1) {
+    std::vector<std::byte> in(kBytes);
+    std::byte flag{0};
+    Request recv = comm.irecv(std::span<std::byte>(in), 0, kData);
+    Request done = comm.irecv(std::span<std::byte>(&flag, 1), 0, kDone);
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> helpers;
+    for (int t = 0; t < 2; ++t) {
+      helpers.emplace_back([&] {
+        while (!stop.load()) comm.progress();
+      });
+    }
+    // done.test() only advances the kDone queue: the data message moves by progress() alone.
+    bool finished = false;
+    while (!finished && std::chrono::steady_clock::now() < deadline + std::chrono::seconds(5)) {
+      comm.progress();
+      finished = done.test();
+    }
+    stop.store(true);
+    for (std::thread& t : helpers) t.join();
+    ASSERT_TRUE(finished) << "rank 0 never reported";
+    EXPECT_EQ(flag, std::byte{1});
+    EXPECT_EQ(recv.wait(), kBytes);
+    EXPECT_EQ(in, message_bytes(0, 1, kData, kBytes));
+  }
   comm.barrier();
 }
 

@@ -83,11 +83,12 @@ TEST(Cancellation, ARankStuckInComputePastTheDeadlineIsReleased) {
   EXPECT_LT(watch.seconds(), 1.0 + 3.0);
 }
 
-// The ring checks at every step and inside every kernel call (between work items).
+// The ring checks at every step and inside every kernel call (between work items), where it
+// also lets the communicator move posted transfers (progress).
 TEST(Cancellation, TheRingHasInterruptionPointsAtEveryStepAndKernelItem) {
   const int64_t S = 1024;
   Tensor x({1, S, 2, 16});
-  std::vector<int64_t> counts(4);
+  std::vector<int64_t> counts(4), progress(4);
   run_ranks(4, [&](Communicator& comm) {
     const auto seq = SequenceSharding::of(Layout::kZigzag, S, 4, comm.rank());
     const Tensor xr = shard_tensor(x.view(), seq.layout, 4, comm.rank(), &comm.memory());
@@ -95,9 +96,11 @@ TEST(Cancellation, TheRingHasInterruptionPointsAtEveryStepAndKernelItem) {
     const ForwardResult f =
         attention_forward(counting, xr.view(), xr.view(), xr.view(), seq, {}, {});
     counts[static_cast<size_t>(comm.rank())] = counting.interruption_points.load();
+    progress[static_cast<size_t>(comm.rank())] = counting.progress_calls.load();
   });
   // 4 steps, each block 256 tokens: 2 q tiles x 1 kv head x 1 head chunk = 2 items per call.
   for (int64_t n : counts) EXPECT_GE(n, 4 + 4 * 2);
+  for (int64_t n : progress) EXPECT_GE(n, 4 * 2);
 }
 
 }  // namespace

@@ -13,8 +13,8 @@
 
 namespace cpattn::testing {
 
-/// Forwards everything to `inner`, counting isend/irecv calls and bytes, collectives and
-/// interruption points (throw_if_group_failed calls).
+/// Forwards everything to `inner`, counting isend/irecv calls and bytes, collectives,
+/// interruption points (throw_if_group_failed calls) and progress calls.
 class CountingCommunicator : public Communicator {
  public:
   explicit CountingCommunicator(Communicator& inner) : inner_(inner) {
@@ -59,10 +59,15 @@ class CountingCommunicator : public Communicator {
     ++interruption_points;
     inner_.throw_if_group_failed();
   }
+  void progress() noexcept override {
+    ++progress_calls;
+    inner_.progress();
+  }
   MemoryCounter& memory() override { return inner_.memory(); }
 
   int64_t sends = 0, recvs = 0, collectives = 0, bytes_sent = 0;
   mutable std::atomic<int64_t> interruption_points{0};  // kernel workers call it concurrently
+  std::atomic<int64_t> progress_calls{0};               // likewise
 
  protected:
   virtual void before_send() {}
