@@ -1,6 +1,6 @@
 """cpattn for PyTorch: exact scaled-dot-product attention, forward and backward, on one rank or
-context-parallel over a torch.distributed process group (cpattn's C++ ring), safe under
-activation checkpointing with dropout. See docs/pytorch.md.
+context-parallel over a torch.distributed process group (cpattn's C++ ring, allgather, Ulysses
+or hybrid strategy), safe under activation checkpointing with dropout. See docs/pytorch.md.
 
     out = cpattn.attention(q, k, v, causal=True, dropout_p=0.1)            # one rank
     out = cpattn.ring_attention(q_local, k_local, v_local, causal=True)   # this rank's shard

@@ -71,7 +71,7 @@ def _window(window_size):
 
 
 def _run(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scale, causal,
-         window_size, doc_ids, return_lse, timeout):
+         window_size, doc_ids, return_lse, timeout, strategy):
     left, right = _window(window_size)
     if doc_ids is not None and not isinstance(doc_ids, torch.Tensor):
         raise error("invalid_argument", "doc_ids must be an int64 tensor of the whole sequence")
@@ -82,7 +82,7 @@ def _run(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scal
     call = _cpattn.Call(layout, seq_len, layout, kv_seq_len, cp_size, cp_rank, doc_ids,
                         None if softmax_scale is None else float(softmax_scale), bool(causal),
                         left, right, float(dropout_p), group, float(timeout),
-                        torch.get_num_threads())
+                        torch.get_num_threads(), str(strategy))
     out, lse = _Attention.apply(q, k, v, call, group, float(dropout_p))
     return (out, lse) if return_lse else out
 
@@ -106,14 +106,23 @@ def attention(q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False, windo
     return _run(q, k, v, group=None, layout="contiguous", seq_len=q.shape[1],
                 kv_seq_len=k.shape[1], dropout_p=dropout_p, softmax_scale=softmax_scale,
                 causal=causal, window_size=window_size, doc_ids=doc_ids, return_lse=return_lse,
-                timeout=DEFAULT_TIMEOUT_S)
+                timeout=DEFAULT_TIMEOUT_S, strategy="ring")
 
 
 def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softmax_scale=None,
                    causal=False, window_size=(-1, -1), doc_ids=None, return_lse=False,
-                   seq_len=None, timeout=DEFAULT_TIMEOUT_S):
-    """Context-parallel attention over a torch.distributed process group: cpattn's C++ ring,
-    its messages sent with the group's send/recv (gloo on CPU).
+                   seq_len=None, timeout=DEFAULT_TIMEOUT_S, strategy="ring"):
+    """Context-parallel attention over a torch.distributed process group: cpattn's C++ CP
+    strategies, their messages sent with the group's send/recv (gloo on CPU).
+
+    strategy (docs/strategies.md; `cpattn plan` recommends one): "ring" (k/v blocks passed round
+    the group; every dtype), "allgather" (every rank gathers the whole k/v), "ulysses"
+    (all-to-all to head-sharded, whole-sequence attention on Hq/P heads: Hq % P == 0 and
+    Hkv % P == 0 or P % Hkv == 0) or "hybrid:UxR" (Ulysses inside rows of U ranks, a ring across
+    R rows, U * R = P; the rows and columns are tag namespaces of this group, no new process
+    groups). Other strategies than the ring take float32 only. Every strategy gives the same
+    numbers to rounding and bit-identical dropout masks; a backward (or recompute) must use its
+    forward's strategy, and ranks that pass different strategies raise rank_disagreement.
 
     q, k, v are this rank's shards [B, S_r, H, D] of the whole sequence in `layout`
     ("zigzag", "striped" or "contiguous"; cpattn.shard cuts them); group defaults to the world
@@ -132,4 +141,5 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     total = whole_length(q.shape[1], group, doc_ids, seq_len)
     return _run(q, k, v, group=group, layout=layout, seq_len=total, kv_seq_len=total,
                 dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                window_size=window_size, doc_ids=doc_ids, return_lse=return_lse, timeout=timeout)
+                window_size=window_size, doc_ids=doc_ids, return_lse=return_lse, timeout=timeout,
+                strategy=strategy)

@@ -16,6 +16,7 @@
 #include "cpattn/attention.h"
 #include "cpattn/error.h"
 #include "cpattn/layout.h"
+#include "cpattn/strategy.h"
 #include "cpattn/thread_communicator.h"
 #include "cpattn/version.h"
 #include "process_group_communicator.h"
@@ -67,6 +68,14 @@ struct Call {
   std::optional<ProcessGroupPtr> group;
   double timeout_s = 300.0;
   int num_threads = 1;
+  Strategy strategy{};
+
+  AttentionOptions options() const {
+    AttentionOptions o;
+    o.num_threads = num_threads;
+    o.strategy = strategy;
+    return o;
+  }
 };
 
 py::tuple forward(const Call& call, uint64_t call_number, const at::Tensor& q, const at::Tensor& k,
@@ -76,10 +85,8 @@ py::tuple forward(const Call& call, uint64_t call_number, const at::Tensor& q, c
   {
     const py::gil_scoped_release released;
     const auto comm = group_of(call.group, call.timeout_s, call_number);
-    RingOptions options;
-    options.num_threads = call.num_threads;
     state = std::make_shared<ForwardResult>(attention_forward(
-        *comm, qv, kv, vv, call.q_seq, call.kv_seq, call.params, {seed, offset}, options));
+        *comm, qv, kv, vv, call.q_seq, call.kv_seq, call.params, {seed, offset}, call.options()));
   }
   // out and lse are torch tensors over the ForwardResult's buffers: the state lives as long as
   // either of them (saved by autograd for backward, or held by the caller).
@@ -100,12 +107,10 @@ py::tuple backward(const Call& call, uint64_t call_number, const at::Tensor& dou
   {
     const py::gil_scoped_release released;
     const auto comm = group_of(call.group, call.timeout_s, call_number);
-    RingOptions options;
-    options.num_threads = call.num_threads;
     // The forward whose output the loss was computed from is the one autograd recorded in ctx
     // (its fingerprint); the saved out/lse may come from a recompute, and must match it.
     g = attention_backward(*comm, dv, qv, kv, vv, state, call.q_seq, call.kv_seq, call.params,
-                           fingerprint.rng, options);
+                           fingerprint.rng, call.options());
   }
   return py::make_tuple(torch_from(std::move(g.dq)), torch_from(std::move(g.dk)),
                         torch_from(std::move(g.dv)));
@@ -139,29 +144,30 @@ PYBIND11_MODULE(_cpattn, m) {
       });
 
   py::class_<tb::Call>(m, "Call", "The non-tensor arguments of one attention call")
-      .def(
-          py::init([](const std::string& q_layout, int64_t q_len, const std::string& kv_layout,
-                      int64_t kv_len, int cp_size, int cp_rank, std::optional<at::Tensor> doc_ids,
-                      std::optional<float> softmax_scale, bool causal, int64_t window_left,
-                      int64_t window_right, float dropout_p,
-                      std::optional<tb::ProcessGroupPtr> group, double timeout_s, int num_threads) {
-            tb::Call c;
-            c.q_seq = tb::sharding(q_layout, q_len, cp_size, cp_rank, doc_ids);
-            c.kv_seq = tb::sharding(kv_layout, kv_len, cp_size, cp_rank, doc_ids);
-            c.params.softmax_scale = softmax_scale;
-            c.params.causal = causal;
-            c.params.window_left = window_left;
-            c.params.window_right = window_right;
-            c.params.dropout_p = dropout_p;
-            c.group = std::move(group);
-            c.timeout_s = timeout_s;
-            c.num_threads = num_threads;
-            return c;
-          }),
-          py::arg("q_layout"), py::arg("q_len"), py::arg("kv_layout"), py::arg("kv_len"),
-          py::arg("cp_size"), py::arg("cp_rank"), py::arg("doc_ids"), py::arg("softmax_scale"),
-          py::arg("causal"), py::arg("window_left"), py::arg("window_right"), py::arg("dropout_p"),
-          py::arg("group"), py::arg("timeout"), py::arg("num_threads"))
+      .def(py::init([](const std::string& q_layout, int64_t q_len, const std::string& kv_layout,
+                       int64_t kv_len, int cp_size, int cp_rank, std::optional<at::Tensor> doc_ids,
+                       std::optional<float> softmax_scale, bool causal, int64_t window_left,
+                       int64_t window_right, float dropout_p,
+                       std::optional<tb::ProcessGroupPtr> group, double timeout_s, int num_threads,
+                       const std::string& strategy) {
+             tb::Call c;
+             c.q_seq = tb::sharding(q_layout, q_len, cp_size, cp_rank, doc_ids);
+             c.kv_seq = tb::sharding(kv_layout, kv_len, cp_size, cp_rank, doc_ids);
+             c.params.softmax_scale = softmax_scale;
+             c.params.causal = causal;
+             c.params.window_left = window_left;
+             c.params.window_right = window_right;
+             c.params.dropout_p = dropout_p;
+             c.group = std::move(group);
+             c.timeout_s = timeout_s;
+             c.num_threads = num_threads;
+             c.strategy = cpattn::parse_strategy(strategy);
+             return c;
+           }),
+           py::arg("q_layout"), py::arg("q_len"), py::arg("kv_layout"), py::arg("kv_len"),
+           py::arg("cp_size"), py::arg("cp_rank"), py::arg("doc_ids"), py::arg("softmax_scale"),
+           py::arg("causal"), py::arg("window_left"), py::arg("window_right"), py::arg("dropout_p"),
+           py::arg("group"), py::arg("timeout"), py::arg("num_threads"), py::arg("strategy"))
       .def("local_length", [](const tb::Call& c) { return c.q_seq.local_length(); });
 
   m.def("forward", &tb::forward, py::arg("call"), py::arg("call_number"), py::arg("q"),

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/split.h"
 #include "cpattn/error.h"
 
 namespace cpattn::torch_binding {
@@ -91,7 +92,46 @@ ProcessGroupCommunicator::ProcessGroupCommunicator(c10::intrusive_ptr<c10d::Proc
   CPATTN_CHECK(group_, ErrorCode::kInvalidArgument, "ProcessGroupCommunicator: no process group");
   rank_ = group_->getRank();
   size_ = group_->getSize();
+  members_.resize(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) members_[static_cast<size_t>(r)] = r;
   set_timeout(timeout);
+}
+
+ProcessGroupCommunicator::ProcessGroupCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                                   std::chrono::milliseconds timeout,
+                                                   std::vector<int> members, int rank,
+                                                   int tag_namespace)
+    : group_(std::move(group)),
+      rank_(rank),
+      size_(static_cast<int>(members.size())),
+      members_(std::move(members)),
+      tag_namespace_(tag_namespace) {
+  set_timeout(timeout);
+}
+
+int ProcessGroupCommunicator::max_tag() const {
+  return tag_namespace_ == 0 ? kCollectiveTag : kSubGroupTags / 2;
+}
+
+int ProcessGroupCommunicator::wire_tag(int tag) const {
+  const int t = tag == kCollective ? max_tag() : tag;
+  return tag_namespace_ == 0 ? t : kCollectiveTag + tag_namespace_ * kSubGroupTags + t;
+}
+
+std::unique_ptr<Communicator> ProcessGroupCommunicator::split(int color, int key) {
+  CPATTN_CHECK(tag_namespace_ == 0, ErrorCode::kInvalidArgument,
+               "split: a sub-group of a ProcessGroup cannot be split again");
+  const detail::SplitGroup sub = detail::plan_split(*this, color, key);
+  const int tag_namespace =
+      1 + splits_++ * size_ + *std::min_element(sub.members.begin(), sub.members.end());
+  CPATTN_CHECK(tag_namespace < kSubGroupNamespaces, ErrorCode::kInvalidArgument,
+               "split: a ProcessGroup of ", size_, " ranks has room for ",
+               (kSubGroupNamespaces - 1) / size_, " splits, this is split ", splits_);
+  std::vector<int> members;
+  for (const int m : sub.members) members.push_back(members_[static_cast<size_t>(m)]);
+  auto comm = std::unique_ptr<ProcessGroupCommunicator>(
+      new ProcessGroupCommunicator(group_, timeout(), std::move(members), sub.rank, tag_namespace));
+  return comm;
 }
 
 Request ProcessGroupCommunicator::post(bool is_send, std::byte* data, size_t bytes, int peer,
@@ -109,11 +149,14 @@ Request ProcessGroupCommunicator::post(bool is_send, std::byte* data, size_t byt
   }
   std::vector<at::Tensor> tensors{at::from_blob(buffer, {length}, at::kByte)};
   const std::string what =
-      detail::str_cat(is_send ? "isend to rank " : "irecv from rank ", peer, " (tag ", tag, ", ",
+      detail::str_cat(is_send ? "isend to rank " : "irecv from rank ", peer, " (tag ",
+                      tag == kCollective ? std::string("collective") : std::to_string(tag), ", ",
                       bytes, is_send ? " bytes)" : "-byte buffer)");
+  const int pg_peer = members_[static_cast<size_t>(peer)];
   c10::intrusive_ptr<c10d::Work> work;
   try {
-    work = is_send ? group_->send(tensors, peer, tag) : group_->recv(tensors, peer, tag);
+    work = is_send ? group_->send(tensors, pg_peer, wire_tag(tag))
+                   : group_->recv(tensors, pg_peer, wire_tag(tag));
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kCommunication,
                 detail::str_cat("rank ", rank_, ": ", what, " could not be posted: ", e.what()));
@@ -124,15 +167,15 @@ Request ProcessGroupCommunicator::post(bool is_send, std::byte* data, size_t byt
 }
 
 Request ProcessGroupCommunicator::isend(std::span<const std::byte> data, int dest, int tag) {
-  CPATTN_CHECK(tag >= 0 && tag < kCollectiveTag, ErrorCode::kInvalidArgument,
-               "isend: tag must be in [0, 2^30), got ", tag);
+  CPATTN_CHECK(tag >= 0 && tag < max_tag(), ErrorCode::kInvalidArgument,
+               "isend: tag must be in [0, ", max_tag(), "), got ", tag);
   // The ProcessGroup only reads a send's buffer.
   return post(true, const_cast<std::byte*>(data.data()), data.size(), dest, tag);
 }
 
 Request ProcessGroupCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
-  CPATTN_CHECK(tag >= 0 && tag < kCollectiveTag, ErrorCode::kInvalidArgument,
-               "irecv: tag must be in [0, 2^30), got ", tag);
+  CPATTN_CHECK(tag >= 0 && tag < max_tag(), ErrorCode::kInvalidArgument,
+               "irecv: tag must be in [0, ", max_tag(), "), got ", tag);
   return post(false, data.data(), data.size(), src, tag);
 }
 
@@ -142,10 +185,10 @@ p2p::CollectiveChannel ProcessGroupCommunicator::channel() {
   ch.size = size_;
   ch.memory = &process_memory();
   ch.send = [this](std::span<const std::byte> data, int dest) {
-    return post(true, const_cast<std::byte*>(data.data()), data.size(), dest, kCollectiveTag);
+    return post(true, const_cast<std::byte*>(data.data()), data.size(), dest, kCollective);
   };
   ch.recv = [this](std::span<std::byte> data, int src) {
-    return post(false, data.data(), data.size(), src, kCollectiveTag);
+    return post(false, data.data(), data.size(), src, kCollective);
   };
   return ch;
 }

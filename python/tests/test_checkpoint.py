@@ -3,7 +3,8 @@ torch.utils.checkpoint (forward twice, backward once). A 4-layer residual model 
 dropout 0.1 on 4 processes (gloo, zigzag, causal), every layer checkpointed with
 use_reentrant=True and False and with cpattn.checkpoint: every parameter gradient equals the run
 without checkpointing bitwise, and the cp=1 run to 1e-5. Microbatches backward in any order
-equal their isolated runs. Recomputes that replay other RNG are refused."""
+equal their isolated runs. Recomputes that replay other RNG are refused. The checkpointing
+check runs for the other CP strategies too."""
 
 import numpy as np
 import pytest
@@ -20,8 +21,8 @@ def _tokens():
     return torch.randn(B, S, 8, generator=torch.Generator().manual_seed(3))
 
 
-def _train_step(rank, world, mode):
-    model = Stack(ring=True)
+def _train_step(rank, world, mode, strategy="ring"):
+    model = Stack(ring=True, strategy=strategy)
     tokens = cpattn.shard(_tokens())
     ckpt = None if mode == "none" else checkpointers()[mode]
     torch.manual_seed(100)  # the dropout streams: the same on every rank
@@ -56,6 +57,23 @@ def test_checkpointed_gradients_equal_plain_bitwise_and_cp1(mode, plain_cp4, pla
     for name in one:
         total = sum(got[r][0][name].astype(np.float64) for r in range(4))
         assert max_rel(total, one[name]) <= 1e-5, name
+
+
+@pytest.mark.parametrize("strategy", ["allgather", "ulysses", "hybrid:2x2"])
+def test_every_strategy_checkpointed_equals_plain_bitwise_and_cp1(strategy, plain_cp1):
+    plain = run_processes(4, _train_step, "none", strategy)
+    one, _ = plain_cp1
+    for mode in ("torch_non_reentrant", "cpattn"):
+        got = run_processes(4, _train_step, mode, strategy)
+        for rank in range(4):
+            grads, live = got[rank]
+            assert live == 0, "no ForwardResult outlives its backward"
+            for name in grads:
+                assert np.array_equal(grads[name], plain[rank][0][name]), \
+                    f"{strategy} {mode} rank {rank} {name}"
+        for name in one:
+            total = sum(got[r][0][name].astype(np.float64) for r in range(4))
+            assert max_rel(total, one[name]) <= 1e-5, f"{strategy} {name}"
 
 
 def test_cp4_plain_equals_cp1(plain_cp4, plain_cp1):

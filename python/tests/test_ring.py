@@ -1,7 +1,7 @@
-"""cpattn.ring_attention over 4 torch.distributed processes (gloo): cpattn's C++ ring with the
-group's send/recv. Results against one rank (cpattn.attention) and the float64 reference,
-dropout masks bit-identical to cp=1 and to the documented contract, shard/unshard round trips,
-and the cross-rank call agreement."""
+"""cpattn.ring_attention over 4 torch.distributed processes (gloo): cpattn's C++ CP strategies
+(ring, allgather, ulysses, hybrid:2x2) with the group's send/recv. Results against one rank
+(cpattn.attention) and the float64 reference, dropout masks bit-identical to cp=1 and to the
+documented contract, shard/unshard round trips, and the cross-rank call agreement."""
 
 import numpy as np
 import pytest
@@ -11,6 +11,7 @@ import cpattn
 from helpers import max_rel, reference, reference_attention, rng_after_seed, run_processes
 
 P = 4
+STRATEGIES = ["ring", "allgather", "ulysses", "hybrid:2x2"]
 CP_TOL = 1e-5   # ring vs one rank: fp32 partial results merged in another order
 REF_TOL = 2e-5  # vs float64 (out, lse); gradients as in test_attention.py
 GRAD_TOL, GRAD_FLOOR = 1e-4, 1e-2
@@ -22,37 +23,41 @@ def _problem(S, Hq, Hkv, Dqk, Dv, seed=0):
             torch.randn(1, S, Hkv, Dv, generator=g), torch.randn(1, S, Hq, Dv, generator=g))
 
 
-def _ring_case(rank, world, S, Hq, Hkv, Dqk, Dv, layout, kw, docs):
+def _ring_case(rank, world, S, Hq, Hkv, Dqk, Dv, layout, kw, docs, strategy):
     q, k, v, dout = _problem(S, Hq, Hkv, Dqk, Dv)
     doc_ids = None if docs is None else torch.tensor(docs, dtype=torch.int64)
     ql, kl, vl = (cpattn.shard(t, layout=layout).requires_grad_() for t in (q, k, v))
     torch.manual_seed(11)  # every rank alike: the same RngState
     out, lse = cpattn.ring_attention(ql, kl, vl, layout=layout, doc_ids=doc_ids, return_lse=True,
-                                     timeout=60, **kw)
+                                     timeout=60, strategy=strategy, **kw)
     out.backward(cpattn.shard(dout, layout=layout))
     whole = [cpattn.unshard(t.detach(), layout=layout) for t in (out, ql.grad, kl.grad, vl.grad)]
     lse_whole = cpattn.unshard(lse.transpose(1, 2), layout=layout).transpose(1, 2)
     return [t.numpy() for t in whole] + [lse_whole.contiguous().numpy()]
 
 
+# Hq a multiple of P = 4, and Hkv dividing it or P, so that every strategy runs every case
+# (Ulysses replicates the kv heads where Hkv < P).
 CASES = [
     ("causal_zigzag_gqa_dropout", 97, 8, 2, 32, 32, "zigzag", {"causal": True, "dropout_p": 0.1},
      None),
-    ("causal_striped_dqk_ne_dv", 97, 2, 1, 48, 16, "striped", {"causal": True}, None),
-    ("window_contiguous", 97, 2, 2, 16, 16, "contiguous", {"window_size": (10, 3)}, None),
-    ("documents_zigzag_dropout", 101, 2, 1, 16, 16, "zigzag", {"causal": True, "dropout_p": 0.1},
+    ("causal_striped_dqk_ne_dv", 97, 4, 1, 48, 16, "striped", {"causal": True}, None),
+    ("window_contiguous", 97, 4, 4, 16, 16, "contiguous", {"window_size": (10, 3)}, None),
+    ("documents_zigzag_dropout", 101, 4, 1, 16, 16, "zigzag", {"causal": True, "dropout_p": 0.1},
      [0] * 30 + [1] * 5 + [2] * 60 + [3] * 6),
-    ("full_striped_dropout", 33, 2, 2, 16, 16, "striped", {"dropout_p": 0.1}, None),
+    ("full_striped_dropout", 33, 4, 2, 16, 16, "striped", {"dropout_p": 0.1}, None),
     # Bidirectional documents on contiguous shards of 25 tokens: blocks 1-3 are needed by the rank
     # before them, the end of the ring's path, so they go straight from their home rank there.
-    ("documents_contiguous_direct", 100, 2, 1, 16, 16, "contiguous", {"dropout_p": 0.1},
+    ("documents_contiguous_direct", 100, 4, 1, 16, 16, "contiguous", {"dropout_p": 0.1},
      [0] * 20 + [1] * 10 + [2] * 40 + [3] * 10 + [4] * 20),
 ]
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("name,S,Hq,Hkv,Dqk,Dv,layout,kw,docs", CASES, ids=[c[0] for c in CASES])
-def test_ring_equals_one_rank_and_the_reference(name, S, Hq, Hkv, Dqk, Dv, layout, kw, docs):
-    got = run_processes(P, _ring_case, S, Hq, Hkv, Dqk, Dv, layout, kw, docs)
+def test_ring_equals_one_rank_and_the_reference(name, S, Hq, Hkv, Dqk, Dv, layout, kw, docs,
+                                                strategy):
+    got = run_processes(P, _ring_case, S, Hq, Hkv, Dqk, Dv, layout, kw, docs, strategy)
     for r in range(1, P):  # every rank gathered the same whole tensors
         for a, b in zip(got[0], got[r]):
             assert np.array_equal(a, b)
@@ -76,7 +81,7 @@ def test_ring_equals_one_rank_and_the_reference(name, S, Hq, Hkv, Dqk, Dv, layou
         assert max_rel(got_g, leaf.grad, GRAD_FLOOR) <= GRAD_TOL
 
 
-def _mask_case(rank, world, S, Hq, layout):
+def _mask_case(rank, world, S, Hq, layout, strategy):
     # q = k = 0: every visible score is 0, so p_ij = 1/S; v_j = e_j (Dv = S) makes
     # out_i[j] = keep_ij / (1 - p) / S: the output spells out the dropout mask.
     q = torch.zeros(1, S, Hq, 4)
@@ -84,14 +89,16 @@ def _mask_case(rank, world, S, Hq, layout):
     v = torch.eye(S).reshape(1, S, 1, S)
     torch.manual_seed(5)
     out = cpattn.ring_attention(cpattn.shard(q, layout=layout), cpattn.shard(k, layout=layout),
-                                cpattn.shard(v, layout=layout), layout=layout, dropout_p=0.25)
+                                cpattn.shard(v, layout=layout), layout=layout, dropout_p=0.25,
+                                strategy=strategy)
     return cpattn.unshard(out, layout=layout).numpy()
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("layout", ["zigzag", "striped"])
-def test_dropout_masks_are_bit_identical_to_cp1_and_the_contract(layout):
-    S, Hq = 37, 2
-    kept = run_processes(P, _mask_case, S, Hq, layout)[0] != 0
+def test_dropout_masks_are_bit_identical_to_cp1_and_the_contract(layout, strategy):
+    S, Hq = 37, 4
+    kept = run_processes(P, _mask_case, S, Hq, layout, strategy)[0] != 0
     torch.manual_seed(5)
     one = cpattn.attention(torch.zeros(1, S, Hq, 4), torch.zeros(1, S, 1, 4),
                            torch.eye(S).reshape(1, S, 1, S), dropout_p=0.25).numpy() != 0
@@ -136,3 +143,41 @@ def test_ranks_that_disagree_all_raise_naming_the_field():
         assert status == "error"
         assert "rank_disagreement" in message or "call agreement failed" in message
         assert "rank 2 has causal=false, ranks 0, 1, 3 have causal=true" in message
+
+
+def _strategy_disagree_case(rank, world):
+    q = torch.randn(1, 8, 4, 8)
+    torch.manual_seed(1)
+    cpattn.ring_attention(q, q, q, strategy="allgather" if rank == 1 else "ring", timeout=30)
+
+
+def test_ranks_that_pass_different_strategies_all_raise_naming_them():
+    outcomes = run_processes(P, _strategy_disagree_case, expect_errors=True)
+    for status, message in outcomes:
+        assert status == "error"
+        assert "rank_disagreement" in message or "call agreement failed" in message
+        assert "rank 1 has strategy=allgather, ranks 0, 2, 3 have strategy=ring" in message
+
+
+def _bad_strategy_case(rank, world):
+    q = torch.randn(1, 8, 4, 8)
+    errors = {}
+    for strategy, dtype in (("hybrid:3x2", torch.float32), ("spiral", torch.float32),
+                            ("ulysses", torch.bfloat16)):
+        try:
+            x = q.to(dtype)
+            cpattn.ring_attention(x, x, x, strategy=strategy, timeout=30)
+            errors[strategy] = None
+        except cpattn.Error as e:
+            errors[strategy] = (e.code, str(e))
+    return errors
+
+
+def test_strategies_that_cannot_run_are_refused_on_every_rank():
+    for errors in run_processes(P, _bad_strategy_case):
+        for strategy, got in errors.items():
+            assert got is not None, f"{strategy} ran"
+            assert got[0] == "invalid_argument", got
+        assert "U * R = 4" in errors["hybrid:3x2"][1], errors
+        assert "spiral" in errors["spiral"][1]
+        assert "ring" in errors["ulysses"][1] and "bf16" in errors["ulysses"][1], errors
