@@ -13,6 +13,10 @@ Sections (each prints a table of medians over --reps interleaved repetitions, as
   ring      cpattn.ring_attention over gloo with 2 processes (1 thread each) vs cpattn's ring on
             2 in-process ranks (1 thread each), causal zigzag, S=8192, D=128, Hq=Hkv=8,
             forward+backward. Target: <= 1.3.
+  strategies  cpattn.ring_attention over gloo with 2 processes (1 thread each), every strategy
+            (strategy=...) with and without a cpattn.Workspace kept across the calls, causal
+            zigzag, S=8192, D=128, Hq=Hkv=8, forward+backward: medians, ratios (medians of
+            each round's ratio) to the ring without a workspace, and each workspace's bytes.
 The CPU's vector ISA and the thread counts are printed first.
 """
 
@@ -177,15 +181,74 @@ def section_ring(reps):
     print(f"| {i:.3f} | {g:.3f} | {g / i:.3f} |")
 
 
+def _strategies_worker(rank, world, store, S, reps, queue):
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    q, k, v, dout = (cpattn.shard(t) for t in tensors(S))
+    configs = [(s, w) for s in STRATEGIES for w in (False, True)]
+    workspaces = {s: cpattn.Workspace() for s in STRATEGIES}
+    times = {c: [] for c in configs}
+    for rep in range(reps + 1):  # the first round warms up (and fills the workspaces)
+        for strategy, with_ws in configs:
+            ql, kl, vl = (t.detach().requires_grad_() for t in (q, k, v))
+            dist.barrier()
+            start = time.perf_counter()
+            out = cpattn.ring_attention(ql, kl, vl, causal=True, seq_len=S, strategy=strategy,
+                                        workspace=workspaces[strategy] if with_ws else None)
+            out.backward(dout)
+            dist.barrier()
+            if rep > 0:
+                times[(strategy, with_ws)].append(time.perf_counter() - start)
+    if rank == 0:
+        queue.put((times, {s: w.bytes for s, w in workspaces.items()}))
+    dist.destroy_process_group()
+
+
+STRATEGIES = ["ring", "allgather", "ulysses"]
+
+
+def section_strategies(reps):
+    S, P = 8192, 2
+    print(f"\n## strategies over gloo ({P} processes x 1 thread), with and without a "
+          f"cpattn.Workspace (S={S}, D={D}, Hq=Hkv={H}, causal zigzag, fwd+bwd, medians of "
+          f"{reps} interleaved rounds)")
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    store = tempfile.mktemp(prefix="cpattn-bench-")
+    procs = [ctx.Process(target=_strategies_worker, args=(r, P, store, S, reps, queue))
+             for r in range(P)]
+    for p in procs:
+        p.start()
+    times, ws_bytes = queue.get(timeout=3600)
+    for p in procs:
+        p.join()
+    if os.path.exists(store):
+        os.remove(store)
+    # Ratios are medians of each round's own ratio (runs next to each other), which cancels the
+    # host's slow drift between rounds.
+    def ratio(a, b):
+        return statistics.median(x / y for x, y in zip(times[a], times[b]))
+
+    ring = ("ring", False)
+    print("| strategy | s | / ring | with workspace s | / ring | workspace / none | "
+          "workspace MiB |\n|---|---|---|---|---|---|---|")
+    for s in STRATEGIES:
+        a, b = (s, False), (s, True)
+        print(f"| {s} | {statistics.median(times[a]):.3f} | {ratio(a, ring):.3f} | "
+              f"{statistics.median(times[b]):.3f} | {ratio(b, ring):.3f} | {ratio(b, a):.3f} | "
+              f"{ws_bytes[s] / 2 ** 20:.0f} |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--section", choices=["overhead", "torch", "ring", "all"], default="all")
+    p.add_argument("--section", choices=["overhead", "torch", "ring", "strategies", "all"],
+                   default="all")
     p.add_argument("--reps", type=int, default=5)
     args = p.parse_args()
     print(f"cpattn {cpattn.library_version()}, torch {torch.__version__}, CPU vector ISA: {isa()}, "
           f"{os.cpu_count()} CPUs")
     for name, fn in (("overhead", section_overhead), ("torch", section_torch),
-                     ("ring", section_ring)):
+                     ("ring", section_ring), ("strategies", section_strategies)):
         if args.section in (name, "all"):
             fn(args.reps)
 

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The byte-level model of `cpattn train` (docs/train.md) written in PyTorch, its attention
 cpattn.ring_attention over a torch.distributed group (gloo, one process per rank) with every
-layer under cpattn.checkpoint. Prints the loss and tokens/s per step.
+layer under cpattn.checkpoint and one cpattn.Workspace for all of its calls. Prints the loss and
+tokens/s per step.
 
     PYTHONPATH=build/release/python /usr/bin/python3 examples/torch_train.py --procs 4
     PYTHONPATH=build/release/python /usr/bin/python3 examples/torch_train.py --attention torch
@@ -48,8 +49,9 @@ def math_attention(q, k, v, dropout_p, training):
 
 
 class Block(torch.nn.Module):
-    def __init__(self, args):
+    def __init__(self, args, workspace):
         super().__init__()
+        self.workspace = workspace  # scratch buffers shared by every layer's calls
         d, self.h, self.hkv = args.d_model, args.heads, args.kv_heads
         self.hd = d // args.heads
         self.g1 = torch.nn.Parameter(torch.ones(d))
@@ -72,7 +74,8 @@ class Block(torch.nn.Module):
         k = rope(k.reshape(B, S, self.hkv, self.hd), pos)
         v = v.reshape(B, S, self.hkv, self.hd)
         if self.args.attention == "cpattn":
-            a = cpattn.ring_attention(q, k, v, causal=True, dropout_p=self.args.dropout)
+            a = cpattn.ring_attention(q, k, v, causal=True, dropout_p=self.args.dropout,
+                                      workspace=self.workspace)
         else:
             a = math_attention(q, k, v, self.args.dropout, self.training)
         h = x + self.wo(a.reshape(B, S, -1))
@@ -83,7 +86,8 @@ class Model(torch.nn.Module):
     def __init__(self, args):
         super().__init__()
         self.embed = torch.nn.Embedding(256, args.d_model)
-        self.blocks = torch.nn.ModuleList([Block(args) for _ in range(args.layers)])
+        workspace = cpattn.Workspace()
+        self.blocks = torch.nn.ModuleList([Block(args, workspace) for _ in range(args.layers)])
         self.g = torch.nn.Parameter(torch.ones(args.d_model))
         self.head = torch.nn.Linear(args.d_model, 256, bias=False)
         self.checkpoint = args.attention == "cpattn"

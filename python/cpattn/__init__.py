@@ -13,7 +13,7 @@ computed with fp32 accumulation and the results rounded once, ring strategy only
 
 import torch  # noqa: F401  (loads libtorch before the extension module)
 
-from ._cpattn import Error, library_version
+from ._cpattn import Error, Workspace, library_version
 from ._checkpoint import checkpoint
 from ._ops import attention, ring_attention
 from ._sharding import shard, unshard

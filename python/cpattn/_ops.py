@@ -71,7 +71,7 @@ def _window(window_size):
 
 
 def _run(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scale, causal,
-         window_size, doc_ids, return_lse, timeout, strategy):
+         window_size, doc_ids, return_lse, timeout, strategy, workspace):
     left, right = _window(window_size)
     if doc_ids is not None and not isinstance(doc_ids, torch.Tensor):
         raise error("invalid_argument", "doc_ids must be an int64 tensor of the whole sequence")
@@ -82,7 +82,7 @@ def _run(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scal
     call = _cpattn.Call(layout, seq_len, layout, kv_seq_len, cp_size, cp_rank, doc_ids,
                         None if softmax_scale is None else float(softmax_scale), bool(causal),
                         left, right, float(dropout_p), group, float(timeout),
-                        torch.get_num_threads(), str(strategy))
+                        torch.get_num_threads(), str(strategy), workspace)
     out, lse = _Attention.apply(q, k, v, call, group, float(dropout_p))
     return (out, lse) if return_lse else out
 
@@ -106,12 +106,12 @@ def attention(q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False, windo
     return _run(q, k, v, group=None, layout="contiguous", seq_len=q.shape[1],
                 kv_seq_len=k.shape[1], dropout_p=dropout_p, softmax_scale=softmax_scale,
                 causal=causal, window_size=window_size, doc_ids=doc_ids, return_lse=return_lse,
-                timeout=DEFAULT_TIMEOUT_S, strategy="ring")
+                timeout=DEFAULT_TIMEOUT_S, strategy="ring", workspace=None)
 
 
 def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softmax_scale=None,
                    causal=False, window_size=(-1, -1), doc_ids=None, return_lse=False,
-                   seq_len=None, timeout=DEFAULT_TIMEOUT_S, strategy="ring"):
+                   seq_len=None, timeout=DEFAULT_TIMEOUT_S, strategy="ring", workspace=None):
     """Context-parallel attention over a torch.distributed process group: cpattn's C++ CP
     strategies, their messages sent with the group's send/recv (gloo on CPU).
 
@@ -123,6 +123,11 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     groups). Other strategies than the ring take float32 only. Every strategy gives the same
     numbers to rounding and bit-identical dropout masks; a backward (or recompute) must use its
     forward's strategy, and ranks that pass different strategies raise rank_disagreement.
+
+    workspace: a cpattn.Workspace whose buffers the call borrows for its scratch (travelling
+    k/v blocks, accumulators, all-to-all staging) instead of fresh memory; keep one per process
+    for a whole training loop (calls one at a time; results never live in it, and the numbers
+    are bitwise the same with or without one).
 
     q, k, v are this rank's shards [B, S_r, H, D] of the whole sequence in `layout`
     ("zigzag", "striped" or "contiguous"; cpattn.shard cuts them); group defaults to the world
@@ -142,4 +147,4 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     return _run(q, k, v, group=group, layout=layout, seq_len=total, kv_seq_len=total,
                 dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                 window_size=window_size, doc_ids=doc_ids, return_lse=return_lse, timeout=timeout,
-                strategy=strategy)
+                strategy=strategy, workspace=workspace)

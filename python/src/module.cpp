@@ -69,11 +69,15 @@ struct Call {
   double timeout_s = 300.0;
   int num_threads = 1;
   Strategy strategy{};
+  /// The caller's cpattn.Workspace (None: every call allocates its scratch); held by the call,
+  /// so forward, backward and recompute borrow from the same one.
+  std::shared_ptr<AttentionWorkspace> workspace;
 
   AttentionOptions options() const {
     AttentionOptions o;
     o.num_threads = num_threads;
     o.strategy = strategy;
+    o.workspace = workspace.get();
     return o;
   }
 };
@@ -143,13 +147,30 @@ PYBIND11_MODULE(_cpattn, m) {
         return py::make_tuple(f.rng.seed, f.rng.offset);
       });
 
+  py::class_<cpattn::AttentionWorkspace, std::shared_ptr<cpattn::AttentionWorkspace>>(
+      m, "Workspace",
+      "Reusable scratch buffers for ring_attention calls (cpattn::AttentionWorkspace, ring.h): "
+      "pass one to every call of a training loop (one call at a time) and only the first call "
+      "faults its memory in. It holds no results and no state.")
+      .def(py::init([] { return std::make_shared<cpattn::AttentionWorkspace>(); }))
+      .def_property_readonly("bytes", &cpattn::AttentionWorkspace::bytes,
+                             "Bytes held now (charged to cpattn.memory_stats())")
+      .def(
+          "release",
+          [](cpattn::AttentionWorkspace& w) {
+            const py::gil_scoped_release released;
+            w.release();
+          },
+          "Frees every buffer; raises cpattn.Error while a call uses the workspace");
+
   py::class_<tb::Call>(m, "Call", "The non-tensor arguments of one attention call")
       .def(py::init([](const std::string& q_layout, int64_t q_len, const std::string& kv_layout,
                        int64_t kv_len, int cp_size, int cp_rank, std::optional<at::Tensor> doc_ids,
                        std::optional<float> softmax_scale, bool causal, int64_t window_left,
                        int64_t window_right, float dropout_p,
                        std::optional<tb::ProcessGroupPtr> group, double timeout_s, int num_threads,
-                       const std::string& strategy) {
+                       const std::string& strategy,
+                       std::shared_ptr<cpattn::AttentionWorkspace> workspace) {
              tb::Call c;
              c.q_seq = tb::sharding(q_layout, q_len, cp_size, cp_rank, doc_ids);
              c.kv_seq = tb::sharding(kv_layout, kv_len, cp_size, cp_rank, doc_ids);
@@ -162,12 +183,14 @@ PYBIND11_MODULE(_cpattn, m) {
              c.timeout_s = timeout_s;
              c.num_threads = num_threads;
              c.strategy = cpattn::parse_strategy(strategy);
+             c.workspace = std::move(workspace);
              return c;
            }),
            py::arg("q_layout"), py::arg("q_len"), py::arg("kv_layout"), py::arg("kv_len"),
            py::arg("cp_size"), py::arg("cp_rank"), py::arg("doc_ids"), py::arg("softmax_scale"),
            py::arg("causal"), py::arg("window_left"), py::arg("window_right"), py::arg("dropout_p"),
-           py::arg("group"), py::arg("timeout"), py::arg("num_threads"), py::arg("strategy"))
+           py::arg("group"), py::arg("timeout"), py::arg("num_threads"), py::arg("strategy"),
+           py::arg("workspace"))
       .def("local_length", [](const tb::Call& c) { return c.q_seq.local_length(); });
 
   m.def("forward", &tb::forward, py::arg("call"), py::arg("call_number"), py::arg("q"),

@@ -181,3 +181,31 @@ def test_strategies_that_cannot_run_are_refused_on_every_rank():
         assert "U * R = 4" in errors["hybrid:3x2"][1], errors
         assert "spiral" in errors["spiral"][1]
         assert "ring" in errors["ulysses"][1] and "bf16" in errors["ulysses"][1], errors
+
+
+def _workspace_case(rank, world, strategy):
+    q, k, v, dout = _problem(97, 8, 2, 32, 32)
+    parts = [cpattn.shard(t) for t in (q, k, v, dout)]
+    workspace = cpattn.Workspace()
+    results, sizes = [], []
+    for use in (None, workspace, workspace):  # without, then twice with the same workspace
+        ql, kl, vl = (t.clone().requires_grad_() for t in parts[:3])
+        torch.manual_seed(3)
+        out = cpattn.ring_attention(ql, kl, vl, causal=True, dropout_p=0.1, timeout=60,
+                                    strategy=strategy, workspace=use)
+        out.backward(parts[3])
+        results.append([t.detach().numpy().copy() for t in (out, ql.grad, kl.grad, vl.grad)])
+        sizes.append(workspace.bytes)
+    workspace.release()
+    return results, sizes, workspace.bytes
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_workspace_gives_the_same_bits_and_keeps_its_buffers(strategy):
+    for results, sizes, released in run_processes(P, _workspace_case, strategy):
+        for with_workspace in results[1:]:
+            for a, b in zip(with_workspace, results[0]):
+                assert np.array_equal(a, b)
+        assert sizes[0] == 0 and sizes[1] > 0, sizes  # filled by the first call that used it
+        assert sizes[2] == sizes[1], "the second call reused the buffers"
+        assert released == 0
