@@ -2,8 +2,9 @@
 // issue's shapes (B = 1, Hq = 8, Hkv in {8, 2}, D = 128, causal, zigzag), forward + backward
 // wall time (slowest rank), bytes sent and peak memory per rank, next to the planner's prediction
 // (plan.h, with the link and kernel models measured in the same run) and whether its pick was the
-// fastest measured strategy. Medians over interleaved repetitions. A table program: a call is a
-// group-wide event timed across P ranks (threads, or processes under mpirun).
+// fastest measured strategy (by the median of each repetition's time relative to that
+// repetition's mean, which cancels the host's drift). Medians over interleaved repetitions. A table
+// program: a call is a group-wide event timed across P ranks (threads, or processes under mpirun).
 //   bench_strategies                          P = 4 in-process ranks, S = 8192, 3 repetitions
 //   bench_strategies --seq 8192,32768 --reps 1 --kv 2
 //   bench_strategies --only ring,ulysses      some strategies only (no pick is judged)
@@ -214,9 +215,10 @@ void strategies_table(const Group& group, int P, bool lead, const Options& o, co
   if (!lead) return;
   std::printf(
       "\nStrategies, %s, P=%d, B=1, Hq=%lld, D=%lld, causal, zigzag, forward + backward (medians "
-      "of %d)\n| S | Hkv | strategy | time s | predicted s | error | sent MiB/rank | predicted "
-      "MiB | peak MiB/rank | predicted peak MiB | fastest | planner pick |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "of %d; relative: time / its round's mean, median)\n| S | Hkv | strategy | time s | "
+      "relative | predicted s | error | sent MiB/rank | predicted MiB | peak MiB/rank | "
+      "predicted peak MiB | fastest | planner pick |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       backend, P, static_cast<long long>(kHeads), static_cast<long long>(kDim), o.reps);
   int cases = 0, picked_fastest = 0, picked_tied = 0, within = 0, rows = 0;
   for (const int64_t S : o.seqs) {
@@ -227,12 +229,36 @@ void strategies_table(const Group& group, int P, bool lead, const Options& o, co
         return e.feasible && (o.only.empty() ||
                               std::find(o.only.begin(), o.only.end(), e.strategy) != o.only.end());
       };
+      // Each strategy's time relative to its round (a repetition runs every strategy in turn):
+      // time / the round's mean time, so the host's drift between rounds cancels; the fastest
+      // is the strategy with the smallest median of these.
+      std::map<std::string, std::vector<double>> relative;
+      for (int rep = 0; rep < o.reps; ++rep) {
+        double sum = 0;
+        int n = 0;
+        for (const StrategyEstimate& e : plan) {
+          if (!measured(e)) continue;
+          sum += bench::samples()[key("s", S, hkv, e.strategy)][static_cast<size_t>(rep)];
+          ++n;
+        }
+        for (const StrategyEstimate& e : plan) {
+          if (!measured(e)) continue;
+          const double t = bench::samples()[key("s", S, hkv, e.strategy)][static_cast<size_t>(rep)];
+          relative[strategy_name(e.strategy)].push_back(t / (sum / n));
+        }
+      }
+      const auto median_relative = [&](const Strategy& st) {
+        std::vector<double> v = relative[strategy_name(st)];
+        std::sort(v.begin(), v.end());
+        const size_t m = v.size() / 2;
+        return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+      };
       Strategy fastest;
       double best = 1e30;
       for (const StrategyEstimate& e : plan) {
         if (!measured(e)) continue;
-        const double t = bench::median_of(key("s", S, hkv, e.strategy));
-        if (t < best) best = t, fastest = e.strategy;
+        const double r = median_relative(e.strategy);
+        if (r < best) best = r, fastest = e.strategy;
       }
       for (const StrategyEstimate& e : plan) {
         if (!measured(e)) continue;
@@ -241,9 +267,10 @@ void strategies_table(const Group& group, int P, bool lead, const Options& o, co
         ++rows;
         within += std::fabs(err) <= 0.25 ? 1 : 0;
         std::printf(
-            "| %lld | %lld | %s | %.2f | %.2f | %+.0f%% | %.1f | %.1f | %.1f | %.1f | %s | %s |\n",
+            "| %lld | %lld | %s | %.2f | %.3f | %.2f | %+.0f%% | %.1f | %.1f | %.1f | %.1f | %s | "
+            "%s |\n",
             static_cast<long long>(S), static_cast<long long>(hkv),
-            strategy_name(e.strategy).c_str(), t, e.seconds, 100 * err,
+            strategy_name(e.strategy).c_str(), t, median_relative(e.strategy), e.seconds, 100 * err,
             mib(bench::median_of(key("bytes", S, hkv, e.strategy))), mib(e.bytes_sent),
             mib(bench::median_of(key("peak", S, hkv, e.strategy))), mib(e.peak_bytes),
             e.strategy == fastest ? "yes" : "", e.strategy == pick ? "yes" : "");
@@ -254,24 +281,23 @@ void strategies_table(const Group& group, int P, bool lead, const Options& o, co
         ++picked_fastest;
         ++picked_tied;
       } else {
-        // With two or more repetitions: whether the two strategies' ranges of repetition times
+        // With two or more repetitions: whether the two strategies' ranges of relative times
         // overlap, so that this machine's noise cannot tell them apart.
-        const std::vector<double>& a = bench::samples()[key("s", S, hkv, pick)];
-        const std::vector<double>& b = bench::samples()[key("s", S, hkv, fastest)];
+        const std::vector<double>& a = relative[strategy_name(pick)];
+        const std::vector<double>& b = relative[strategy_name(fastest)];
         const bool tie =
             a.size() > 1 && b.size() > 1 &&
             *std::min_element(a.begin(), a.end()) <= *std::max_element(b.begin(), b.end());
         picked_tied += tie ? 1 : 0;
-        std::printf("|  |  | (pick %s is %.1f%% slower than %s%s) |||||||||\n",
-                    strategy_name(pick).c_str(),
-                    100 * (bench::median_of(key("s", S, hkv, pick)) / best - 1),
+        std::printf("|  |  | (pick %s is %.1f%% slower than %s%s) ||||||||||\n",
+                    strategy_name(pick).c_str(), 100 * (median_relative(pick) / best - 1),
                     strategy_name(fastest).c_str(), tie ? "; their repetition ranges overlap" : "");
       }
     }
   }
   std::printf(
       "\nplanner: prediction within 25%% of the measured time in %d of %d rows; its pick was "
-      "the fastest measured strategy in %d of %d cases, and the fastest or one whose repetition "
+      "the fastest measured strategy in %d of %d cases, and the fastest or one whose relative "
       "times overlap the fastest's in %d of %d\n",
       within, rows, picked_fastest, cases, picked_tied, cases);
 }
