@@ -81,7 +81,7 @@ struct MachineModel {
 };
 
 /// Measures the models on `comm`'s group (collective). Every rank at once times one rank's
-/// kernel forward + backward (1 thread, best of 2) on the problem's heads, dims and mask at
+/// kernel forward + backward (1 thread, best of 3) on the problem's heads, dims and mask at
 /// min(S, 2048) tokens: flops_per_s (by the planner's FLOP count) is the slowest rank's, so it
 /// already includes the ranks' sharing of cores (concurrent_ranks = 0). Then every rank sends
 /// 16 MiB round the ring 4 times (bandwidth: bytes over the slowest rank's time, less latency)
