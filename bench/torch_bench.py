@@ -138,6 +138,23 @@ def section_torch(reps):
           f"gradients: {8 * B * S * H * D * 4 / 2 ** 20:.0f} MiB)")
 
 
+def on_processes(P, worker, *args):
+    """Runs worker(rank, P, store, *args, queue) on P forked processes of one gloo group; returns
+    what rank 0 put on the queue."""
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    store = tempfile.mktemp(prefix="cpattn-bench-")
+    procs = [ctx.Process(target=worker, args=(r, P, store, *args, queue)) for r in range(P)]
+    for p in procs:
+        p.start()
+    result = queue.get(timeout=3600)
+    for p in procs:
+        p.join()
+    if os.path.exists(store):
+        os.remove(store)
+    return result
+
+
 def _ring_worker(rank, world, store, S, reps, queue):
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world)
     torch.set_num_threads(1)
@@ -164,18 +181,7 @@ def section_ring(reps):
     gloo_times, inproc_times = [], []
     for _ in range(reps):  # interleaved: one in-process run, one gloo run
         inproc_times.append(_cpattn._time_inprocess_ring(*whole, P, True))
-        ctx = mp.get_context("fork")
-        queue = ctx.Queue()
-        store = tempfile.mktemp(prefix="cpattn-bench-")
-        procs = [ctx.Process(target=_ring_worker, args=(r, P, store, S, 1, queue))
-                 for r in range(P)]
-        for p in procs:
-            p.start()
-        gloo_times.extend(queue.get(timeout=600))
-        for p in procs:
-            p.join()
-        if os.path.exists(store):
-            os.remove(store)
+        gloo_times.extend(on_processes(P, _ring_worker, S, 1))
     g, i = statistics.median(gloo_times), statistics.median(inproc_times)
     print("| in-process s | gloo s | gloo / in-process |\n|---|---|---|")
     print(f"| {i:.3f} | {g:.3f} | {g / i:.3f} |")
@@ -212,18 +218,7 @@ def section_strategies(reps):
     print(f"\n## strategies over gloo ({P} processes x 1 thread), with and without a "
           f"cpattn.Workspace (S={S}, D={D}, Hq=Hkv={H}, causal zigzag, fwd+bwd, medians of "
           f"{reps} interleaved rounds)")
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    store = tempfile.mktemp(prefix="cpattn-bench-")
-    procs = [ctx.Process(target=_strategies_worker, args=(r, P, store, S, reps, queue))
-             for r in range(P)]
-    for p in procs:
-        p.start()
-    times, ws_bytes = queue.get(timeout=3600)
-    for p in procs:
-        p.join()
-    if os.path.exists(store):
-        os.remove(store)
+    times, ws_bytes = on_processes(P, _strategies_worker, S, reps)
     # Ratios are medians of each round's own ratio (runs next to each other), which cancels the
     # host's slow drift between rounds.
     def ratio(a, b):

@@ -131,32 +131,25 @@ def test_shard_unshard_round_trip_uneven():
     assert [lengths["zigzag"] for _, lengths in results] == [3, 3, 2, 2]
 
 
-def _disagree_case(rank, world):
-    q = torch.randn(1, 8, 2, 8)
-    torch.manual_seed(1)
-    cpattn.ring_attention(q, q, q, causal=(rank != 2), timeout=30)
-
-
-def test_ranks_that_disagree_all_raise_naming_the_field():
-    outcomes = run_processes(P, _disagree_case, expect_errors=True)
-    for status, message in outcomes:
-        assert status == "error"
-        assert "rank_disagreement" in message or "call agreement failed" in message
-        assert "rank 2 has causal=false, ranks 0, 1, 3 have causal=true" in message
-
-
-def _strategy_disagree_case(rank, world):
+def _disagree_case(rank, world, field):
     q = torch.randn(1, 8, 4, 8)
     torch.manual_seed(1)
-    cpattn.ring_attention(q, q, q, strategy="allgather" if rank == 1 else "ring", timeout=30)
+    if field == "causal":
+        cpattn.ring_attention(q, q, q, causal=(rank != 2), timeout=30)
+    else:
+        cpattn.ring_attention(q, q, q, strategy="allgather" if rank == 1 else "ring", timeout=30)
 
 
-def test_ranks_that_pass_different_strategies_all_raise_naming_them():
-    outcomes = run_processes(P, _strategy_disagree_case, expect_errors=True)
+@pytest.mark.parametrize("field,sentence", [
+    ("causal", "rank 2 has causal=false, ranks 0, 1, 3 have causal=true"),
+    ("strategy", "rank 1 has strategy=allgather, ranks 0, 2, 3 have strategy=ring"),
+])
+def test_ranks_that_disagree_all_raise_naming_the_field(field, sentence):
+    outcomes = run_processes(P, _disagree_case, field, expect_errors=True)
     for status, message in outcomes:
         assert status == "error"
         assert "rank_disagreement" in message or "call agreement failed" in message
-        assert "rank 1 has strategy=allgather, ranks 0, 2, 3 have strategy=ring" in message
+        assert sentence in message
 
 
 def _bad_strategy_case(rank, world):
