@@ -154,7 +154,7 @@ int run_plan(PlanOptions o) {
       link.latency_s * 1e6, link.overlap, kernel.flops_per_s / 1e9,
       kernel.concurrent_ranks > 0
           ? (std::to_string(kernel.concurrent_ranks) + " ranks at full speed").c_str()
-          : "every rank at full speed",
+          : "each rank at this rate with all ranks running at once",
       kernel.copy_bytes_per_s / 1e9);
   std::printf(
       "| strategy | GFLOP per rank | sent per rank | messages | peak memory per rank | compute s "
