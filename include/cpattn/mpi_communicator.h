@@ -21,9 +21,10 @@ struct CollectiveChannel;
 }  // namespace p2p
 
 /// RAII owner of MPI initialisation. Requests MPI_THREAD_MULTIPLE; when the library grants less,
-/// every MpiCommunicator serialises its MPI calls with a mutex. Sets MPI_ERRORS_RETURN on
-/// MPI_COMM_WORLD so MPI errors become cpattn::Error instead of killing the process silently.
-/// Finalizes MPI on destruction if it initialised it. One per process.
+/// every MpiCommunicator serialises its MPI calls with a mutex (enough for
+/// MPI_THREAD_SERIALIZED; below it only the main thread may call MPI, see MpiCommunicator). Sets
+/// MPI_ERRORS_RETURN on MPI_COMM_WORLD so MPI errors become cpattn::Error instead of killing the
+/// process silently. Finalizes MPI on destruction if it initialised it. One per process.
 class MpiSession {
  public:
   /// argc/argv as given to main (may be null). Throws Error(kCommunication) if MPI_Init fails.
@@ -51,7 +52,11 @@ struct MpiOptions {
 /// A rank of an MPI communicator. Point-to-point messages use a private duplicate of the given
 /// communicator and collectives another, so neither can match the other's or the caller's
 /// messages. Waits poll MPI_Test with short sleeps until their deadline, so a dead peer costs at
-/// most the timeout. Messages of any size are split into chunks below 2^31 bytes.
+/// most the timeout. Messages of any size are split into chunks below 2^31 bytes; a receive
+/// cancelled part-way through a chunked message leaves the rest to be discarded by the next
+/// receive on that (source, tag), never taken as its message. Below MPI_THREAD_SERIALIZED a
+/// request posted or waited on off the main thread throws Error(kInvalidArgument) instead of
+/// calling MPI (the ring's backward waits from a kernel worker when num_threads > 1).
 class MpiCommunicator final : public Communicator {
  public:
   /// Collective over `comm` (duplicates it). Requires MPI to be initialised (MpiSession); throws

@@ -143,7 +143,7 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     group = resolve_group(group)
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise error("shape_mismatch", "q must be a 4-dimensional tensor [B, S_r, Hq, Dqk]")
-    total = whole_length(q.shape[1], group, doc_ids, seq_len)
+    total = whole_length(q.shape[1], group, doc_ids, seq_len, timeout)
     return _run(q, k, v, group=group, layout=layout, seq_len=total, kv_seq_len=total,
                 dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                 window_size=window_size, doc_ids=doc_ids, return_lse=return_lse, timeout=timeout,

@@ -22,15 +22,16 @@ def token_indices(layout, seq_len, group):
     return _cpattn.shard_token_indices(layout, int(seq_len), group.size(), group.rank())
 
 
-def whole_length(local_len, group, doc_ids, seq_len):
+def whole_length(local_len, group, doc_ids, seq_len, timeout):
     """The whole sequence's length S of a call whose rank holds local_len tokens: len(doc_ids),
-    seq_len, or the sum of every rank's local length (one small all_reduce over the group)."""
+    seq_len, or the sum of every rank's local length (cpattn's all-reduce over the group, under
+    the call's deadline of `timeout` seconds: a rank that never joins raises cpattn.Error)."""
     if doc_ids is not None:
         return int(doc_ids.numel())
     if seq_len is not None:
         return int(seq_len)
-    total = torch.tensor([int(local_len)], dtype=torch.int64)
-    dist.all_reduce(total, group=group)
+    total = torch.tensor([float(local_len)], dtype=torch.float64)  # exact below 2^53
+    _cpattn.allreduce_sum(group, total, float(timeout))
     return int(total)
 
 

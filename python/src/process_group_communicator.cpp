@@ -19,13 +19,13 @@ namespace {
 class WorkRequest final : public detail::RequestImpl {
  public:
   WorkRequest(c10::intrusive_ptr<c10d::Work> work, std::unique_ptr<std::byte[]> placeholder,
-              std::string what, size_t bytes, std::chrono::milliseconds timeout, int rank)
+              std::string what, size_t bytes, std::chrono::milliseconds timeout, std::string rank)
       : work_(std::move(work)),
         placeholder_(std::move(placeholder)),
         what_(std::move(what)),
         bytes_(bytes),
         timeout_(timeout),
-        rank_(rank) {}
+        rank_(std::move(rank)) {}
   ~WorkRequest() override { cancel(); }
 
   bool test() override {
@@ -64,15 +64,14 @@ class WorkRequest final : public detail::RequestImpl {
   [[noreturn]] void fail(const std::string& why) {
     const double seconds = std::chrono::duration<double>(timeout_).count();
     if (why.find("imed out") != std::string::npos || why.find("imeout") != std::string::npos) {
-      throw Error(ErrorCode::kTimeout,
-                  detail::str_cat("rank ", rank_, ": timed out after ", seconds, " s waiting for ",
-                                  what_, ": ", why));
+      throw Error(ErrorCode::kTimeout, detail::str_cat(rank_, ": timed out after ", seconds,
+                                                       " s waiting for ", what_, ": ", why));
     }
     const bool peer_gone = why.find("onnection closed") != std::string::npos ||
                            why.find("onnection reset") != std::string::npos ||
                            why.find("roken pipe") != std::string::npos;
     throw Error(peer_gone ? ErrorCode::kPeerFailed : ErrorCode::kCommunication,
-                detail::str_cat("rank ", rank_, ": ", what_, " failed: ", why));
+                detail::str_cat(rank_, ": ", what_, " failed: ", why));
   }
 
   c10::intrusive_ptr<c10d::Work> work_;
@@ -80,7 +79,7 @@ class WorkRequest final : public detail::RequestImpl {
   std::string what_;
   size_t bytes_;
   std::chrono::milliseconds timeout_;
-  int rank_;
+  std::string rank_;  // "rank R" (and its ProcessGroup rank in a sub-group)
   bool done_ = false;
 };
 
@@ -107,6 +106,12 @@ ProcessGroupCommunicator::ProcessGroupCommunicator(c10::intrusive_ptr<c10d::Proc
       members_(std::move(members)),
       tag_namespace_(tag_namespace) {
   set_timeout(timeout);
+}
+
+std::string ProcessGroupCommunicator::label(int rank) const {
+  if (tag_namespace_ == 0) return detail::str_cat("rank ", rank);
+  return detail::str_cat("rank ", rank, " of a sub-group (process group rank ",
+                         members_[static_cast<size_t>(rank)], ")");
 }
 
 int ProcessGroupCommunicator::max_tag() const {
@@ -136,7 +141,7 @@ std::unique_ptr<Communicator> ProcessGroupCommunicator::split(int color, int key
 
 Request ProcessGroupCommunicator::post(bool is_send, std::byte* data, size_t bytes, int peer,
                                        int tag) {
-  CPATTN_CHECK(peer >= 0 && peer < size_, ErrorCode::kInvalidArgument, "rank ", rank_, ": ",
+  CPATTN_CHECK(peer >= 0 && peer < size_, ErrorCode::kInvalidArgument, label(rank_), ": ",
                is_send ? "isend destination" : "irecv source", " must be in [0, ", size_, "), got ",
                peer);
   std::unique_ptr<std::byte[]> placeholder;
@@ -149,7 +154,7 @@ Request ProcessGroupCommunicator::post(bool is_send, std::byte* data, size_t byt
   }
   std::vector<at::Tensor> tensors{at::from_blob(buffer, {length}, at::kByte)};
   const std::string what =
-      detail::str_cat(is_send ? "isend to rank " : "irecv from rank ", peer, " (tag ",
+      detail::str_cat(is_send ? "isend to " : "irecv from ", label(peer), " (tag ",
                       tag == kCollective ? std::string("collective") : std::to_string(tag), ", ",
                       bytes, is_send ? " bytes)" : "-byte buffer)");
   const int pg_peer = members_[static_cast<size_t>(peer)];
@@ -159,10 +164,10 @@ Request ProcessGroupCommunicator::post(bool is_send, std::byte* data, size_t byt
                    : group_->recv(tensors, pg_peer, wire_tag(tag));
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kCommunication,
-                detail::str_cat("rank ", rank_, ": ", what, " could not be posted: ", e.what()));
+                detail::str_cat(label(rank_), ": ", what, " could not be posted: ", e.what()));
   }
   return Request(std::make_unique<WorkRequest>(std::move(work), std::move(placeholder), what, bytes,
-                                               timeout_, rank_),
+                                               timeout_, label(rank_)),
                  timeout_);
 }
 

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <vector>
 
@@ -65,6 +66,8 @@ class ProcessGroupCommunicator final : public Communicator {
   // The ProcessGroup's tag for this communicator's `tag` (kCollective: the collectives').
   int wire_tag(int tag) const;
   int max_tag() const;  // the callers' tags are [0, max_tag())
+  // "rank R" for a rank here; in a sub-group also its ProcessGroup rank, which names the process.
+  std::string label(int rank) const;
   p2p::CollectiveChannel channel();
 
   static constexpr int kCollective = -1;

@@ -64,3 +64,26 @@ def test_a_stalled_rank_makes_every_other_rank_time_out_within_the_deadline():
         assert value["code"] in ("timeout", "peer_failed"), value
         assert DEADLINE_S - 1 <= value["seconds"] <= DEADLINE_S + 5 or \
             value["code"] == "peer_failed", value
+
+
+def _one_rank_never_calls(rank, world):
+    q = torch.randn(1, 64, 4, 16)
+    if rank == 3:
+        time.sleep(3 * DEADLINE_S)  # never enters the call (a crashed data loader, a bug)
+        os._exit(0)
+    start = time.monotonic()
+    try:  # no seq_len: the whole length comes from a sum over the group, under the deadline
+        cpattn.ring_attention(q, q, q, causal=True, timeout=DEADLINE_S, strategy="hybrid:2x2")
+    except cpattn.Error as e:
+        return {"code": e.code, "seconds": time.monotonic() - start, "message": str(e)}
+    return {"code": None, "seconds": time.monotonic() - start, "message": ""}
+
+
+def test_a_rank_that_never_calls_makes_the_others_raise_within_the_deadline():
+    outcomes = run_processes(4, _one_rank_never_calls, expect_errors=True, timeout=60)
+    for rank, (status, value) in enumerate(outcomes):
+        if rank == 3:
+            continue
+        assert status == "ok", value
+        assert value["code"] in ("timeout", "peer_failed"), value
+        assert value["seconds"] <= DEADLINE_S + 3, value

@@ -16,6 +16,7 @@ double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.cou
 
 MpiRequest::MpiRequest(std::shared_ptr<MpiState> state, Spec spec)
     : state_(std::move(state)), spec_(std::move(spec)) {
+  check_thread();
   MpiLock lock = state_->lock();
   if (!spec_.is_send) {
     queue().push_back(this);
@@ -38,8 +39,20 @@ MpiRequest::MpiRequest(std::shared_ptr<MpiState> state, Spec spec)
 
 MpiRequest::~MpiRequest() { cancel(); }
 
-std::deque<MpiRequest*>& MpiRequest::queue() {
-  return state_->recv_queues[{spec_.comm, spec_.peer, spec_.tag}];
+MpiState::Key MpiRequest::key() const { return {spec_.comm, spec_.peer, spec_.tag}; }
+
+std::deque<MpiRequest*>& MpiRequest::queue() { return state_->recv_queues[key()]; }
+
+void MpiRequest::check_thread() const {
+  if (state_->thread_level >= MPI_THREAD_SERIALIZED) return;
+  int main = 0;
+  MPI_Is_thread_main(&main);
+  CPATTN_CHECK(main != 0, ErrorCode::kInvalidArgument, "rank ", state_->rank,
+               ": MPI runs at a thread level below MPI_THREAD_SERIALIZED, so only the main thread "
+               "may call it, but another thread (a kernel worker) used ",
+               describe(),
+               "; initialise MPI with MPI_THREAD_SERIALIZED or MULTIPLE (MpiSession asks for "
+               "MULTIPLE) or run 1 kernel thread per rank");
 }
 
 void MpiRequest::fail(const Error& e) {
@@ -69,6 +82,8 @@ bool MpiRequest::progress_send() {
 bool MpiRequest::progress_head() {
   for (;;) {
     if (pending_.empty()) {
+      // A receive cancelled part-way left the rest of its message in MPI: skip it first.
+      if (!skipping_ && transferred_ == 0 && state_->abandoned.erase(key()) > 0) skipping_ = true;
       // Probe the next chunk: matched (removed from MPI's queue) and sized in one call.
       int flag = 0;
       MPI_Message msg = MPI_MESSAGE_NULL;
@@ -79,9 +94,9 @@ bool MpiRequest::progress_head() {
       int count = 0;
       MPI_Get_count(&status, MPI_BYTE, &count);
       chunk_ = static_cast<size_t>(count);
-      if (!draining_ && chunk_ > spec_.bytes - transferred_) draining_ = true;
+      if (!skipping_ && !draining_ && chunk_ > spec_.bytes - transferred_) draining_ = true;
       std::byte* dst = spec_.buffer + transferred_;
-      if (draining_) {
+      if (skipping_ || draining_) {
         drain_.resize(chunk_);
         dst = drain_.data();
       }
@@ -92,8 +107,13 @@ bool MpiRequest::progress_head() {
     check_mpi(MPI_Test(&pending_[0], &flag, MPI_STATUS_IGNORE), state_->rank, "MPI_Test (irecv)");
     if (flag == 0) return false;
     pending_.clear();
+    mid_message_ = chunk_ == state_->chunk_bytes;  // a full chunk: more of this message follow
+    if (skipping_) {
+      skipping_ = mid_message_;  // until the abandoned message's last chunk
+      continue;
+    }
     transferred_ += chunk_;
-    if (chunk_ == state_->chunk_bytes) continue;  // a full chunk: more of this message follow
+    if (mid_message_) continue;
     drain_ = {};
     phase_ = Phase::kDone;
     return true;
@@ -131,9 +151,11 @@ void MpiRequest::progress_all(MpiState& state) noexcept {
 }
 
 bool MpiRequest::test() {
+  check_thread();
+  // Under the lock: progress() may advance this request from another thread.
+  MpiLock lock = state_->lock();
   if (error_) throw *error_;
   if (phase_ == Phase::kDone && !draining_) return true;
-  MpiLock lock = state_->lock();
   try {
     if (spec_.is_send) {
       if (progress_send()) phase_ = Phase::kDone;
@@ -168,6 +190,7 @@ size_t MpiRequest::wait(std::chrono::steady_clock::time_point deadline) {
     if (test()) return transferred_;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
+      const MpiLock lock = state_->lock();
       fail(Error(ErrorCode::kTimeout,
                  str_cat("rank ", state_->rank, ": timed out after ", seconds(spec_.timeout),
                          " s waiting for ", describe())));
@@ -181,14 +204,16 @@ size_t MpiRequest::wait(std::chrono::steady_clock::time_point deadline) {
 }
 
 void MpiRequest::cancel() noexcept {
-  if (phase_ == Phase::kCancelled || !mpi_active()) return;
+  if (!mpi_active()) return;
   MpiLock lock = state_->lock();
+  if (phase_ == Phase::kCancelled) return;
   if (!spec_.is_send) {
     std::deque<MpiRequest*>& q = queue();
     q.erase(std::remove(q.begin(), q.end(), this), q.end());
-    if (q.empty()) state_->recv_queues.erase({spec_.comm, spec_.peer, spec_.tag});
+    if (q.empty()) state_->recv_queues.erase(key());
   }
   // A matched receive (MPI_Imrecv) always completes; an unmatched send may never.
+  const bool in_flight = !spec_.is_send && !pending_.empty();
   const auto give_up = std::chrono::steady_clock::now() + kCancelGrace;
   for (MPI_Request& r : pending_) {
     if (r == MPI_REQUEST_NULL) continue;
@@ -204,6 +229,11 @@ void MpiRequest::cancel() noexcept {
     }
   }
   pending_.clear();
+  // A receive cancelled part-way through its message (or through skipping an earlier one) leaves
+  // the rest in MPI: the next receive on this (source, tag) skips it instead of taking it.
+  if (!spec_.is_send && (in_flight ? chunk_ == state_->chunk_bytes : mid_message_ || skipping_)) {
+    state_->abandoned.insert(key());
+  }
   phase_ = Phase::kCancelled;
 }
 

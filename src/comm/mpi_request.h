@@ -34,7 +34,8 @@ class MpiRequest final : public RequestImpl {
     std::chrono::milliseconds timeout;
   };
 
-  /// Posts the send chunks, or queues the receive. Throws Error(kCommunication) on an MPI error.
+  /// Posts the send chunks, or queues the receive. Throws Error(kCommunication) on an MPI error,
+  /// and Error(kInvalidArgument) when called off the main thread below MPI_THREAD_SERIALIZED.
   MpiRequest(std::shared_ptr<MpiState> state, Spec spec);
   ~MpiRequest() override;
 
@@ -51,8 +52,13 @@ class MpiRequest final : public RequestImpl {
  private:
   enum class Phase { kPending, kDone, kCancelled };
 
+  // This request's (communicator, peer, tag).
+  MpiState::Key key() const;
   // The queue this receive waits in. Requires the lock.
   std::deque<MpiRequest*>& queue();
+  // Throws Error(kInvalidArgument) when MPI is below MPI_THREAD_SERIALIZED and this is not the
+  // main thread (a kernel worker waiting on the ring's accumulator), instead of calling MPI.
+  void check_thread() const;
   // Advances the receives of `q` from its head, in order, until the head is pending, the queue is
   // empty or `until` (when not null) finished; an error (MPI's, or no memory for a chunk's
   // scratch) finishes the head it hit, with it.
@@ -73,8 +79,10 @@ class MpiRequest final : public RequestImpl {
   size_t chunk_ = 0;                  // recv: size of the chunk being received
   size_t transferred_ = 0;            // recv: bytes that fit (or, draining, seen so far)
   bool draining_ = false;             // recv: the message did not fit; discarding it
-  std::vector<std::byte> drain_;      // scratch for the chunk being discarded
-  std::optional<Error> error_;        // rethrown by later waits
+  bool skipping_ = false;     // recv: discarding the rest of a cancelled receive's message first
+  bool mid_message_ = false;  // recv: the last chunk completed was full (more of it follow)
+  std::vector<std::byte> drain_;  // scratch for the chunk being discarded
+  std::optional<Error> error_;    // rethrown by later waits
 };
 
 }  // namespace cpattn::detail

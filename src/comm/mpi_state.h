@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 namespace cpattn::detail {
@@ -37,7 +38,12 @@ struct MpiState {
   /// Pending receives per (communicator, source, tag) in posting order. Only the head of a queue
   /// probes and receives, so messages match receives in posting order whatever order they are
   /// waited on (a receive is matched by MPI_Improbe only once its size is known to fit).
-  std::map<std::tuple<MPI_Comm, int, int>, std::deque<MpiRequest*>> recv_queues;
+  using Key = std::tuple<MPI_Comm, int, int>;  // (communicator, source, tag)
+  std::map<Key, std::deque<MpiRequest*>> recv_queues;
+  /// The (communicator, source, tag)s whose next chunks are the rest of a message whose receive
+  /// was cancelled part-way (a chunked message, progress() or test() having taken its first
+  /// chunks): the next receive there discards them before it takes its own message.
+  std::set<Key> abandoned;
 
   MpiState() = default;
   MpiState(const MpiState&) = delete;

@@ -3,8 +3,10 @@
 // every test; rank 0 prints the GoogleTest report, other ranks print only their failures.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -124,6 +126,53 @@ TEST(MpiCommunicator, ProgressMovesAPostedMessageWithoutAWait) {
     EXPECT_EQ(flag, std::byte{1});
     EXPECT_EQ(recv.wait(), kBytes);
     EXPECT_EQ(in, message_bytes(0, 1, kData, kBytes));
+  }
+  comm.barrier();
+}
+
+// A receive that times out part-way through a chunked message is cancelled; the rest of that
+// message must be discarded by the next receive on the same (source, tag), not taken as its
+// message. Without single-copy shared memory (the registration with
+// btl_vader_single_copy_mechanism=none) a rendezvous chunk stays in flight while its sender
+// computes, so the first chunk is matched and the cancel happens mid-message every time.
+TEST(MpiCommunicator, AReceiveCancelledMidMessageLeavesNoTailForTheNext) {
+  if (g_comm->size() < 2) GTEST_SKIP() << "needs two ranks";
+  MpiOptions options;
+  options.chunk_bytes = size_t{1} << 20;  // above the eager limits: every chunk is a rendezvous
+  MpiCommunicator comm(MPI_COMM_WORLD, options);
+  constexpr int kTag = 5;
+  constexpr size_t kFirst = (size_t{3} << 20) + 5, kSecond = 100;  // 4 chunks, then 1
+  const auto first = message_bytes(0, 1, kTag, kFirst);
+  const auto second = message_bytes(0, 1, kTag + 1, kSecond);
+  if (comm.rank() == 0) {
+    Request a = comm.isend(std::span<const std::byte>(first), 1, kTag);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // computing: no MPI calls
+    a.wait();
+    comm.isend(std::span<const std::byte>(second), 1, kTag).wait();
+  } else if (comm.rank() == 1) {
+    std::vector<std::byte> in(size_t{4} << 20);
+    comm.set_timeout(std::chrono::milliseconds(100));
+    {
+      Request a = comm.irecv(std::span<std::byte>(in), 0, kTag);
+      // The sender sleeps for 500 ms. With single-copy shared memory the receiver may take the
+      // whole message meanwhile; without it the wait must time out mid-message.
+      bool timed_out = false;
+      try {
+        a.wait();
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+        timed_out = true;
+      }
+      const char* single_copy = std::getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
+      if (single_copy != nullptr && std::string(single_copy) == "none") {
+        EXPECT_TRUE(timed_out);
+      }
+    }  // cancelled after its wait failed
+    comm.set_timeout(std::chrono::seconds(20));
+    std::fill(in.begin(), in.end(), std::byte{0});
+    Request b = comm.irecv(std::span<std::byte>(in), 0, kTag);
+    ASSERT_EQ(b.wait(), kSecond) << "the next receive took the cancelled message's tail";
+    EXPECT_TRUE(std::equal(second.begin(), second.end(), in.begin()));
   }
   comm.barrier();
 }

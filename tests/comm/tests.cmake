@@ -17,6 +17,15 @@ if(CPATTN_HAVE_MPI)
                          PROCESSORS ${np})
   endforeach()
 
+  # Without single-copy shared memory a rendezvous chunk waits for its sender's progress: the
+  # mid-message cancel of AReceiveCancelledMidMessage... happens every time.
+  add_test(NAME comm.mpi_cancel_mid_message_no_single_copy
+           COMMAND ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:test_comm_mpi>
+                   --gtest_filter=MpiCommunicator.AReceiveCancelledMidMessage*)
+  set_tests_properties(comm.mpi_cancel_mid_message_no_single_copy PROPERTIES LABELS "comm;mpi"
+                       TIMEOUT 60 PROCESSORS 2
+                       ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+
   add_test(NAME comm.mpi_failure_throw
            COMMAND ${CPATTN_EXPECT_FAILURE} --within 20
                    "rank 1: fatal: injected failure at ring step 2"
