@@ -40,12 +40,15 @@ inline std::string cpu_line() {
   return model + "; SIMD flags: " + simd;
 }
 
-/// "kernel ISAs: generic avx2 avx512 (detected avx512, this run: avx512)".
+/// "kernel ISAs: generic avx2 avx512 (detected avx512, this run: avx512)", and on AVX512_BF16
+/// CPUs how vdpbf16ps was rated ("; vdpbf16ps: Intel family 0x6 model 0xcf (...): half rate").
 inline std::string isa_line() {
   std::string s = "kernel ISAs:";
   for (Isa isa : available_isas()) s += std::string(" ") + isa_name(isa);
-  return s + " (detected " + isa_name(detected_isa()) +
-         ", this run: " + isa_name(resolve_isa(Isa::kAuto)) + ")";
+  s += " (detected " + std::string(isa_name(detected_isa())) +
+       ", this run: " + isa_name(resolve_isa(Isa::kAuto)) + ")";
+  if (detected_isa() == Isa::kAvx512Bf16) s += "; vdpbf16ps: " + cpattn::bf16_dot_rate().source;
+  return s;
 }
 
 #ifdef CPATTN_BENCH_X86

@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config clang-format
           googletest libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
-          libopenblas-dev libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin gnuplot-nox
+          libopenblas-dev libdnnl-dev libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin gnuplot-nox
           python3-torch python3-numpy python3-pytest libtorch-dev pybind11-dev)
 missing=()
 for p in "${packages[@]}"; do

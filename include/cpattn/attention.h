@@ -41,6 +41,9 @@ struct Fingerprint {
   /// How the group split the call (AttentionOptions::strategy): a state from another strategy
   /// is refused (its out/lse carry that strategy's rounding).
   Strategy strategy{};
+  /// The kernel arithmetic of the path the call resolves to (cpattn/isa.h: kernel_numerics of
+  /// resolve_isa(options.isa) and the dtype): a state computed with other arithmetic is refused.
+  KernelNumerics numerics = KernelNumerics::kFma;
   RngState rng;
   /// The forward's number among this group's checked calls (Communicator::take_call_number): the
   /// same on every rank, so a backward that uses another forward's state than the other ranks'
@@ -52,13 +55,14 @@ struct Fingerprint {
   std::vector<std::string> differences(const Fingerprint& called) const;
 };
 
-/// The fingerprint of a call with these arguments (what forward records and backward recomputes).
+/// The fingerprint of a call with these arguments (what forward records and backward recomputes);
+/// `isa` is the call's requested path (AttentionOptions::isa), resolved here (resolve_isa).
 /// Cost: one pass over q, k and v (a few ms per 100 MB), negligible next to attention.
-/// Throws like attention_forward on inconsistent arguments.
+/// Throws like attention_forward on inconsistent arguments, and resolve_isa's errors.
 Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,
                              const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                              const AttentionParams& params, RngState rng,
-                             const Strategy& strategy = {});
+                             const Strategy& strategy = {}, Isa isa = Isa::kAuto);
 
 /// A non-owning view of one forward's state: exactly what attention_backward reads. It lets a
 /// framework keep out and lse in tensors of its own (saved by autograd, dropped and recomputed by

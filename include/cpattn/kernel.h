@@ -48,12 +48,13 @@ struct KernelOptions {
   /// throw_if_group_failed, so a rank busy computing learns within a tile that its group failed,
   /// then its progress, so the ring's posted transfers move while the kernel runs.
   std::function<void()> interruption_point;
-  /// The code path (cpattn/isa.h): kAuto is resolve_isa(kAuto), the best the CPU supports unless
-  /// CPATTN_ISA names another. Results are bitwise equal on kAvx2 and kAvx512 (and kAvx512Bf16
-  /// for fp32 and fp16 calls); kGeneric (no FMA: a * b + c rounds twice) differs from them in the
-  /// last bits; bf16 calls on kAvx512Bf16 run their products on vdpbf16ps and round P to bf16
-  /// before P V, so they differ from the other paths by bf16 roundings, and treat bf16 denormal
-  /// inputs (|x| < 2^-126) as zero (docs/design.md section 3).
+  /// The code path (cpattn/isa.h): kAuto is resolve_isa(kAuto), the fastest the CPU runs
+  /// (fastest_isa) unless CPATTN_ISA names another. Results are bitwise equal on kAvx2 and
+  /// kAvx512 (and kAvx512Bf16 for fp32 and fp16 calls); kGeneric (no FMA: a * b + c rounds twice)
+  /// differs from them in the last bits; bf16 calls on kAvx512Bf16 run their products on
+  /// vdpbf16ps and round P to bf16 before P V, so they differ from the other paths by bf16
+  /// roundings, and treat bf16 denormal inputs (|x| < 2^-126) as zero (docs/design.md section 3;
+  /// kernel_numerics names the three classes).
   /// Throws Error(kInvalidArgument) for a path this CPU or build lacks.
   Isa isa = Isa::kAuto;
 };

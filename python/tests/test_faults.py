@@ -35,7 +35,11 @@ def test_a_dead_rank_makes_every_other_rank_raise_within_the_deadline():
             assert status == "missing"  # it exited without a word
             continue
         assert status == "ok", value
-        assert value["code"] in ("timeout", "peer_failed"), value
+        # Which error a peer sees depends on when gloo notices: its wait times out, another peer's
+        # failure reaches it, or the dead process's closed connection fails a transfer at once.
+        assert value["code"] in ("timeout", "peer_failed", "communication"), value
+        if value["code"] == "communication":
+            assert "rank 2" in value["message"], value
         assert value["seconds"] <= DEADLINE_S + 5, value
 
 

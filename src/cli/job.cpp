@@ -37,9 +37,17 @@ std::string isa_summary() {
   for (Isa isa : available_isas())
     available += std::string(available.empty() ? "" : " ") + isa_name(isa);
   const char* env = std::getenv("CPATTN_ISA");
+  const Bf16DotRate& bf16 = bf16_dot_rate();
+  const std::string bf16_text =
+      bf16.source == "no AVX512_BF16"
+          ? std::string()
+          : "; bf16 products " +
+                std::string(resolve_isa(Isa::kAuto) == Isa::kAvx512Bf16 ? "on vdpbf16ps"
+                                                                        : "widened to fp32") +
+                " (vdpbf16ps " + bf16.source + ")";
   return std::string("kernel ISA ") + isa_name(resolve_isa(Isa::kAuto)) + " (" +
          (env ? std::string("CPATTN_ISA=") + env + "; " : std::string()) +
-         "available: " + available + ")";
+         "available: " + available + bf16_text + "; " + amx_support().summary() + ")";
 }
 
 int mpirun_processes() {

@@ -34,8 +34,10 @@ void add_timeout_option(CLI::App* cmd, double& seconds);
 /// at least 1 ms).
 std::chrono::milliseconds deadline(double seconds);
 
-/// "kernel ISA avx512 (available: generic avx2 avx512)", with "CPATTN_ISA=<value>; " before
-/// "available" when the variable is set: the path the kernel runs for Isa::kAuto
+/// "kernel ISA avx512 (available: generic avx2 avx512; AMX-BF16 not exposed by this CPU)", with
+/// "CPATTN_ISA=<value>; " before "available" when the variable is set, and, on an AVX512_BF16 CPU,
+/// how bf16 products run and why ("; bf16 products widened to fp32 (vdpbf16ps Intel family 0x6
+/// model 0xcf (Emerald Rapids): half rate)"): the path the kernel runs for Isa::kAuto
 /// (resolve_isa). Throws resolve_isa's Error(kInvalidArgument) for a bad CPATTN_ISA.
 std::string isa_summary();
 

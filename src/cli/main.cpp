@@ -13,6 +13,7 @@
 #include "cpattn/error.h"
 #include "cpattn/memory.h"
 #include "cpattn/version.h"
+#include "train/blas.h"
 
 namespace {
 
@@ -34,7 +35,8 @@ int out_of_memory(const std::bad_alloc& e, const std::string& command) {
 }
 
 // "cpattn 0.2.0 (library 0.2.0, built for any CPU of its architecture; kernel ISA avx512
-// (available: generic avx2 avx512))".
+// (available: generic avx2 avx512; AMX-BF16 not exposed by this CPU); train's matrix products:
+// oneDNN 2.6.3 sgemm on avx2, 1 thread)".
 std::string version_line() {
   std::string isa;
   try {
@@ -46,7 +48,7 @@ std::string version_line() {
       "cpattn ", CPATTN_VERSION_STRING, " (library ", cpattn::library_version(), ", built ",
       cpattn::library_built_native() ? "with -march=native for its build machine"
                                      : "for any CPU of its architecture",
-      "; ", isa, ")");
+      "; ", isa, "; train's matrix products: ", cpattn::train::blas_summary(), ")");
 }
 
 }  // namespace

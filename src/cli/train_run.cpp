@@ -140,6 +140,8 @@ void print_header(const TrainOptions& o, const std::vector<uint8_t>& text, doubl
                  static_cast<long long>(split.held_out_bytes));
   }
   if (!o.resume.empty()) std::fprintf(out, "  resuming from %s\n", o.resume.c_str());
+  std::fprintf(out, "  %s; matrix products: %s\n", isa_summary().c_str(),
+               train::blas_summary().c_str());
   CPATTN_CHECK(std::fflush(out) == 0 && std::ferror(out) == 0, ErrorCode::kIo, "writing to ",
                out == stdout ? "stdout" : "stderr", " failed: ", std::strerror(errno));
 }

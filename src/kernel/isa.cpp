@@ -2,11 +2,22 @@
 // src/kernel/isa/, so a CPU with only the baseline instruction set can load and run it.
 #include "cpattn/isa.h"
 
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "cpattn/error.h"
+#include "kernel/plan.h"
 
 namespace cpattn {
 
@@ -87,7 +98,136 @@ Isa checked(Isa isa, std::string_view what) {
   return isa;
 }
 
+// The vendor, family and model of CPUID leaves 0 and 1 (family = base + extended family when the
+// base is 0xF; model = base + extended model << 4 for families 6 and >= 0xF).
+struct CpuModel {
+  std::string vendor;
+  unsigned family = 0, model = 0;
+};
+
+CpuModel cpu_model() {
+  CpuModel m;
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a, b, c, d;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    char v[13] = {};
+    __builtin_memcpy(v, &b, 4);
+    __builtin_memcpy(v + 4, &d, 4);
+    __builtin_memcpy(v + 8, &c, 4);
+    m.vendor = v;
+  }
+  if (__get_cpuid(1, &a, &b, &c, &d)) {
+    const unsigned base_family = (a >> 8) & 0xF, base_model = (a >> 4) & 0xF;
+    m.family = base_family == 0xF ? base_family + ((a >> 20) & 0xFF) : base_family;
+    m.model =
+        base_family == 6 || base_family == 0xF ? base_model | (((a >> 16) & 0xF) << 4) : base_model;
+  }
+#endif
+  return m;
+}
+
+std::string hex(unsigned x) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%x", x);
+  return buf;
+}
+
+// The table of bf16_dot_rate (isa.h), or nothing for a CPU it does not know.
+std::optional<Bf16DotRate> known_rate(const CpuModel& m) {
+  const std::string id = m.vendor == "AuthenticAMD"
+                             ? "AMD family " + hex(m.family)
+                             : "Intel family " + hex(m.family) + " model " + hex(m.model);
+  if (m.vendor == "AuthenticAMD" && (m.family == 0x19 || m.family == 0x1A)) {
+    return Bf16DotRate{true, 0.0,
+                       id + (m.family == 0x19 ? " (Zen 4)" : " (Zen 5)") + ": full rate"};
+  }
+  if (m.vendor == "GenuineIntel" && m.family == 6 && (m.model == 0x8F || m.model == 0xCF)) {
+    return Bf16DotRate{
+        false, 0.0,
+        id + (m.model == 0x8F ? " (Sapphire Rapids)" : " (Emerald Rapids)") + ": half rate"};
+  }
+  return std::nullopt;
+}
+
+Bf16DotRate decide_bf16_dot_rate() {
+  if (!available(Isa::kAvx512Bf16)) return {false, 0.0, "no AVX512_BF16"};
+  const CpuModel m = cpu_model();
+  if (std::optional<Bf16DotRate> known = known_rate(m)) return *known;
+  const double ratio = detail::isa_kernels(Isa::kAvx512Bf16).bf16_dot_vs_fma_rate();
+  char text[96];
+  std::snprintf(text, sizeof text, "%s family 0x%x model 0x%x, measured %.2f of the FMA rate",
+                m.vendor.c_str(), m.family, m.model, ratio);
+  return {ratio >= 0.75, ratio, text};
+}
+
 }  // namespace
+
+const Bf16DotRate& bf16_dot_rate() {
+  // A fact about the CPU, decided once per process so that every call of the process takes the
+  // same path (a measurement could otherwise land on either side of the threshold).
+  static const Bf16DotRate rate = decide_bf16_dot_rate();
+  return rate;
+}
+
+Isa fastest_isa() {
+  const Isa widest = detected_isa();
+  if (widest == Isa::kAvx512Bf16 && !bf16_dot_rate().full_rate) return Isa::kAvx512;
+  return widest;
+}
+
+AmxSupport amx_support() {
+  AmxSupport amx;
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) amx.cpu = ((d >> 24) & 1) && ((d >> 22) & 1);
+  if (__get_cpuid(1, &a, &b, &c, &d) && ((c >> 27) & 1)) {  // OSXSAVE: xgetbv may run
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    amx.os_state = ((lo >> 17) & 3) == 3;
+  }
+#if defined(__linux__)
+  constexpr long kArchGetXcompPerm = 0x1022;  // arch/x86/include/uapi/asm/prctl.h
+  unsigned long features = 0;
+  if (amx.cpu && syscall(SYS_arch_prctl, kArchGetXcompPerm, &features) == 0) {
+    amx.permitted = (features >> 18) & 1;
+  }
+#endif
+#endif
+  return amx;
+}
+
+std::string AmxSupport::summary() const {
+  if (!cpu) return "AMX-BF16 not exposed by this CPU";
+  if (!os_state) return "AMX-BF16 in CPUID, but the OS does not enable its tile state";
+  return permitted ? "AMX-BF16 exposed, tile data permitted (no AMX kernel: unused)"
+                   : "AMX-BF16 exposed, tile data permission not requested (no AMX kernel)";
+}
+
+KernelNumerics kernel_numerics(Isa path, DType dtype) noexcept {
+  switch (path) {
+    case Isa::kGeneric:
+      return KernelNumerics::kNoFma;
+    case Isa::kAvx512Bf16:
+      return dtype == DType::kBF16 ? KernelNumerics::kBf16Dot : KernelNumerics::kFma;
+    case Isa::kAvx2:
+    case Isa::kAvx512:
+    case Isa::kAuto:
+      break;
+  }
+  return KernelNumerics::kFma;
+}
+
+const char* kernel_numerics_name(KernelNumerics numerics) noexcept {
+  switch (numerics) {
+    case KernelNumerics::kNoFma:
+      return "no-fma";
+    case KernelNumerics::kFma:
+      return "fma";
+    case KernelNumerics::kBf16Dot:
+      return "bf16-dot";
+  }
+  return "?";
+}
 
 const char* isa_name(Isa isa) noexcept {
   switch (isa) {
@@ -124,9 +264,9 @@ std::vector<Isa> available_isas() {
 Isa resolve_isa(Isa requested) {
   if (requested != Isa::kAuto) return checked(requested, "Isa ");
   const char* env = std::getenv("CPATTN_ISA");
-  if (env == nullptr) return detected_isa();
+  if (env == nullptr) return fastest_isa();
   const std::string_view value(env);
-  if (value.empty() || value == "auto") return detected_isa();
+  if (value.empty() || value == "auto") return fastest_isa();
   for (Isa isa : kPaths) {
     if (value == isa_name(isa)) return checked(isa, "CPATTN_ISA=");
   }

@@ -88,6 +88,9 @@ struct IsaKernels {
                    int64_t rows, float* d);
   /// The kernel's exp over x[0 .. n) (n a multiple of 16): the exp test checks every copy.
   void (*exp)(const float* x, float* y, int64_t n);
+  /// vdpbf16ps / vfmadd231ps instruction throughput on this core (isa/dot_rate.h); 0 in copies
+  /// without AVX512_BF16.
+  double (*bf16_dot_vs_fma_rate)();
 };
 
 /// The copy that runs `isa` (resolved: not kAuto; available: resolve_isa checked it).

@@ -111,7 +111,7 @@ ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, Co
                                 const AttentionParams& params, RngState rng,
                                 const AttentionOptions& options) {
   Fingerprint fp = make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng,
-                                    options.strategy);
+                                    options.strategy, options.isa);
   return detail::checked_forward(comm, detail::CallOp::kForward, q, k, v, q_seq, kv_seq, params,
                                  rng, options, std::move(fp), std::nullopt);
 }
@@ -171,7 +171,7 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                                       const AttentionOptions& options) {
   // `rng` is the caller's: a state from another forward on the same inputs differs in it.
   const Fingerprint called = make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq,
-                                              params, rng, options.strategy);
+                                              params, rng, options.strategy, options.isa);
   return detail::checked_backward(comm, dout, q, k, v, state, q_seq, kv_seq, params, options,
                                   called, state_error(dout, q, v, state, called));
 }

@@ -75,6 +75,10 @@ std::vector<Field> fields() {
          return strategy_name(
              {static_cast<Strategy::Kind>(r.strategy_kind), r.ulysses_size, r.ring_size});
        }},
+      {"kernel numerics",
+       [](const CallRecord& r) {
+         return std::string(kernel_numerics_name(static_cast<KernelNumerics>(r.numerics)));
+       }},
       {"document_aware",
        [](const CallRecord& r) { return std::string(r.document_aware ? "true" : "false"); }},
       {"its own checks of the call",
@@ -124,6 +128,7 @@ CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
   r.ring_size = fp.strategy.ring_size;
   r.document_aware = options.document_aware ? 1 : 0;
   r.dtype = static_cast<int32_t>(fp.dtype);
+  r.numerics = static_cast<int32_t>(fp.numerics);
   return r;
 }
 

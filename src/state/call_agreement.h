@@ -39,7 +39,7 @@ struct CallRecord {
   int32_t document_aware = 0;  ///< RingOptions::document_aware (ranks that differ would send
                                ///< and expect different messages)
   int32_t dtype = 0;           ///< DType of q, k, v (ranks that differ send other sizes)
-  int32_t reserved = 0;        ///< keeps the record free of padding (it is compared bytewise)
+  int32_t numerics = 0;        ///< KernelNumerics (ranks that differ would round differently)
 };
 static_assert(sizeof(CallRecord) == 168, "CallRecord must have no padding");
 

@@ -59,14 +59,16 @@ std::vector<std::string> Fingerprint::differences(const Fingerprint& called) con
   compare(d, "dropout_p", dropout_p, called.dropout_p, plain);
   compare(d, "strategy", strategy, called.strategy,
           [](const Strategy& x) { return strategy_name(x); });
+  compare(d, "kernel numerics", numerics, called.numerics,
+          [](KernelNumerics x) { return std::string(kernel_numerics_name(x)); });
   compare(d, "rng", rng, called.rng, [](RngState r) { return to_string(r); });
   return d;
 }
 
 Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,
                              const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                             const AttentionParams& params, RngState rng,
-                             const Strategy& strategy) {
+                             const AttentionParams& params, RngState rng, const Strategy& strategy,
+                             Isa isa) {
   // q, k and v are hashed before any ring validation (backward and recompute check the state
   // first), so a view that cannot be read must be refused here, not dereferenced.
   check_readable(q, "q");
@@ -98,6 +100,7 @@ Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k,
   fp.cp_rank = cp_rank;
   fp.cp_size = cp_size;
   fp.strategy = strategy;
+  fp.numerics = kernel_numerics(resolve_isa(isa), q.dtype);
   fp.rng = rng;
   return fp;
 }

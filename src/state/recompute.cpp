@@ -23,7 +23,7 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
                                 const AttentionParams& params, const RecomputeOptions& options) {
   const Fingerprint& recorded = checkpoint.fingerprint;
   Fingerprint called = make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params,
-                                        replayed, options.ring.strategy);
+                                        replayed, options.ring.strategy, options.ring.isa);
   std::optional<Error> diverged;
   if (replayed != recorded.rng) {
     diverged = Error(ErrorCode::kRecomputeDiverged,

@@ -27,8 +27,7 @@ std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView
 /// own reason to refuse it, see agree_or_throw), runs the strategy's forward and wraps its result
 /// in a ForwardResult carrying `fp`, which the caller computed for exactly these arguments
 /// (make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng,
-/// options.strategy)); the
-/// result's fingerprint gets the call's number.
+/// options.strategy, options.isa)); the result's fingerprint gets the call's number.
 ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstView k, ConstView v,
                               const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                               const AttentionParams& params, RngState rng,

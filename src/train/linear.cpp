@@ -1,9 +1,5 @@
-// Linear forward/backward as three cblas_sgemm calls.
+// Linear forward/backward as three sgemm calls (blas.h).
 #include "train/linear.h"
-
-#include <cblas.h>
-
-#include <limits>
 
 #include "cpattn/error.h"
 #include "train/blas.h"
@@ -16,13 +12,7 @@ void check_dims(const char* op, const LinearDims& d) {
   detail::check_at_least(op, "N", d.n, 0);
   detail::check_at_least(op, "in", d.in, 1);
   detail::check_at_least(op, "out", d.out, 1);
-  // cblas takes int sizes.
-  constexpr int64_t kMax = std::numeric_limits<int>::max();
-  CPATTN_CHECK(d.n <= kMax && d.in <= kMax && d.out <= kMax && d.n * d.out <= kMax * kMax,
-               ErrorCode::kInvalidArgument, op, ": sizes must fit in int for BLAS, got N = ", d.n,
-               ", in = ", d.in, ", out = ", d.out);
 }
-int to_blas(int64_t v) { return static_cast<int>(v); }
 }  // namespace
 
 void linear_forward(LinearDims d, std::span<const float> x, std::span<const float> w,
@@ -34,7 +24,6 @@ void linear_forward(LinearDims d, std::span<const float> x, std::span<const floa
   if (!b.empty()) detail::check_matrix(kOp, "b", "[1, out]", b.size(), 1, d.out);
   detail::check_matrix(kOp, "y", "[N, out]", y.size(), d.n, d.out);
   if (d.n == 0) return;
-  use_single_threaded_blas_once();
   float beta = 0.0f;
   if (!b.empty()) {
     // Seed y with the bias and let sgemm add x W^T on top (beta = 1).
@@ -45,9 +34,7 @@ void linear_forward(LinearDims d, std::span<const float> x, std::span<const floa
     beta = 1.0f;
   }
   // y[N, out] = x[N, in] * w[out, in]^T
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, to_blas(d.n), to_blas(d.out), to_blas(d.in),
-              1.0f, x.data(), to_blas(d.in), w.data(), to_blas(d.in), beta, y.data(),
-              to_blas(d.out));
+  sgemm(false, true, d.n, d.out, d.in, 1.0f, x.data(), d.in, w.data(), d.in, beta, y.data(), d.out);
 }
 
 void linear_backward(LinearDims d, std::span<const float> dy, std::span<const float> x,
@@ -62,17 +49,14 @@ void linear_backward(LinearDims d, std::span<const float> dy, std::span<const fl
   detail::check_matrix(kOp, "dw", "[out, in]", dw.size(), d.out, d.in);
   if (!db.empty()) detail::check_matrix(kOp, "db", "[1, out]", db.size(), 1, d.out);
   if (d.n == 0) return;
-  use_single_threaded_blas_once();
   if (!dx.empty()) {
     // dx[N, in] = dy[N, out] * w[out, in]
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, to_blas(d.n), to_blas(d.in),
-                to_blas(d.out), 1.0f, dy.data(), to_blas(d.out), w.data(), to_blas(d.in), 0.0f,
-                dx.data(), to_blas(d.in));
+    sgemm(false, false, d.n, d.in, d.out, 1.0f, dy.data(), d.out, w.data(), d.in, 0.0f, dx.data(),
+          d.in);
   }
   // dw[out, in] += dy[N, out]^T * x[N, in]
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, to_blas(d.out), to_blas(d.in), to_blas(d.n),
-              1.0f, dy.data(), to_blas(d.out), x.data(), to_blas(d.in), 1.0f, dw.data(),
-              to_blas(d.in));
+  sgemm(true, false, d.out, d.in, d.n, 1.0f, dy.data(), d.out, x.data(), d.in, 1.0f, dw.data(),
+        d.in);
   if (!db.empty()) {
     // Row order is fixed (r ascending), so db is deterministic run to run.
     for (int64_t r = 0; r < d.n; ++r) {

@@ -1,4 +1,5 @@
-// Linear layer y = x W^T (+ b) on token rows through OpenBLAS, with its hand-written backward.
+// Linear layer y = x W^T (+ b) on token rows through the trainer's sgemm (blas.h: oneDNN), with
+// its hand-written backward.
 #pragma once
 
 #include <cstdint>

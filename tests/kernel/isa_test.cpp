@@ -2,6 +2,7 @@
 // the CPU supports (checked here against CPUID read independently), forcing each path (by
 // KernelOptions::isa and by CPATTN_ISA) runs that copy, the FMA paths agree bitwise, every path is
 // deterministic, and paths the CPU lacks are refused.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -90,14 +91,122 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-TEST(Isa, DetectedIsTheBestPathTheCpuSupports) {
+TEST(Isa, DetectedIsTheWidestPathTheCpuSupports) {
   Isa want = Isa::kGeneric;
   for (Isa isa : kPaths) {
     if (compiled(isa) && cpu_has(isa)) want = isa;
   }
   EXPECT_EQ(isa_name(detected_isa()), std::string(isa_name(want)));
   const ScopedEnv unset(nullptr);
-  EXPECT_EQ(resolve_isa(Isa::kAuto), detected_isa());
+  EXPECT_EQ(resolve_isa(Isa::kAuto), fastest_isa());
+  const ScopedEnv automatic("auto");
+  EXPECT_EQ(resolve_isa(Isa::kAuto), fastest_isa());
+}
+
+// The CPU's vendor, family and model, read here independently of the library.
+struct Model {
+  std::string vendor;
+  unsigned family = 0, model = 0;
+};
+Model cpu_model() {
+  Model m;
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  __get_cpuid(0, &a, &b, &c, &d);
+  const unsigned words[3] = {b, d, c};
+  m.vendor.assign(reinterpret_cast<const char*>(words), 12);
+  __get_cpuid(1, &a, &b, &c, &d);
+  const unsigned family = (a >> 8) & 0xF;
+  m.family = family == 0xF ? family + ((a >> 20) & 0xFF) : family;
+  m.model = ((a >> 4) & 0xF) | ((family == 6 || family == 0xF) ? ((a >> 16) & 0xF) << 4 : 0);
+#endif
+  return m;
+}
+
+// The documented table (cpattn/isa.h: bf16_dot_rate): full rate on AMD Zen 4 and Zen 5, half on
+// Intel Sapphire and Emerald Rapids; nothing for other CPUs, which are measured.
+std::optional<bool> documented_full_rate(const Model& m) {
+  if (m.vendor == "AuthenticAMD" && (m.family == 0x19 || m.family == 0x1A)) return true;
+  if (m.vendor == "GenuineIntel" && m.family == 6 && (m.model == 0x8F || m.model == 0xCF)) {
+    return false;
+  }
+  return std::nullopt;
+}
+
+TEST(Isa, AutoNeverPicksTheSlowerBf16Path) {
+  const Bf16DotRate& rate = bf16_dot_rate();
+  if (detected_isa() != Isa::kAvx512Bf16) {
+    EXPECT_EQ(fastest_isa(), detected_isa());
+    EXPECT_FALSE(rate.full_rate);
+    EXPECT_EQ(rate.source, "no AVX512_BF16");
+    return;
+  }
+  const std::optional<bool> documented = documented_full_rate(cpu_model());
+  if (documented) {
+    EXPECT_EQ(rate.full_rate, *documented) << rate.source;
+    EXPECT_EQ(rate.measured, 0.0) << rate.source;
+  } else {
+    EXPECT_THAT(rate.source, ::testing::HasSubstr("measured"));
+    EXPECT_EQ(rate.full_rate, rate.measured >= 0.75) << rate.source;
+  }
+  // Half rate: bf16 widened to fp32 (avx512) is the faster path and the one kAuto takes.
+  EXPECT_EQ(fastest_isa(), rate.full_rate ? Isa::kAvx512Bf16 : Isa::kAvx512) << rate.source;
+}
+
+TEST(Isa, TheBf16PathChoiceIsStableWithinTheProcess) {
+  const Bf16DotRate& first = bf16_dot_rate();
+  const Isa path = fastest_isa();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(&bf16_dot_rate(), &first);
+    EXPECT_EQ(fastest_isa(), path);
+  }
+}
+
+// The fallback measurement, run on this CPU whatever the table says: an instruction throughput
+// ratio near 1 (full rate) or 1/4 (Intel's half flop rate), on the side of 0.75 the table puts
+// this CPU.
+TEST(Isa, TheBf16DotMeasurementIsAThroughputRatio) {
+  if (detected_isa() != Isa::kAvx512Bf16) {
+    EXPECT_EQ(detail::isa_kernels(Isa::kAvx512).bf16_dot_vs_fma_rate(), 0.0);
+    GTEST_SKIP() << "no AVX512_BF16";
+  }
+  const double ratio = detail::isa_kernels(Isa::kAvx512Bf16).bf16_dot_vs_fma_rate();
+  EXPECT_GT(ratio, 0.1);
+  EXPECT_LT(ratio, 3.0);
+  if (const std::optional<bool> documented = documented_full_rate(cpu_model())) {
+    EXPECT_EQ(ratio >= 0.75, *documented) << "measured " << ratio;
+  }
+}
+
+TEST(Isa, NumericsClasses) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    EXPECT_EQ(kernel_numerics(Isa::kGeneric, t), KernelNumerics::kNoFma);
+    EXPECT_EQ(kernel_numerics(Isa::kAvx2, t), KernelNumerics::kFma);
+    EXPECT_EQ(kernel_numerics(Isa::kAvx512, t), KernelNumerics::kFma);
+  }
+  EXPECT_EQ(kernel_numerics(Isa::kAvx512Bf16, DType::kF32), KernelNumerics::kFma);
+  EXPECT_EQ(kernel_numerics(Isa::kAvx512Bf16, DType::kF16), KernelNumerics::kFma);
+  EXPECT_EQ(kernel_numerics(Isa::kAvx512Bf16, DType::kBF16), KernelNumerics::kBf16Dot);
+  EXPECT_STREQ(kernel_numerics_name(KernelNumerics::kNoFma), "no-fma");
+  EXPECT_STREQ(kernel_numerics_name(KernelNumerics::kFma), "fma");
+  EXPECT_STREQ(kernel_numerics_name(KernelNumerics::kBf16Dot), "bf16-dot");
+}
+
+TEST(Isa, AmxSupportIsReadConsistently) {
+  const AmxSupport amx = amx_support();
+  Model m = cpu_model();
+  unsigned a = 0, b = 0, c = 0, d = 0;
+#if defined(__x86_64__)
+  __get_cpuid_count(7, 0, &a, &b, &c, &d);
+#endif
+  EXPECT_EQ(amx.cpu, ((d >> 24) & 1) && ((d >> 22) & 1)) << m.vendor;
+  if (!amx.cpu) {
+    EXPECT_FALSE(amx.permitted);
+    EXPECT_EQ(amx.summary(), "AMX-BF16 not exposed by this CPU");
+  } else {
+    EXPECT_THAT(amx.summary(), ::testing::HasSubstr("AMX-BF16"));
+  }
+  EXPECT_EQ(amx_support().permitted, amx.permitted);  // reading requested nothing
 }
 
 TEST(Isa, AvailableListsEverySupportedPathInOrder) {
@@ -128,7 +237,7 @@ TEST(Isa, EnvironmentChoosesForAutoOnlyAndIsChecked) {
   }
   for (const char* value : {"", "auto"}) {
     const ScopedEnv env(value);
-    EXPECT_EQ(resolve_isa(Isa::kAuto), detected_isa()) << "CPATTN_ISA='" << value << "'";
+    EXPECT_EQ(resolve_isa(Isa::kAuto), fastest_isa()) << "CPATTN_ISA='" << value << "'";
   }
   const ScopedEnv bad("sse9");
   try {

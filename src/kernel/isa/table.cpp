@@ -2,6 +2,7 @@
 #include "kernel/isa/table.h"
 
 #include "kernel/isa/backward.h"
+#include "kernel/isa/dot_rate.h"
 #include "kernel/isa/forward.h"
 #include "kernel/isa/gemm.h"
 #include "kernel/isa/pack.h"
@@ -22,7 +23,8 @@ void exp_entry(const float* x, float* y, int64_t n) {
 }  // namespace
 
 IsaKernels kernels() {
-  return {Isa::CPATTN_ISA_ENUM, kNr, &forward_item, &backward_item, &row_dots_entry, &exp_entry};
+  return {Isa::CPATTN_ISA_ENUM, kNr,        &forward_item,        &backward_item,
+          &row_dots_entry,      &exp_entry, &bf16_dot_vs_fma_rate};
 }
 
 }  // namespace cpattn::detail::CPATTN_ISA_NS
