@@ -384,7 +384,7 @@ void print_summary() {
                   bwd / peak, bwd / sgemm_gflops());
     }
   }
-  const Isa best = detected_isa();
+  const Isa best = fastest_isa();
   for (int64_t hkv : {8, 2}) {
     for (const char* dir : {"fwd", "bwd"}) {
       const double flops = (dir[0] == 'b' ? 2.5 : 1.0) * attention_flops(4096, 128, false);
