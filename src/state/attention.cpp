@@ -65,6 +65,23 @@ std::string join_differences(std::string_view prefix, const std::vector<std::str
   return message;
 }
 
+Fingerprint fingerprint_or_refusal(const Communicator& comm, ConstView q, ConstView k, ConstView v,
+                                   const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                                   const AttentionParams& params, RngState rng,
+                                   const AttentionOptions& options,
+                                   std::optional<Error>& refusal) {
+  try {
+    return make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng,
+                            options.strategy, options.isa);
+  } catch (const Error& e) {
+    if (!refusal) refusal = e;
+  }
+  Fingerprint fp;
+  fp.cp_rank = comm.rank();
+  fp.cp_size = comm.size();
+  return fp;
+}
+
 std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, const AttentionOptions& options) {
@@ -110,22 +127,11 @@ ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, Co
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, RngState rng,
                                 const AttentionOptions& options) {
-  Fingerprint fp = make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng,
-                                    options.strategy, options.isa);
+  std::optional<Error> refusal;
+  Fingerprint fp =
+      detail::fingerprint_or_refusal(comm, q, k, v, q_seq, kv_seq, params, rng, options, refusal);
   return detail::checked_forward(comm, detail::CallOp::kForward, q, k, v, q_seq, kv_seq, params,
-                                 rng, options, std::move(fp), std::nullopt);
-}
-
-AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
-                                      ConstView v, const ForwardResult& state,
-                                      const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                      const AttentionParams& params, RngState rng,
-                                      const AttentionOptions& options) {
-  // A moved-from ForwardResult keeps its fingerprint (plain values) but no tensors.
-  CPATTN_CHECK(
-      state.out.shape().size() == 4 && state.lse.shape().size() == 3, ErrorCode::kStateMismatch,
-      "attention_backward: the ForwardResult holds no out/lse tensors (it was moved from)");
-  return attention_backward(comm, dout, q, k, v, state.view(), q_seq, kv_seq, params, rng, options);
+                                 rng, options, std::move(fp), std::move(refusal));
 }
 
 namespace {
@@ -162,6 +168,23 @@ std::optional<Error> state_error(ConstView dout, ConstView q, ConstView v,
                    "attention_backward: the ForwardResult does not belong to this call: ", diffs));
 }
 
+// A checked backward whose call may already be refused (`refusal`): the fingerprint and the
+// state's checks add their errors to it, and the call agreement carries the first one to every rank.
+AttentionGradients backward_with_refusal(Communicator& comm, ConstView dout, ConstView q,
+                                         ConstView k, ConstView v, const ForwardStateView& state,
+                                         const SequenceSharding& q_seq,
+                                         const SequenceSharding& kv_seq,
+                                         const AttentionParams& params, RngState rng,
+                                         const AttentionOptions& options,
+                                         std::optional<Error> refusal) {
+  // `rng` is the caller's: a state from another forward on the same inputs differs in it.
+  const Fingerprint called =
+      detail::fingerprint_or_refusal(comm, q, k, v, q_seq, kv_seq, params, rng, options, refusal);
+  if (!refusal) refusal = state_error(dout, q, v, state, called);
+  return detail::checked_backward(comm, dout, q, k, v, state, q_seq, kv_seq, params, options,
+                                  called, std::move(refusal));
+}
+
 }  // namespace
 
 AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
@@ -169,11 +192,24 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params, RngState rng,
                                       const AttentionOptions& options) {
-  // `rng` is the caller's: a state from another forward on the same inputs differs in it.
-  const Fingerprint called = make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq,
-                                              params, rng, options.strategy, options.isa);
-  return detail::checked_backward(comm, dout, q, k, v, state, q_seq, kv_seq, params, options,
-                                  called, state_error(dout, q, v, state, called));
+  return backward_with_refusal(comm, dout, q, k, v, state, q_seq, kv_seq, params, rng, options,
+                               std::nullopt);
+}
+
+AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                                      ConstView v, const ForwardResult& state,
+                                      const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                                      const AttentionParams& params, RngState rng,
+                                      const AttentionOptions& options) {
+  // A moved-from ForwardResult keeps its fingerprint (plain values) but no tensors.
+  std::optional<Error> moved_from;
+  if (state.out.shape().size() != 4 || state.lse.shape().size() != 3) {
+    moved_from = Error(ErrorCode::kStateMismatch,
+                       "attention_backward: the ForwardResult holds no out/lse tensors (it was "
+                       "moved from)");
+  }
+  return backward_with_refusal(comm, dout, q, k, v, state.view(), q_seq, kv_seq, params, rng,
+                               options, std::move(moved_from));
 }
 
 }  // namespace cpattn

@@ -81,8 +81,6 @@ std::vector<Field> fields() {
        }},
       {"document_aware",
        [](const CallRecord& r) { return std::string(r.document_aware ? "true" : "false"); }},
-      {"its own checks of the call",
-       [](const CallRecord& r) { return std::string(r.local_check_passed ? "passed" : "failed"); }},
   };
 }
 
@@ -149,6 +147,19 @@ void agree_on_call(Communicator& comm, const CallRecord& mine) {
   // the exchange before any throws (an in-process rank that throws releases its peers' waits at
   // once, which would turn their precise error into "peer failed").
   comm.barrier();
+  const std::string head =  // named after rank 0's record, so that every rank throws the same
+      str_cat("call agreement failed (call ", all[0].call_number, ", ", op_name(all[0].op), "): ");
+  // A refusing rank's other fields may be unset (its arguments could not be read): its refusal is
+  // the reason, and the others quote it.
+  std::string refusals;
+  for (int r = 0; r < p; ++r) {
+    const CallRecord& rec = all[static_cast<size_t>(r)];
+    if (rec.local_check_passed) continue;
+    const std::string text(rec.refusal, strnlen(rec.refusal, sizeof rec.refusal));
+    refusals += str_cat(refusals.empty() ? "" : "; ", "rank ", r, " refuses the call (",
+                        error_code_name(static_cast<ErrorCode>(rec.refusal_code)), ": ", text, ")");
+  }
+  if (!refusals.empty()) throw Error(ErrorCode::kRankDisagreement, head + refusals);
   for (const Field& f : fields()) {
     std::map<std::string, std::vector<int>> holders;
     for (int r = 0; r < p; ++r) holders[f.text(all[static_cast<size_t>(r)])].push_back(r);
@@ -158,9 +169,7 @@ void agree_on_call(Communicator& comm, const CallRecord& mine) {
     std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
       return a.second.size() < b.second.size();
     });
-    // Named after rank 0's record, so that every rank throws the same message.
-    std::string message = str_cat("call agreement failed (call ", all[0].call_number, ", ",
-                                  op_name(all[0].op), "): ");
+    std::string message = head;
     for (size_t g = 0; g < groups.size(); ++g) {
       const bool one = groups[g].second.size() == 1;
       message += str_cat(g ? ", " : "", ranks_text(groups[g].second), one ? " has " : " have ",
@@ -180,7 +189,11 @@ uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint& fp,
                         const std::optional<Error>& local_error) {
   const uint64_t number = comm.take_call_number();
   CallRecord record = call_record(op, number, forward_number.value_or(number), fp, options);
-  record.local_check_passed = local_error ? 0 : 1;
+  if (local_error) {
+    record.local_check_passed = 0;
+    record.refusal_code = static_cast<int32_t>(local_error->code());
+    std::strncpy(record.refusal, local_error->what(), sizeof record.refusal - 1);
+  }
   try {
     agree_on_call(comm, record);
   } catch (const Error&) {

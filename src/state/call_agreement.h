@@ -32,7 +32,7 @@ struct CallRecord {
   int32_t causal = 0;
   int64_t window_left = 0, window_right = 0;
   float dropout_p = 0.0f;
-  int32_t local_check_passed = 1;  ///< 0: this rank refuses the call (its own error follows)
+  int32_t local_check_passed = 1;  ///< 0: this rank refuses the call (refusal_code, refusal)
   uint64_t rng_seed = 0, rng_offset = 0;
   int32_t strategy_kind = 0;  ///< Strategy::Kind
   int32_t ulysses_size = 0, ring_size = 0;
@@ -40,8 +40,12 @@ struct CallRecord {
                                ///< and expect different messages)
   int32_t dtype = 0;           ///< DType of q, k, v (ranks that differ send other sizes)
   int32_t numerics = 0;        ///< KernelNumerics (ranks that differ would round differently)
+  int32_t refusal_code = 0;    ///< the ErrorCode of this rank's refusal (local_check_passed 0)
+  /// The start of the refusing rank's error message, cut to fit and NUL-terminated ("" when it
+  /// does not refuse): what the other ranks' errors quote.
+  char refusal[108] = {};
 };
-static_assert(sizeof(CallRecord) == 168, "CallRecord must have no padding");
+static_assert(sizeof(CallRecord) == 280, "CallRecord must have no padding");
 
 /// The record of a call from its fingerprint (shapes, shardings, parameters, RngState, the
 /// strategy) and its options (the document-aware relay).
@@ -49,10 +53,12 @@ CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
                        const Fingerprint& fp, const AttentionOptions& options);
 
 /// Exchanges `mine` with every rank of comm (one all_to_all of P records) and returns when all
-/// are equal. Otherwise throws, on every rank alike, Error(kRankDisagreement) naming the first
-/// field that differs and which ranks hold which value, e.g. "call agreement failed (call 7,
-/// backward): rank 3 has dropout_p=0, ranks 0-2 have dropout_p=0.1"; and the communicator's
-/// errors when a rank does not take part.
+/// are equal. Otherwise throws, on every rank alike, Error(kRankDisagreement): when some rank
+/// refuses the call, naming each refusing rank with its error code and message ("call agreement
+/// failed (call 7, forward): rank 1 refuses the call (invalid_argument: dropout_p must be in
+/// [0, 1), got 1)"), else naming the first field that differs and which ranks hold which value,
+/// e.g. "call agreement failed (call 7, backward): rank 3 has dropout_p=0, ranks 0-2 have
+/// dropout_p=0.1"; and the communicator's errors when a rank does not take part.
 void agree_on_call(Communicator& comm, const CallRecord& mine);
 
 /// The checked-call protocol: takes comm's next call number, makes the record (forward_number:

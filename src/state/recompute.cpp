@@ -11,6 +11,26 @@ namespace {
 uint64_t output_digest(const ForwardResult& state) {
   return Digest().view(state.out.view()).values(state.lse.span()).finish();
 }
+
+// Why a recompute with fingerprint `called` and RngState `replayed` does not replay the forward
+// `recorded` (nullopt: it does).
+std::optional<Error> replay_error(const Fingerprint& recorded, const Fingerprint& called,
+                                  RngState replayed) {
+  if (replayed != recorded.rng) {
+    return Error(ErrorCode::kRecomputeDiverged,
+                 detail::str_cat("recompute diverged: replayed RngState ", to_string(replayed),
+                                 " differs from the recorded ", to_string(recorded.rng),
+                                 " (restore the generator state before recomputing; otherwise "
+                                 "dropout masks and gradients would be silently wrong)"));
+  }
+  if (const std::vector<std::string> diffs = recorded.differences(called); !diffs.empty()) {
+    return Error(
+        ErrorCode::kRecomputeDiverged,
+        detail::join_differences(
+            "recompute diverged: the recomputed call differs from the first forward: ", diffs));
+  }
+  return std::nullopt;
+}
 }  // namespace
 
 AttentionCheckpoint make_checkpoint(const ForwardResult& state) {
@@ -22,22 +42,12 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, const RecomputeOptions& options) {
   const Fingerprint& recorded = checkpoint.fingerprint;
-  Fingerprint called = make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params,
-                                        replayed, options.ring.strategy, options.ring.isa);
+  // Arguments this rank refuses become the call's refusal, which the agreement carries to every
+  // rank; otherwise a replay that differs from the recorded forward is.
   std::optional<Error> diverged;
-  if (replayed != recorded.rng) {
-    diverged = Error(ErrorCode::kRecomputeDiverged,
-                     detail::str_cat("recompute diverged: replayed RngState ", to_string(replayed),
-                                     " differs from the recorded ", to_string(recorded.rng),
-                                     " (restore the generator state before recomputing; "
-                                     "otherwise dropout masks and gradients would be silently "
-                                     "wrong)"));
-  } else if (const std::vector<std::string> diffs = recorded.differences(called); !diffs.empty()) {
-    diverged = Error(
-        ErrorCode::kRecomputeDiverged,
-        detail::join_differences(
-            "recompute diverged: the recomputed call differs from the first forward: ", diffs));
-  }
+  Fingerprint called = detail::fingerprint_or_refusal(comm, q, k, v, q_seq, kv_seq, params,
+                                                      replayed, options.ring, diverged);
+  if (!diverged) diverged = replay_error(recorded, called, replayed);
   // `called` is this call's fingerprint already: q/k/v are hashed once per recompute.
   ForwardResult state =
       detail::checked_forward(comm, detail::CallOp::kRecompute, q, k, v, q_seq, kv_seq, params,

@@ -23,6 +23,17 @@ std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, const AttentionOptions& options);
 
+/// make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng, strategy,
+/// isa) for a checked call, its errors turned into the call's refusal: when it throws, `refusal`
+/// (if still empty) takes the error and the result holds only cp_rank and cp_size. The call then
+/// still takes its call number and its part in the call agreement, marked as refusing, so every
+/// rank raises at once (docs/design.md section 6) instead of the others running on.
+Fingerprint fingerprint_or_refusal(const Communicator& comm, ConstView q, ConstView k, ConstView v,
+                                   const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                                   const AttentionParams& params, RngState rng,
+                                   const AttentionOptions& options,
+                                   std::optional<Error>& refusal);
+
 /// A checked forward: agrees on the call (op kForward or kRecompute; `local_error` is this rank's
 /// own reason to refuse it, see agree_or_throw), runs the strategy's forward and wraps its result
 /// in a ForwardResult carrying `fp`, which the caller computed for exactly these arguments
