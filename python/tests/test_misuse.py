@@ -70,3 +70,24 @@ def _group_does_not_match_sharding(rank, world):
 def test_ring_misuse(fn, needle):
     for status, message in run_processes(2, fn, expect_errors=True):
         assert status == "error" and needle in message, message
+
+
+def _one_rank_refuses(rank, world, strategy):
+    q = torch.randn(1, 8, 4, 8)
+    dropout_p = 1.0 if rank == 1 else 0.1  # rank 1's own arguments are invalid
+    torch.manual_seed(0)
+    try:
+        cpattn.ring_attention(q, q, q, causal=True, dropout_p=dropout_p, strategy=strategy,
+                              timeout=30)
+    except cpattn.Error as e:
+        return {"code": e.code, "message": str(e)}
+    return {"code": None, "message": ""}
+
+
+@pytest.mark.parametrize("strategy", ["ring", "allgather", "ulysses"])
+def test_a_rank_that_refuses_its_arguments_fails_every_rank_at_once(strategy):
+    outcomes = run_processes(2, _one_rank_refuses, strategy)
+    assert outcomes[1]["code"] == "invalid_argument", outcomes[1]
+    assert "dropout_p must be in" in outcomes[1]["message"], outcomes[1]
+    assert outcomes[0]["code"] == "rank_disagreement", outcomes[0]
+    assert "rank 1 refuses the call (invalid_argument: " in outcomes[0]["message"], outcomes[0]

@@ -68,8 +68,7 @@ std::string join_differences(std::string_view prefix, const std::vector<std::str
 Fingerprint fingerprint_or_refusal(const Communicator& comm, ConstView q, ConstView k, ConstView v,
                                    const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                    const AttentionParams& params, RngState rng,
-                                   const AttentionOptions& options,
-                                   std::optional<Error>& refusal) {
+                                   const AttentionOptions& options, std::optional<Error>& refusal) {
   try {
     return make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng,
                             options.strategy, options.isa);
@@ -169,7 +168,8 @@ std::optional<Error> state_error(ConstView dout, ConstView q, ConstView v,
 }
 
 // A checked backward whose call may already be refused (`refusal`): the fingerprint and the
-// state's checks add their errors to it, and the call agreement carries the first one to every rank.
+// state's checks add their errors to it, and the call agreement carries the first one to every
+// rank.
 AttentionGradients backward_with_refusal(Communicator& comm, ConstView dout, ConstView q,
                                          ConstView k, ConstView v, const ForwardStateView& state,
                                          const SequenceSharding& q_seq,

@@ -31,8 +31,7 @@ std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView
 Fingerprint fingerprint_or_refusal(const Communicator& comm, ConstView q, ConstView k, ConstView v,
                                    const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                    const AttentionParams& params, RngState rng,
-                                   const AttentionOptions& options,
-                                   std::optional<Error>& refusal);
+                                   const AttentionOptions& options, std::optional<Error>& refusal);
 
 /// A checked forward: agrees on the call (op kForward or kRecompute; `local_error` is this rank's
 /// own reason to refuse it, see agree_or_throw), runs the strategy's forward and wraps its result

@@ -25,14 +25,7 @@ bool available(Isa isa) {
   return std::find(all.begin(), all.end(), isa) != all.end();
 }
 
-struct Case {
-  StackProblem p{1, 37, 4, 8, 5};
-  AttentionParams params;
-  Case() {
-    params.causal = true;
-    params.dropout_p = 0.1f;
-  }
-};
+using Case = CausalDropoutCase;
 
 AttentionOptions on(Isa isa) {
   AttentionOptions options;

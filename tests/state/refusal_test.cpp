@@ -25,14 +25,7 @@ using ::testing::HasSubstr;
 
 constexpr int kRanks = 4;
 
-struct Case {
-  StackProblem p{1, 37, 4, 8, 5};
-  AttentionParams params;
-  Case() {
-    params.causal = true;
-    params.dropout_p = 0.1f;
-  }
-};
+using Case = CausalDropoutCase;
 
 // One way for a rank to get its arguments wrong: what it changes, and a phrase of its error.
 struct BadArgument {
@@ -49,10 +42,9 @@ std::vector<BadArgument> bad_arguments() {
          a.softmax_scale = std::numeric_limits<float>::quiet_NaN();
        },
        "softmax_scale"},
-      {"window_left=-2", [](AttentionParams& a, ConstView&) { a.window_left = -2; },
-       "window_left"},
-      {"negative k stride",
-       [](AttentionParams&, ConstView& k) { k.stride[1] = -k.stride[1]; }, "k"},
+      {"window_left=-2", [](AttentionParams& a, ConstView&) { a.window_left = -2; }, "window_left"},
+      {"negative k stride", [](AttentionParams&, ConstView& k) { k.stride[1] = -k.stride[1]; },
+       "k"},
   };
 }
 
@@ -74,9 +66,10 @@ void expect_refused_everywhere(const RankOutcomes& o, int refusing, const BadArg
       EXPECT_NE(o.codes[i], ErrorCode::kInternal) << what << " (no error)";
       EXPECT_THAT(o.messages[i], HasSubstr(bad.says)) << what;
     } else {
-      EXPECT_EQ(o.codes[i], ErrorCode::kRankDisagreement) << what << " rank " << r << ": "
-                                                         << o.messages[i];
-      EXPECT_THAT(o.messages[i], HasSubstr("rank " + std::to_string(refusing) + " refuses the call"))
+      EXPECT_EQ(o.codes[i], ErrorCode::kRankDisagreement)
+          << what << " rank " << r << ": " << o.messages[i];
+      EXPECT_THAT(o.messages[i],
+                  HasSubstr("rank " + std::to_string(refusing) + " refuses the call"))
           << what << " rank " << r;
       EXPECT_THAT(o.messages[i], HasSubstr(bad.says)) << what << " rank " << r;
     }
@@ -89,8 +82,8 @@ TEST(Refusal, AForwardRefusedByAnyRankFailsEveryRankForEveryStrategy) {
     for (const BadArgument& bad : bad_arguments()) {
       for (int refusing = 0; refusing < kRanks; ++refusing) {
         const RankOutcomes o = run_all(kRanks, [&](Communicator& comm) {
-          const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, kRanks, comm.rank(),
-                                        &comm.memory());
+          const Tensor x =
+              shard_tensor(c.p.x.view(), c.p.layout, kRanks, comm.rank(), &comm.memory());
           AttentionParams params = c.params;
           ConstView k = x.view();
           if (comm.rank() == refusing) bad.apply(params, k);
@@ -113,8 +106,8 @@ TEST(Refusal, BackwardAndRecomputeRefusedByOneRankFailEveryRank) {
     for (int refusing = 0; refusing < kRanks; ++refusing) {
       for (const char* op : {"backward", "recompute"}) {
         const RankOutcomes o = run_all(kRanks, [&](Communicator& comm) {
-          const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, kRanks, comm.rank(),
-                                        &comm.memory());
+          const Tensor x =
+              shard_tensor(c.p.x.view(), c.p.layout, kRanks, comm.rank(), &comm.memory());
           const SequenceSharding seq = c.p.sharding(kRanks, comm.rank());
           const ForwardResult state =
               attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {1, 0});
@@ -128,9 +121,9 @@ TEST(Refusal, BackwardAndRecomputeRefusedByOneRankFailEveryRank) {
                               params);
           }
         });
-        expect_refused_everywhere(o, refusing, bad,
-                                  std::string(op) + ", " + bad.name + " on rank " +
-                                      std::to_string(refusing));
+        expect_refused_everywhere(
+            o, refusing, bad,
+            std::string(op) + ", " + bad.name + " on rank " + std::to_string(refusing));
       }
     }
   }

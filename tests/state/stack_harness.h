@@ -28,6 +28,17 @@ struct StackProblem {
   }
 };
 
+/// A small causal call with dropout 0.1 on 4 heads (enough for Ulysses and the hybrid at
+/// P <= 4), x used as q, k and v: the agreement and refusal tests' common problem.
+struct CausalDropoutCase {
+  StackProblem p{1, 37, 4, 8, 5};
+  AttentionParams params;
+  CausalDropoutCase() {
+    params.causal = true;
+    params.dropout_p = 0.1f;
+  }
+};
+
 /// Copies a rank's [B, S_r, H, D] piece into whole-sequence flat BSHD order.
 inline void gather_rows(ConstView piece, const std::vector<int64_t>& idx, int64_t seq_len,
                         std::vector<float>& whole) {

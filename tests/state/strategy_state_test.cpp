@@ -18,14 +18,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct Case {
-  StackProblem p{1, 37, 4, 8, 5};
-  AttentionParams params;
-  Case() {
-    params.causal = true;
-    params.dropout_p = 0.1f;
-  }
-};
+using Case = CausalDropoutCase;
 
 TEST(StrategyAgreement, ARankWithAnotherStrategyFailsEveryRankNamingIt) {
   const Case c;
