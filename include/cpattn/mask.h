@@ -4,6 +4,7 @@
 // block skipping and the load-balance statistics all use it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -63,6 +64,14 @@ class MaskRule {
   int64_t window_left_, window_right_;
   bool has_docs_;
 };
+
+/// The precondition of the document part of the rule, the same in every tier (kernel, ring,
+/// every strategy, the safe API): document ids are given for the queries and the keys, or for
+/// neither; a side without tokens counts as either, since its list is empty whatever it means
+/// (Sq = 0 with key documents is a valid call). q_docs / k_docs: the number of ids given; q_len
+/// / k_len: the tokens they are for. Throws Error(kInvalidArgument) naming `what` and the counts.
+void check_documents_together(size_t q_docs, size_t k_docs, int64_t q_len, int64_t k_len,
+                              const char* what);
 
 /// Number of (query, key) pairs the mask leaves visible (exact, O(Sq * Sk)): load-balance
 /// statistics. q_doc/k_doc: both empty (one document) or of the lengths of q_pos/k_pos.

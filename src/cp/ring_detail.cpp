@@ -24,8 +24,8 @@ RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, 
                   "q sharding cp_rank (communicator rank)");
   CPATTN_CHECK_EQ(kv_sharding.cp_rank, d.rank, ErrorCode::kInvalidArgument,
                   "kv sharding cp_rank (communicator rank)");
-  CPATTN_CHECK(q_sharding.docs.empty() == kv_sharding.docs.empty(), ErrorCode::kInvalidArgument,
-               "document ids must be given for both q and kv shardings or for neither");
+  check_documents_together(q_sharding.docs.size(), kv_sharding.docs.size(), q_sharding.seq_len,
+                           kv_sharding.seq_len, "the q and kv SequenceShardings");
   CPATTN_CHECK(options.num_threads >= 1, ErrorCode::kInvalidArgument,
                "RingOptions.num_threads: expected >= 1, got ", options.num_threads);
 

@@ -4,7 +4,18 @@
 #include <algorithm>
 #include <limits>
 
+#include "cpattn/error.h"
+
 namespace cpattn {
+
+void check_documents_together(size_t q_docs, size_t k_docs, int64_t q_len, int64_t k_len,
+                              const char* what) {
+  CPATTN_CHECK((q_docs == 0) == (k_docs == 0) || q_len == 0 || k_len == 0,
+               ErrorCode::kInvalidArgument, what,
+               ": document ids must be given for both the queries and the keys or for neither, "
+               "got ",
+               q_docs, " for ", q_len, " queries and ", k_docs, " for ", k_len, " keys");
+}
 
 BlockRange block_range(std::span<const int64_t> pos, std::span<const int64_t> doc) {
   BlockRange r;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cpattn/error.h"
+#include "cpattn/mask.h"
 
 namespace cpattn::detail {
 namespace {
@@ -84,11 +85,7 @@ void fill_problem(const AttentionInputs& in, const AttentionParams& params, RngS
   p.q_pos = in.q_pos;
   p.k_pos = in.k_pos;
   const bool has_q_doc = !in.q_doc.empty(), has_k_doc = !in.k_doc.empty();
-  // A zero-length sequence has an empty doc span either way, so "both or neither" only binds
-  // when both sides have tokens.
-  CPATTN_CHECK(has_q_doc == has_k_doc || p.Sq == 0 || p.Sk == 0, ErrorCode::kInvalidArgument,
-               "q_doc and k_doc must be given together, got q_doc length ", in.q_doc.size(),
-               " and k_doc length ", in.k_doc.size());
+  check_documents_together(in.q_doc.size(), in.k_doc.size(), p.Sq, p.Sk, "q_doc and k_doc");
   if (has_q_doc || has_k_doc) {
     CPATTN_CHECK(static_cast<int64_t>(in.q_doc.size()) == p.Sq, ErrorCode::kShapeMismatch,
                  "q_doc must have length Sq = ", p.Sq, ", got ", in.q_doc.size());
