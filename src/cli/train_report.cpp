@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cpattn/error.h"
+#include "train/files.h"
 
 namespace cpattn::cli {
 
@@ -55,6 +56,7 @@ ProgressPrinter::ProgressPrinter(int64_t first_step, int64_t total_steps, std::F
       every_(std::max<int64_t>(1, (total_steps - first_step) / 20)),
       metrics_path_(metrics_path) {
   if (!metrics_path.empty()) {
+    train::check_creatable(metrics_path, "--metrics");
     metrics_ = std::fopen(metrics_path.c_str(), "w");
     CPATTN_CHECK(metrics_ != nullptr, ErrorCode::kIo, "cannot create --metrics file '",
                  metrics_path, "': ", std::strerror(errno));

@@ -131,12 +131,21 @@ void check_creatable(const std::string& path, const std::string& what) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
     CPATTN_CHECK(!S_ISDIR(st.st_mode), ErrorCode::kIo, what, " '", path, "' is a directory");
+    CPATTN_CHECK(S_ISREG(st.st_mode), ErrorCode::kIo, what, " '", path, "' is a ",
+                 S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device"
+                 : S_ISFIFO(st.st_mode)                     ? "FIFO"
+                                                            : "special file",
+                 ", not a regular file: refusing to write over it");
   }
   const std::string dir = directory_of(path);
   CPATTN_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), ErrorCode::kIo, what, " '",
                path, "': directory '", dir, "' does not exist");
-  CPATTN_CHECK(::access(dir.c_str(), W_OK) == 0, ErrorCode::kIo, what, " '", path, "': directory '",
-               dir, "' is not writable: ", errno_text());
+  const std::string probe = detail::str_cat(path, ".probe-", ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  CPATTN_CHECK(fd >= 0, ErrorCode::kIo, what, " '", path, "': cannot create a file in directory '",
+               dir, "': ", errno_text());
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 }  // namespace cpattn::train

@@ -44,8 +44,12 @@ bool same_file(const std::string& a, const std::string& b);
 void check_not_input(const std::string& output, const std::string& output_what,
                      const std::string& input, const std::string& input_what);
 
-/// Throws Error(kIo) unless a file could be created at `path` without touching it: its directory
-/// exists and is writable, and `path` is not a directory. `what` names the option.
+/// Throws Error(kIo) unless the job may write its output `path` (`what` names the option): it
+/// does not exist or is a regular file (never a directory, device, FIFO or socket, which an output
+/// would replace or block on: `--plot /dev/full` used to replace the device with a PNG), and a
+/// file can really be created in its directory: a probe file is created there (O_EXCL) and
+/// removed at once, so a directory that refuses files (/proc, a read-only mount, one root may
+/// "access" but not write) fails now, before any training. Touches nothing at `path`.
 void check_creatable(const std::string& path, const std::string& what);
 
 }  // namespace cpattn::train

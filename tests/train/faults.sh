@@ -198,10 +198,18 @@ case $case_name in
     row "rank 0 $elapsed s, rank 1 (in-process) same" "checkpoint of the last finite step (loads); summary printed"
     ;;
   full_disk)
-    # shellcheck disable=SC2086
-    run out.txt "$cpattn" train --cp 2 $tiny --steps 50 --metrics /dev/full --save ck
+    # A full file system: a one-page tmpfs, filled, mounted in a mount namespace of this run's own
+    # (needs root; /dev/full itself is refused up front, as every device is).
+    mkdir full
+    cat > full_run.sh <<EOF
+mount -t tmpfs -o size=4k tmpfs full || exit 97
+dd if=/dev/zero of=full/filler bs=4k count=4 2>/dev/null
+exec "$cpattn" train --cp 2 $tiny --steps 50 --metrics full/metrics.jsonl --save ck
+EOF
+    run out.txt unshare --mount sh full_run.sh
+    [ "$status" -ne 97 ] || fail "cannot mount a tmpfs for the full disk (the fault matrix runs as root)"
     expect_status 18
-    expect_output out.txt "^cpattn: error \(io\): writing --metrics '/dev/full' failed at step 1: No space left on device; training stopped at step 1; checkpoint of step 1 saved"
+    expect_output out.txt "^cpattn: error \(io\): writing --metrics 'full/metrics.jsonl' failed at step 1: No space left on device; training stopped at step 1; checkpoint of step 1 saved"
     expect_output out.txt "^final loss"
     expect_within 5
     checkpoint_loads ck
@@ -240,6 +248,38 @@ case $case_name in
     [ "$(cat old.png)" = keep ] || fail "old.png was changed"
     expect_within 5
     row "$elapsed s (before training)" "existing --plot file untouched"
+    ;;
+  plot_onto_special_files)
+    # Outputs go to regular files or new paths only: a device and a FIFO are refused before any
+    # training and stay what they were (a device node of our own, /dev/full's numbers, when
+    # mknod is allowed), and so is a directory that accepts no file (/proc, where root passes
+    # access(W_OK)).
+    mkfifo out.fifo || fail "mkfifo"
+    # shellcheck disable=SC2086
+    run out.txt "$cpattn" train --cp 2 $tiny --steps 5 --plot out.fifo
+    expect_status 18
+    expect_output out.txt "^cpattn: error \(io\): --plot 'out.fifo' is a FIFO, not a regular file: refusing to write over it$"
+    [ -p out.fifo ] || fail "out.fifo was replaced"
+    # shellcheck disable=SC2086
+    run out2.txt "$cpattn" train --cp 2 $tiny --steps 5 --metrics out.fifo
+    expect_status 18
+    expect_output out2.txt "^cpattn: error \(io\): --metrics 'out.fifo' is a FIFO, not a regular file"
+    kept="FIFO kept"
+    if mknod full.dev c 1 7 2>/dev/null; then
+      # shellcheck disable=SC2086
+      run out3.txt "$cpattn" train --cp 2 $tiny --steps 5 --plot full.dev
+      expect_status 18
+      expect_output out3.txt "^cpattn: error \(io\): --plot 'full.dev' is a device, not a regular file"
+      [ -c full.dev ] || fail "the device node full.dev was replaced"
+      kept="$kept, device node kept"
+    fi
+    # shellcheck disable=SC2086
+    run out4.txt "$cpattn" train --cp 2 $tiny --steps 5 --plot /proc/cpattn-loss.png
+    expect_status 18
+    expect_output out4.txt "^cpattn: error \(io\): --plot '/proc/cpattn-loss.png': cannot create a file in directory '/proc'"
+    ! grep -q "^step 1/" out.txt out2.txt out4.txt || fail "training ran before the output check"
+    expect_within 5
+    row "$elapsed s (before training)" "$kept"
     ;;
   fifo_text)
     mkfifo fifo.txt || fail "mkfifo"

@@ -57,7 +57,8 @@ endif()
 # The fault matrix (docs/reliability.md): one injected fault per test, each asserting detection on
 # every rank, the exit status, the time bound (deadline 5 s) and what was kept. Label `faults`.
 set(CPATTN_FAULTS sh ${CMAKE_CURRENT_LIST_DIR}/faults.sh)
-set(CPATTN_FAULT_CASES nan_loss full_disk metrics_is_text plot_is_text plot_unwritable fifo_text
+set(CPATTN_FAULT_CASES nan_loss full_disk metrics_is_text plot_is_text plot_unwritable
+    plot_onto_special_files fifo_text
     sigint_resume sigterm_resume corrupted_checkpoint stdout_closed)
 # Out of memory is provoked with `ulimit -v`, which a sanitizer's shadow memory cannot live under.
 if(NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize")
