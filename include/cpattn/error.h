@@ -20,6 +20,7 @@ enum class ErrorCode {
   kIo = 8,                 ///< a file could not be read or written
   kInternal = 9,           ///< a bug in cpattn: please report it
   kRankDisagreement = 10,  ///< the ranks of a group made different calls (call agreement)
+  kResourceExhausted = 11,  ///< the operating system refused a thread (or another resource)
 };
 
 /// Short stable name of a code, e.g. "invalid_argument".

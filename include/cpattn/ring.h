@@ -156,6 +156,15 @@ void check_ring_arguments(const Communicator& comm, ConstView q, ConstView k, Co
                           const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
                           const AttentionParams& params, const RingOptions& options = {});
 
+/// check_ring_arguments plus what a backward reads besides: dout and out of shape [B, Sq_local,
+/// Hq, Dv] and readable, dout in q's dtype, out in q's dtype or fp32, lse of B * Hq * Sq_local
+/// floats. Every strategy's backward makes these checks; throws the same errors.
+void check_backward_arguments(const Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                              ConstView v, ConstView out, std::span<const float> lse,
+                              const SequenceSharding& q_sharding,
+                              const SequenceSharding& kv_sharding, const AttentionParams& params,
+                              const RingOptions& options = {});
+
 /// Ring forward of rank comm.rank(). Computes exactly the attention of the whole sequence
 /// (docs/design.md section 1) for this rank's queries:
 ///   out_i = sum_{visible j, all ranks} keep_ij / (1 - p) * exp(s_ij - lse_i) * v_j

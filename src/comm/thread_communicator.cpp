@@ -2,6 +2,8 @@
 #include "cpattn/thread_communicator.h"
 
 #include <exception>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -202,12 +204,16 @@ void run_ranks(int size, const std::function<void(Communicator&)>& fn,
   threads.reserve(static_cast<size_t>(size));
   try {
     for (int r = 0; r < size; ++r) threads.emplace_back(body, r);
-  } catch (...) {
-    // Could not start every rank: release the started ones (they would wait for the missing
-    // ranks) before reporting.
-    group.fail(static_cast<int>(threads.size()), "its thread could not be started");
+  } catch (const std::system_error& e) {
+    // Could not start every rank: every rank not started fails now, so the started ones, which
+    // would wait for any of them until the deadline, stop at once.
+    const int started = static_cast<int>(threads.size());
+    const std::string why = detail::str_cat(
+        "the thread of rank ", started, " of ", size, " could not be started: ", e.what(),
+        " (the process's thread or memory limits, ulimit -u / -v, allow fewer ranks)");
+    for (int r = started; r < size; ++r) group.fail(r, why);
     for (std::thread& t : threads) t.join();
-    throw;
+    throw Error(ErrorCode::kResourceExhausted, "run_ranks: " + why);
   }
   for (std::thread& t : threads) t.join();
   const int failed = group.failed_rank();

@@ -25,6 +25,8 @@ const char* error_code_name(ErrorCode code) noexcept {
       return "internal";
     case ErrorCode::kRankDisagreement:
       return "rank_disagreement";
+    case ErrorCode::kResourceExhausted:
+      return "resource_exhausted";
   }
   return "unknown";
 }

@@ -114,6 +114,16 @@ void check_ring_arguments(const Communicator& comm, ConstView q, ConstView k, Co
   detail::validate_ring_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
 }
 
+void check_backward_arguments(const Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                              ConstView v, ConstView out, std::span<const float> lse,
+                              const SequenceSharding& q_sharding,
+                              const SequenceSharding& kv_sharding, const AttentionParams& params,
+                              const RingOptions& options) {
+  const detail::RingDims d =
+      detail::validate_ring_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
+  detail::check_backward_state(d, q, dout, out, lse);
+}
+
 RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                          const SequenceSharding& q_sharding,
                                          const SequenceSharding& kv_sharding,

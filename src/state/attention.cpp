@@ -65,20 +65,17 @@ std::string join_differences(std::string_view prefix, const std::vector<std::str
   return message;
 }
 
-Fingerprint fingerprint_or_refusal(const Communicator& comm, ConstView q, ConstView k, ConstView v,
-                                   const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                   const AttentionParams& params, RngState rng,
-                                   const AttentionOptions& options, std::optional<Error>& refusal) {
+std::optional<Fingerprint> fingerprint_or_refusal(
+    const Communicator& comm, ConstView q, ConstView k, ConstView v, const SequenceSharding& q_seq,
+    const SequenceSharding& kv_seq, const AttentionParams& params, RngState rng,
+    const AttentionOptions& options, std::optional<Error>& refusal) {
   try {
     return make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng,
                             options.strategy, options.isa);
   } catch (const Error& e) {
     if (!refusal) refusal = e;
   }
-  Fingerprint fp;
-  fp.cp_rank = comm.rank();
-  fp.cp_size = comm.size();
-  return fp;
+  return std::nullopt;
 }
 
 std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
@@ -99,21 +96,32 @@ std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView
 ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstView k, ConstView v,
                               const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                               const AttentionParams& params, RngState rng,
-                              const AttentionOptions& options, Fingerprint fp,
+                              const AttentionOptions& options, std::optional<Fingerprint> fp,
                               std::optional<Error> local_error) {
   if (!local_error) local_error = check_call(comm, q, k, v, q_seq, kv_seq, params, options);
-  fp.call_number = agree_or_throw(comm, op, fp, options, std::nullopt, local_error);
+  const uint64_t number =
+      agree_or_throw(comm, op, fp ? &*fp : nullptr, options, std::nullopt, local_error);
+  CPATTN_CHECK(fp.has_value(), ErrorCode::kInternal, "a checked forward without a fingerprint");
+  fp->call_number = number;
   unchecked::RingForwardResult r =
       unchecked::strategy_attention_forward(comm, q, k, v, q_seq, kv_seq, params, rng, options);
-  return ForwardResult(std::move(r.out), std::move(r.lse), r.rng, std::move(fp), comm.memory());
+  return ForwardResult(std::move(r.out), std::move(r.lse), r.rng, std::move(*fp), comm.memory());
 }
 
 AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
                                     ConstView v, const ForwardStateView& state,
                                     const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                     const AttentionParams& params, const AttentionOptions& options,
-                                    const Fingerprint& called, std::optional<Error> local_error) {
+                                    const Fingerprint* called, std::optional<Error> local_error) {
   if (!local_error) local_error = check_call(comm, q, k, v, q_seq, kv_seq, params, options);
+  if (!local_error) {  // what only a backward reads: dout, out, lse
+    try {
+      unchecked::check_backward_arguments(comm, dout, q, k, v, state.out, state.lse, q_seq, kv_seq,
+                                          params, options);
+    } catch (const Error& e) {
+      local_error = e;
+    }
+  }
   agree_or_throw(comm, CallOp::kBackward, called, options, state.fingerprint.call_number,
                  local_error);
   return unchecked::strategy_attention_backward(comm, dout, q, k, v, state.out, state.lse, q_seq,
@@ -127,7 +135,7 @@ ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, Co
                                 const AttentionParams& params, RngState rng,
                                 const AttentionOptions& options) {
   std::optional<Error> refusal;
-  Fingerprint fp =
+  std::optional<Fingerprint> fp =
       detail::fingerprint_or_refusal(comm, q, k, v, q_seq, kv_seq, params, rng, options, refusal);
   return detail::checked_forward(comm, detail::CallOp::kForward, q, k, v, q_seq, kv_seq, params,
                                  rng, options, std::move(fp), std::move(refusal));
@@ -178,11 +186,11 @@ AttentionGradients backward_with_refusal(Communicator& comm, ConstView dout, Con
                                          const AttentionOptions& options,
                                          std::optional<Error> refusal) {
   // `rng` is the caller's: a state from another forward on the same inputs differs in it.
-  const Fingerprint called =
+  const std::optional<Fingerprint> called =
       detail::fingerprint_or_refusal(comm, q, k, v, q_seq, kv_seq, params, rng, options, refusal);
-  if (!refusal) refusal = state_error(dout, q, v, state, called);
+  if (!refusal) refusal = state_error(dout, q, v, state, *called);
   return detail::checked_backward(comm, dout, q, k, v, state, q_seq, kv_seq, params, options,
-                                  called, std::move(refusal));
+                                  called ? &*called : nullptr, std::move(refusal));
 }
 
 }  // namespace
@@ -208,8 +216,11 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                        "attention_backward: the ForwardResult holds no out/lse tensors (it was "
                        "moved from)");
   }
-  return backward_with_refusal(comm, dout, q, k, v, state.view(), q_seq, kv_seq, params, rng,
-                               options, std::move(moved_from));
+  // Its view would throw before the agreement: the refusal travels with an empty one instead.
+  const ForwardStateView view =
+      moved_from ? ForwardStateView{ConstView{}, {}, state.rng, state.fingerprint} : state.view();
+  return backward_with_refusal(comm, dout, q, k, v, view, q_seq, kv_seq, params, rng, options,
+                               std::move(moved_from));
 }
 
 }  // namespace cpattn

@@ -95,15 +95,24 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return s;
 }
 
+// Defined below agree_on_call, which uses it.
+std::string first_difference(const std::vector<CallRecord>& all);
+
 }  // namespace
 
-CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
-                       const Fingerprint& fp, const AttentionOptions& options) {
+CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number, int cp_size,
+                       const Fingerprint* described, const AttentionOptions& options) {
   CallRecord r;
   r.op = static_cast<uint32_t>(op);
-  r.cp_size = static_cast<uint32_t>(fp.cp_size);
+  r.cp_size = static_cast<uint32_t>(cp_size);
   r.call_number = call_number;
   r.forward_number = forward_number;
+  r.document_aware = options.document_aware ? 1 : 0;
+  if (described == nullptr) {
+    r.described = 0;
+    return r;
+  }
+  const Fingerprint& fp = *described;
   r.B = fp.q_shape[0];
   r.Hq = fp.q_shape[2];
   r.Dqk = fp.q_shape[3];
@@ -124,7 +133,6 @@ CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
   r.strategy_kind = static_cast<int32_t>(fp.strategy.kind);
   r.ulysses_size = fp.strategy.ulysses_size;
   r.ring_size = fp.strategy.ring_size;
-  r.document_aware = options.document_aware ? 1 : 0;
   r.dtype = static_cast<int32_t>(fp.dtype);
   r.numerics = static_cast<int32_t>(fp.numerics);
   return r;
@@ -149,17 +157,39 @@ void agree_on_call(Communicator& comm, const CallRecord& mine) {
   comm.barrier();
   const std::string head =  // named after rank 0's record, so that every rank throws the same
       str_cat("call agreement failed (call ", all[0].call_number, ", ", op_name(all[0].op), "): ");
-  // A refusing rank's other fields may be unset (its arguments could not be read): its refusal is
-  // the reason, and the others quote it.
+  // A refusal is the reason, and the others quote it; where every record describes its call, the
+  // first field that differs follows (a refusing rank's record may describe it: a state of
+  // another call, say).
   std::string refusals;
+  bool all_described = true;
   for (int r = 0; r < p; ++r) {
     const CallRecord& rec = all[static_cast<size_t>(r)];
+    all_described = all_described && rec.described;
     if (rec.local_check_passed) continue;
     const std::string text(rec.refusal, strnlen(rec.refusal, sizeof rec.refusal));
     refusals += str_cat(refusals.empty() ? "" : "; ", "rank ", r, " refuses the call (",
                         error_code_name(static_cast<ErrorCode>(rec.refusal_code)), ": ", text, ")");
   }
-  if (!refusals.empty()) throw Error(ErrorCode::kRankDisagreement, head + refusals);
+  const std::string difference = all_described ? first_difference(all) : std::string();
+  if (!refusals.empty()) {
+    throw Error(ErrorCode::kRankDisagreement,
+                head + refusals + (difference.empty() ? "" : "; and " + difference));
+  }
+  if (difference.empty()) {
+    throw Error(ErrorCode::kInternal, "call agreement: the records differ in no compared field");
+  }
+  throw Error(ErrorCode::kRankDisagreement, head + difference);
+}
+
+}  // namespace cpattn::detail
+
+namespace cpattn::detail {
+namespace {
+
+// "rank 3 has dropout_p=0, ranks 0-2 have dropout_p=0.1" for the first compared field that
+// differs, "" when none does.
+std::string first_difference(const std::vector<CallRecord>& all) {
+  const int p = static_cast<int>(all.size());
   for (const Field& f : fields()) {
     std::map<std::string, std::vector<int>> holders;
     for (int r = 0; r < p; ++r) holders[f.text(all[static_cast<size_t>(r)])].push_back(r);
@@ -169,30 +199,32 @@ void agree_on_call(Communicator& comm, const CallRecord& mine) {
     std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
       return a.second.size() < b.second.size();
     });
-    std::string message = head;
+    std::string message;
     for (size_t g = 0; g < groups.size(); ++g) {
       const bool one = groups[g].second.size() == 1;
       message += str_cat(g ? ", " : "", ranks_text(groups[g].second), one ? " has " : " have ",
                          f.name, "=", groups[g].first);
     }
-    throw Error(ErrorCode::kRankDisagreement, message);
+    return message;
   }
-  throw Error(ErrorCode::kInternal, "call agreement: the records differ in no compared field");
+  return {};
 }
 
-}  // namespace cpattn::detail
+}  // namespace
 
-namespace cpattn::detail {
-
-uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint& fp,
+uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint* fp,
                         const AttentionOptions& options, std::optional<uint64_t> forward_number,
                         const std::optional<Error>& local_error) {
   const uint64_t number = comm.take_call_number();
-  CallRecord record = call_record(op, number, forward_number.value_or(number), fp, options);
+  CallRecord record =
+      call_record(op, number, forward_number.value_or(number), comm.size(), fp, options);
   if (local_error) {
     record.local_check_passed = 0;
     record.refusal_code = static_cast<int32_t>(local_error->code());
-    std::strncpy(record.refusal, local_error->what(), sizeof record.refusal - 1);
+    const std::string what = local_error->what();
+    const size_t room = sizeof record.refusal - 1;  // the NUL
+    const std::string quote = what.size() <= room ? what : what.substr(0, room - 3) + "...";
+    std::memcpy(record.refusal, quote.data(), quote.size());
   }
   try {
     agree_on_call(comm, record);

@@ -41,16 +41,20 @@ struct CallRecord {
   int32_t dtype = 0;           ///< DType of q, k, v (ranks that differ send other sizes)
   int32_t numerics = 0;        ///< KernelNumerics (ranks that differ would round differently)
   int32_t refusal_code = 0;    ///< the ErrorCode of this rank's refusal (local_check_passed 0)
-  /// The start of the refusing rank's error message, cut to fit and NUL-terminated ("" when it
-  /// does not refuse): what the other ranks' errors quote.
-  char refusal[108] = {};
+  /// 0 when the call's arguments could not be read into a fingerprint (a refusing rank): its
+  /// fields past the call numbers are unset and are not compared.
+  int32_t described = 1;
+  /// The start of the refusing rank's error message, NUL-terminated, cut to fit with "..." at
+  /// the cut ("" when it does not refuse): what the other ranks' errors quote.
+  char refusal[232] = {};
 };
-static_assert(sizeof(CallRecord) == 280, "CallRecord must have no padding");
+static_assert(sizeof(CallRecord) == 408, "CallRecord must have no padding");
 
 /// The record of a call from its fingerprint (shapes, shardings, parameters, RngState, the
-/// strategy) and its options (the document-aware relay).
-CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
-                       const Fingerprint& fp, const AttentionOptions& options);
+/// strategy) and its options (the document-aware relay); without a fingerprint (null: arguments
+/// this rank could not read) only the op, cp_size and call numbers, marked not described.
+CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number, int cp_size,
+                       const Fingerprint* fp, const AttentionOptions& options);
 
 /// Exchanges `mine` with every rank of comm (one all_to_all of P records) and returns when all
 /// are equal. Otherwise throws, on every rank alike, Error(kRankDisagreement): when some rank
@@ -66,7 +70,7 @@ void agree_on_call(Communicator& comm, const CallRecord& mine);
 /// this rank has a reason of its own to refuse the call (`local_error`), it takes part in the
 /// agreement anyway, marked as refusing, and then throws that error, so the other ranks throw
 /// at once too (their error names it) instead of waiting for it. Returns the call number.
-uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint& fp,
+uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint* fp,
                         const AttentionOptions& options, std::optional<uint64_t> forward_number,
                         const std::optional<Error>& local_error);
 

@@ -45,9 +45,9 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
   // Arguments this rank refuses become the call's refusal, which the agreement carries to every
   // rank; otherwise a replay that differs from the recorded forward is.
   std::optional<Error> diverged;
-  Fingerprint called = detail::fingerprint_or_refusal(comm, q, k, v, q_seq, kv_seq, params,
-                                                      replayed, options.ring, diverged);
-  if (!diverged) diverged = replay_error(recorded, called, replayed);
+  std::optional<Fingerprint> called = detail::fingerprint_or_refusal(
+      comm, q, k, v, q_seq, kv_seq, params, replayed, options.ring, diverged);
+  if (!diverged) diverged = replay_error(recorded, *called, replayed);
   // `called` is this call's fingerprint already: q/k/v are hashed once per recompute.
   ForwardResult state =
       detail::checked_forward(comm, detail::CallOp::kRecompute, q, k, v, q_seq, kv_seq, params,
@@ -72,7 +72,7 @@ AttentionGradients recompute_backward(Communicator& comm, const AttentionCheckpo
       recompute_forward(comm, checkpoint, replayed, q, k, v, q_seq, kv_seq, params, options);
   // The fresh state was made from these very arguments: its fingerprint is this call's.
   return detail::checked_backward(comm, dout, q, k, v, state.view(), q_seq, kv_seq, params,
-                                  options.ring, state.fingerprint, std::nullopt);
+                                  options.ring, &state.fingerprint, std::nullopt);
 }
 
 }  // namespace cpattn

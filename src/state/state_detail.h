@@ -25,31 +25,32 @@ std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView
 
 /// make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng, strategy,
 /// isa) for a checked call, its errors turned into the call's refusal: when it throws, `refusal`
-/// (if still empty) takes the error and the result holds only cp_rank and cp_size. The call then
-/// still takes its call number and its part in the call agreement, marked as refusing, so every
-/// rank raises at once (docs/design.md section 6) instead of the others running on.
-Fingerprint fingerprint_or_refusal(const Communicator& comm, ConstView q, ConstView k, ConstView v,
-                                   const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                   const AttentionParams& params, RngState rng,
-                                   const AttentionOptions& options, std::optional<Error>& refusal);
+/// (if still empty) takes the error and the result is nullopt. The call then still takes its call
+/// number and its part in the call agreement, marked as refusing, so every rank raises at once
+/// (docs/design.md section 6) instead of the others running on.
+std::optional<Fingerprint> fingerprint_or_refusal(
+    const Communicator& comm, ConstView q, ConstView k, ConstView v, const SequenceSharding& q_seq,
+    const SequenceSharding& kv_seq, const AttentionParams& params, RngState rng,
+    const AttentionOptions& options, std::optional<Error>& refusal);
 
 /// A checked forward: agrees on the call (op kForward or kRecompute; `local_error` is this rank's
 /// own reason to refuse it, see agree_or_throw), runs the strategy's forward and wraps its result
 /// in a ForwardResult carrying `fp`, which the caller computed for exactly these arguments
-/// (make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng,
-/// options.strategy, options.isa)); the result's fingerprint gets the call's number.
+/// (fingerprint_or_refusal; nullopt only with a local_error); the result's fingerprint gets the
+/// call's number.
 ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstView k, ConstView v,
                               const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                               const AttentionParams& params, RngState rng,
-                              const AttentionOptions& options, Fingerprint fp,
+                              const AttentionOptions& options, std::optional<Fingerprint> fp,
                               std::optional<Error> local_error);
 
 /// A checked backward from `state`, whose fingerprint the caller matched to this call (`called`,
-/// or the mismatch in `local_error`): agrees on the call, then runs the strategy's backward.
+/// or the mismatch in `local_error`; called is null only with a local_error): checks what the
+/// backward reads (dout, out, lse), agrees on the call, then runs the strategy's backward.
 AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
                                     ConstView v, const ForwardStateView& state,
                                     const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                     const AttentionParams& params, const AttentionOptions& options,
-                                    const Fingerprint& called, std::optional<Error> local_error);
+                                    const Fingerprint* called, std::optional<Error> local_error);
 
 }  // namespace cpattn::detail

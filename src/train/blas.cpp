@@ -38,6 +38,11 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
                ErrorCode::kInvalidArgument, "sgemm: row strides shorter than a row (lda = ", lda,
                ", ldb = ", ldb, ", ldc = ", ldc, ")");
   if (m == 0 || n == 0) return;
+  if (k == 0) {  // C = beta C: oneDNN would leave C as it is (and beta = 0 must clear NaNs)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
   apply_threads();
   const dnnl_status_t status =
       dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda > 0 ? lda : 1, b,

@@ -60,8 +60,8 @@ TEST(StateAdversarial, ResultsOutliveTheirCommunicator) {
   EXPECT_EQ(memory_stats().live_bytes, before.live_bytes);
 }
 
-// Backward with a moved-from ForwardResult fails with kStateMismatch saying so, on that rank,
-// and releases the other rank.
+// Backward with a moved-from ForwardResult fails with kStateMismatch saying so, on that rank, and
+// the other rank learns why in the call agreement (kRankDisagreement quoting it).
 TEST(StateAdversarial, MovedFromResultIsRejected) {
   Scenario s;
   std::vector<ErrorCode> codes(2, ErrorCode::kInternal);
@@ -87,7 +87,7 @@ TEST(StateAdversarial, MovedFromResultIsRejected) {
   EXPECT_EQ(e.code(), ErrorCode::kStateMismatch) << e.what();
   EXPECT_THAT(e.what(), HasSubstr("moved from"));
   EXPECT_EQ(codes[0], ErrorCode::kStateMismatch);
-  EXPECT_EQ(codes[1], ErrorCode::kPeerFailed);
+  EXPECT_EQ(codes[1], ErrorCode::kRankDisagreement);
 }
 
 // Views that cannot be read (null data, negative strides or dims) reach make_fingerprint before

@@ -158,5 +158,60 @@ TEST(Refusal, ARefusingRankThatCatchesItsErrorCannotLineUpWithThePeersCall) {
   EXPECT_THAT(first_message[0], HasSubstr("rank 1 refuses the call (invalid_argument: "));
 }
 
+// What only a backward reads (dout, and out/lse of the state) is checked before the agreement
+// too: a bf16 dout on an fp32 call, or a dout of another shape through recompute_backward.
+TEST(Refusal, BackwardOnlyArgumentsRefusedByOneRankFailEveryRank) {
+  const Case c;
+  for (const char* op : {"bf16 dout", "short dout in recompute_backward"}) {
+    const RankOutcomes o = run_all(2, [&](Communicator& comm) {
+      const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+      const SequenceSharding seq = c.p.sharding(2, comm.rank());
+      const ForwardResult state =
+          attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {1, 0});
+      if (std::string(op) == "bf16 dout") {
+        const Tensor x16 = dense_copy(x.view(), DType::kBF16, MemoryLayout::kBSHD, &comm.memory());
+        const ConstView dout = comm.rank() == 1 ? x16.view() : x.view();
+        attention_backward(comm, dout, x.view(), x.view(), x.view(), state, seq, c.params, {1, 0});
+      } else {
+        ConstView dout = x.view();
+        if (comm.rank() == 1) dout.shape[1] -= 1;
+        recompute_backward(comm, make_checkpoint(state), {1, 0}, dout, x.view(), x.view(), x.view(),
+                           seq, c.params);
+      }
+    });
+    EXPECT_NE(o.codes[1], ErrorCode::kRankDisagreement) << op << ": " << o.messages[1];
+    EXPECT_THAT(o.messages[1], HasSubstr("dout")) << op;
+    EXPECT_EQ(o.codes[0], ErrorCode::kRankDisagreement) << op << ": " << o.messages[0];
+    EXPECT_THAT(o.messages[0], HasSubstr("rank 1 refuses the call")) << op;
+    EXPECT_THAT(o.messages[0], HasSubstr("dout")) << op;
+  }
+}
+
+// A long refusal is quoted up to the record's room, the cut marked, and a state of another call
+// is also named by the first field that differs.
+TEST(Refusal, ALongRefusalIsCutVisiblyAndTheDifferenceFollows) {
+  const Case c;
+  const RankOutcomes o = run_all(3, [&](Communicator& comm) {
+    const SequenceSharding seq = c.p.sharding(3, comm.rank());
+    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 3, comm.rank(), &comm.memory());
+    const Tensor y = shard_tensor(c.p.w.view(), c.p.layout, 3, comm.rank(), &comm.memory());
+    const ForwardResult fx =
+        attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {1, 0});
+    const ForwardResult fy =
+        attention_forward(comm, y.view(), y.view(), y.view(), seq, c.params, {1, 1});
+    // Rank 1 passes the x layer's state to the y layer's backward: inputs and RngState differ.
+    attention_backward(comm, y.view(), y.view(), y.view(), y.view(), comm.rank() == 1 ? fx : fy,
+                       seq, c.params, {1, 1});
+  });
+  EXPECT_EQ(o.codes[1], ErrorCode::kStateMismatch) << o.messages[1];
+  for (int r : {0, 2}) {
+    const std::string& m = o.messages[static_cast<size_t>(r)];
+    EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kRankDisagreement) << m;
+    EXPECT_THAT(m, HasSubstr("rank 1 refuses the call (state_mismatch: attention_backward: the "
+                             "ForwardResult does not belong to this call: "));
+    EXPECT_THAT(m, HasSubstr("...); and rank 1 has forward call number=")) << m;
+  }
+}
+
 }  // namespace
 }  // namespace cpattn::testing

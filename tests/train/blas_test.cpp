@@ -67,6 +67,17 @@ TEST(Sgemm, EveryTransposeOnOddSizesMatchesTheDoubleReference) {
   }
 }
 
+// k = 0: the product is empty and C = beta C (beta = 0 clears C, NaNs included, as BLAS does).
+TEST(Sgemm, AnEmptyProductScalesC) {
+  std::vector<float> c = {1.0f, 2.0f, std::nanf(""), 4.0f};
+  sgemm(false, true, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 1, 0.5f, c.data(), 2);
+  EXPECT_EQ(c[0], 0.5f);
+  EXPECT_EQ(c[1], 1.0f);
+  EXPECT_TRUE(std::isnan(c[2]));
+  sgemm(true, false, 2, 2, 0, 1.0f, nullptr, 2, nullptr, 2, 0.0f, c.data(), 2);
+  for (float x : c) EXPECT_EQ(x, 0.0f);
+}
+
 TEST(Sgemm, BadSizesAreRefused) {
   std::vector<float> x(64);
   EXPECT_THROW(sgemm(false, false, -1, 2, 2, 1, x.data(), 2, x.data(), 2, 0, x.data(), 2), Error);

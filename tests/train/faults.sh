@@ -392,6 +392,16 @@ EOF
     expect_within 10
     row "$elapsed s" "nothing (fails at allocation)"
     ;;
+  rank_threads_refused)
+    # 1024 in-process ranks need 8 GiB of thread stacks: under a 7.6 GB address-space limit the
+    # operating system refuses one, and every rank must stop at once (before: each started rank
+    # waited for the missing ones until the deadline, then "Resource temporarily unavailable").
+    run out.txt sh -c "ulimit -v 8000000 && exec '$cpattn' verify --cp 1024 --timeout 60"
+    expect_status 21
+    expect_output out.txt "^cpattn: error \(resource_exhausted\): run_ranks: the thread of rank [0-9]+ of 1024 could not be started: "
+    expect_within 30
+    row "$elapsed s (deadline 60 s)" "nothing (fails at start-up)"
+    ;;
   *)
     fail "unknown case"
     ;;

@@ -62,7 +62,7 @@ set(CPATTN_FAULT_CASES nan_loss full_disk metrics_is_text plot_is_text plot_unwr
     sigint_resume sigterm_resume corrupted_checkpoint stdout_closed)
 # Out of memory is provoked with `ulimit -v`, which a sanitizer's shadow memory cannot live under.
 if(NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize")
-  list(APPEND CPATTN_FAULT_CASES out_of_memory)
+  list(APPEND CPATTN_FAULT_CASES out_of_memory rank_threads_refused)
 endif()
 set(CPATTN_MPI_FAULT_CASES mismatch_text mismatch_layout mismatch_dropout mismatch_seed
     mismatch_lr mismatch_steps mismatch_layers mismatch_causal missing_text_one_rank stopped_rank
