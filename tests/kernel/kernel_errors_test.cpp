@@ -118,7 +118,8 @@ std::vector<BadCase> bad_cases() {
        },
        false,
        E::kInvalidArgument,
-       {"q_doc and k_doc", "together", "k_doc length 0"}},
+       {"q_doc and k_doc", "for both the queries and the keys or for neither",
+        "got 5 for 5 queries and 0 for "}},
       {"KDocLength",
        [](Call& c) {
          c.q_doc.assign(5, 0);
