@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -119,22 +120,26 @@ StateMemoryStats memory_stats(const MemoryCounter& counter = process_memory());
 /// query and the key/value sequences are split (the same object for self-attention; different ones
 /// for cross-attention or Sq != Sk); their cp_rank/cp_size must equal comm.rank()/size(). `rng` is
 /// recorded in the result (take it from a Generator). Before any data moves, every rank learns
-/// every other rank's description of the call (call number, shapes, layouts, lengths,
-/// positions/documents, params, RngState; one all_to_all of 168-byte records, the strategy and
-/// RingOptions::document_aware included) and all throw
-/// Error(kRankDisagreement) naming the field and the ranks when they differ. A strategy that
+/// every other rank's description of the call (call number, call site, shapes, layouts, lengths,
+/// positions/documents, params, RngState, the strategy and RingOptions::document_aware; one
+/// all_to_all of fixed-size records) and all throw Error(kRankDisagreement) naming the field and
+/// the ranks when they differ; a rank that refuses its own arguments takes part too, so the
+/// others throw at once, quoting its reason. The call site is options.call_site, or by default
+/// `caller`, the source location of this call (leave it defaulted). A strategy that
 /// cannot run this call (check_strategy) throws Error(kInvalidArgument) on every rank. Throws
 /// Error(kShapeMismatch | kInvalidArgument) for bad arguments, and the communicator's errors
 /// (kTimeout, kPeerFailed) when another rank fails.
 ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, RngState rng,
-                                const AttentionOptions& options = {});
+                                const AttentionOptions& options = {},
+                                std::source_location caller = std::source_location::current());
 /// Self-attention: q and k/v split alike by `seq`.
-inline ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
-                                       const SequenceSharding& seq, const AttentionParams& params,
-                                       RngState rng, const AttentionOptions& options = {}) {
-  return attention_forward(comm, q, k, v, seq, seq, params, rng, options);
+inline ForwardResult attention_forward(
+    Communicator& comm, ConstView q, ConstView k, ConstView v, const SequenceSharding& seq,
+    const AttentionParams& params, RngState rng, const AttentionOptions& options = {},
+    std::source_location caller = std::source_location::current()) {
+  return attention_forward(comm, q, k, v, seq, seq, params, rng, options, caller);
 }
 
 /// Backward of the forward that produced `state`, given dout [B, Sq_r, Hq, Dv], the same q, k, v,
@@ -146,27 +151,27 @@ inline ForwardResult attention_forward(Communicator& comm, ConstView q, ConstVie
 /// refused)
 /// before any computation; the other ranks, which learn of it in the call agreement, throw
 /// Error(kRankDisagreement) at once. Otherwise throws like attention_forward.
-AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
-                                      ConstView v, const ForwardResult& state,
-                                      const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                      const AttentionParams& params, RngState rng,
-                                      const AttentionOptions& options = {});
+AttentionGradients attention_backward(
+    Communicator& comm, ConstView dout, ConstView q, ConstView k, ConstView v,
+    const ForwardResult& state, const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+    const AttentionParams& params, RngState rng, const AttentionOptions& options = {},
+    std::source_location caller = std::source_location::current());
 /// Backward from a ForwardStateView (out and lse held elsewhere); checks and throws like the
 /// ForwardResult overload, plus Error(kStateMismatch) when state.rng (what produced out/lse)
 /// differs from state.fingerprint.rng, or state.out / state.lse do not have the shapes of this
 /// call's outputs ([B, Sq_r, Hq, Dv], B * Hq * Sq_r floats).
-AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
-                                      ConstView v, const ForwardStateView& state,
-                                      const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                      const AttentionParams& params, RngState rng,
-                                      const AttentionOptions& options = {});
+AttentionGradients attention_backward(
+    Communicator& comm, ConstView dout, ConstView q, ConstView k, ConstView v,
+    const ForwardStateView& state, const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+    const AttentionParams& params, RngState rng, const AttentionOptions& options = {},
+    std::source_location caller = std::source_location::current());
 /// Self-attention: q and k/v split alike by `seq`.
-inline AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q,
-                                             ConstView k, ConstView v, const ForwardResult& state,
-                                             const SequenceSharding& seq,
-                                             const AttentionParams& params, RngState rng,
-                                             const AttentionOptions& options = {}) {
-  return attention_backward(comm, dout, q, k, v, state, seq, seq, params, rng, options);
+inline AttentionGradients attention_backward(
+    Communicator& comm, ConstView dout, ConstView q, ConstView k, ConstView v,
+    const ForwardResult& state, const SequenceSharding& seq, const AttentionParams& params,
+    RngState rng, const AttentionOptions& options = {},
+    std::source_location caller = std::source_location::current()) {
+  return attention_backward(comm, dout, q, k, v, state, seq, seq, params, rng, options, caller);
 }
 
 }  // namespace cpattn

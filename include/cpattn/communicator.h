@@ -128,10 +128,13 @@ class Communicator {
   virtual void progress() noexcept {}
 
   /// The number of this rank's next checked attention call on this group (0, 1, 2, ...). The safe
-  /// API (attention.h) takes one per call and all ranks compare it before any data moves, so a
-  /// rank whose calls are out of step with the others' (a skipped call, backward calls in another
-  /// order) is caught. A backend object that lives for one call only (the torch binding) carries
-  /// the count over with set_next_call_number.
+  /// API (attention.h) takes one per call and all ranks compare it, with the rest of the call's
+  /// record and its call site, before any data moves, so a rank whose calls are out of step with
+  /// the others' (backward calls in another order; a skipped call, when the call that follows
+  /// differs from the skipped one in a field or its call site) is caught. Two identical calls
+  /// from one call site cannot be told apart: a skip between them is not caught
+  /// (docs/design.md section 6, "Call sites"). A backend object that lives for one call only (the
+  /// torch binding) carries the count over with set_next_call_number.
   uint64_t take_call_number() { return next_call_++; }
   uint64_t next_call_number() const { return next_call_; }
   void set_next_call_number(uint64_t next) { next_call_ = next; }

@@ -21,6 +21,8 @@ enum class ErrorCode {
   kInternal = 9,           ///< a bug in cpattn: please report it
   kRankDisagreement = 10,  ///< the ranks of a group made different calls (call agreement)
   kResourceExhausted = 11,  ///< the operating system refused a thread (or another resource)
+  kNumeric = 12,      ///< a computed value is not finite where it must be (a training loss, a norm)
+  kInterrupted = 13,  ///< the caller asked the call to stop (RingOptions::stop_requested)
 };
 
 /// Short stable name of a code, e.g. "invalid_argument".

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <source_location>
 
 #include "cpattn/attention.h"
 
@@ -39,35 +40,39 @@ struct RecomputeOptions {
 /// equal the recorded one. q, k, v, seq and params must be those of the first forward. Throws
 /// Error(kRecomputeDiverged) "recompute diverged: ..." when the replayed RngState differs (naming
 /// both), when q/k/v differ from the first forward's (input digests), when any other fingerprint
-/// field differs, or (strict) when the recomputed out differs from the first one.
+/// field differs, or (strict) when the recomputed out differs from the first one. The ranks agree
+/// on the call like attention_forward (its call site: options.ring.call_site, by default
+/// `caller`).
 ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& checkpoint,
                                 RngState replayed, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                const AttentionParams& params,
-                                const RecomputeOptions& options = {});
+                                const AttentionParams& params, const RecomputeOptions& options = {},
+                                std::source_location caller = std::source_location::current());
 /// Self-attention: q and k/v split alike by `seq`.
-inline ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& checkpoint,
-                                       RngState replayed, ConstView q, ConstView k, ConstView v,
-                                       const SequenceSharding& seq, const AttentionParams& params,
-                                       const RecomputeOptions& options = {}) {
-  return recompute_forward(comm, checkpoint, replayed, q, k, v, seq, seq, params, options);
+inline ForwardResult recompute_forward(
+    Communicator& comm, const AttentionCheckpoint& checkpoint, RngState replayed, ConstView q,
+    ConstView k, ConstView v, const SequenceSharding& seq, const AttentionParams& params,
+    const RecomputeOptions& options = {},
+    std::source_location caller = std::source_location::current()) {
+  return recompute_forward(comm, checkpoint, replayed, q, k, v, seq, seq, params, options, caller);
 }
 
 /// recompute_forward, then attention_backward with the fresh state, which is freed before
 /// returning: during the call exactly one ForwardResult of this layer is alive.
-AttentionGradients recompute_backward(Communicator& comm, const AttentionCheckpoint& checkpoint,
-                                      RngState replayed, ConstView dout, ConstView q, ConstView k,
-                                      ConstView v, const SequenceSharding& q_seq,
-                                      const SequenceSharding& kv_seq, const AttentionParams& params,
-                                      const RecomputeOptions& options = {});
+AttentionGradients recompute_backward(
+    Communicator& comm, const AttentionCheckpoint& checkpoint, RngState replayed, ConstView dout,
+    ConstView q, ConstView k, ConstView v, const SequenceSharding& q_seq,
+    const SequenceSharding& kv_seq, const AttentionParams& params,
+    const RecomputeOptions& options = {},
+    std::source_location caller = std::source_location::current());
 /// Self-attention: q and k/v split alike by `seq`.
-inline AttentionGradients recompute_backward(Communicator& comm,
-                                             const AttentionCheckpoint& checkpoint,
-                                             RngState replayed, ConstView dout, ConstView q,
-                                             ConstView k, ConstView v, const SequenceSharding& seq,
-                                             const AttentionParams& params,
-                                             const RecomputeOptions& options = {}) {
-  return recompute_backward(comm, checkpoint, replayed, dout, q, k, v, seq, seq, params, options);
+inline AttentionGradients recompute_backward(
+    Communicator& comm, const AttentionCheckpoint& checkpoint, RngState replayed, ConstView dout,
+    ConstView q, ConstView k, ConstView v, const SequenceSharding& seq,
+    const AttentionParams& params, const RecomputeOptions& options = {},
+    std::source_location caller = std::source_location::current()) {
+  return recompute_backward(comm, checkpoint, replayed, dout, q, k, v, seq, seq, params, options,
+                            caller);
 }
 
 }  // namespace cpattn

@@ -138,7 +138,18 @@ struct RingOptions {
   /// Buffers to borrow instead of allocating (AttentionWorkspace; caller-owned, one call at a
   /// time), for every strategy. null: each call allocates its own.
   AttentionWorkspace* workspace = nullptr;
+  /// A stop request of the caller's (a flag its signal handler sets; caller-owned, outlives the
+  /// call): once it is true, the call throws Error(kInterrupted) at its next interruption point
+  /// (before each kernel work item and ring step), so a long call stops within one tile. The
+  /// call's outputs are then unspecified; its inputs and every ForwardResult are untouched.
+  /// null: no stop request.
+  const std::atomic<bool>* stop_requested = nullptr;
 };
+
+/// Throws Error(kInterrupted) "stopped by request" when options.stop_requested is set and true;
+/// the check of the calls' interruption points, for callers that want the same check between
+/// their own pieces of work.
+void throw_if_stop_requested(const RingOptions& options);
 
 namespace unchecked {
 

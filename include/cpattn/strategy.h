@@ -69,13 +69,21 @@ void check_strategy(const Strategy& strategy, int cp_size, int64_t Hq, int64_t H
 void check_strategy_dtype(const Strategy& strategy, DType dtype);
 
 /// The options of the safe API's calls (attention.h, recompute.h): the ring's execution knobs
-/// (RingOptions: threads, statistics, the document-aware relay) plus the strategy. A RingOptions
-/// converts to it (strategy ring), so code written for the ring keeps compiling.
+/// (RingOptions: threads, statistics, the document-aware relay) plus the strategy and the call
+/// site. A RingOptions converts to it (strategy ring), so code written for the ring keeps
+/// compiling.
 struct AttentionOptions : RingOptions {
   AttentionOptions() = default;
   AttentionOptions(const RingOptions& ring)  // NOLINT(google-explicit-constructor)
       : RingOptions(ring) {}
   Strategy strategy{};
+  /// Where the call comes from, in the caller's words: a layer index, a module path
+  /// ("model.layers.3.attn"). Empty (the default): the source location of the attention_forward /
+  /// attention_backward / recompute_* call, "file.cpp:123" (file name without its directory, so
+  /// builds of one source in other directories agree). The call agreement compares it, so a rank
+  /// that skipped a call fails at the call that follows, on every rank, naming both sites
+  /// (docs/design.md section 6). Ignored by the unchecked tier.
+  std::string call_site;
 };
 
 namespace unchecked {

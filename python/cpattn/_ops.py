@@ -1,6 +1,8 @@
 """cpattn.attention and cpattn.ring_attention: autograd Functions over cpattn's C++ forward and
 backward, whose forward state flows through the autograd context (never a module global)."""
 
+import os
+import sys
 import weakref
 
 import torch
@@ -61,6 +63,21 @@ class _Attention(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _caller_site():
+    """"file.py:42" of the first frame outside the cpattn package: where the user made the call
+    (inside cpattn.checkpoint, the checkpointed function's line), the default call site."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.dirname(
+            os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
+        frame = frame.f_back
+    if frame is None:
+        return "cpattn"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
 def _window(window_size):
     try:
         left, right = (int(w) for w in window_size)
@@ -71,7 +88,7 @@ def _window(window_size):
 
 
 def _run(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scale, causal,
-         window_size, doc_ids, return_lse, timeout, strategy, workspace):
+         window_size, doc_ids, return_lse, timeout, strategy, workspace, call_site):
     left, right = _window(window_size)
     if doc_ids is not None and not isinstance(doc_ids, torch.Tensor):
         raise error("invalid_argument", "doc_ids must be an int64 tensor of the whole sequence")
@@ -82,13 +99,14 @@ def _run(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scal
     call = _cpattn.Call(layout, seq_len, layout, kv_seq_len, cp_size, cp_rank, doc_ids,
                         None if softmax_scale is None else float(softmax_scale), bool(causal),
                         left, right, float(dropout_p), group, float(timeout),
-                        torch.get_num_threads(), str(strategy), workspace)
+                        torch.get_num_threads(), str(strategy), workspace,
+                        _caller_site() if call_site is None else str(call_site))
     out, lse = _Attention.apply(q, k, v, call, group, float(dropout_p))
     return (out, lse) if return_lse else out
 
 
 def attention(q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-              doc_ids=None, return_lse=False):
+              doc_ids=None, return_lse=False, call_site=None):
     """Exact attention on one rank (the formulas of docs/design.md section 1).
 
     q [B, S, Hq, Dqk], k [B, S, Hkv, Dqk], v [B, S, Hkv, Dv]: float32, bfloat16 or float16 CPU
@@ -100,18 +118,20 @@ def attention(q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False, windo
     probabilities with cpattn's counter-based dropout, its RngState drawn from torch's default
     CPU generator. Returns out [B, S, Hq, Dv] (dense BSHD), and with return_lse=True also
     lse float32 [B, Hq, S] (natural log; -inf for a row that sees no key; not differentiable).
-    Differentiable in q, k and v. Raises cpattn.Error naming what is wrong."""
+    Differentiable in q, k and v. Raises cpattn.Error naming what is wrong. call_site names
+    the call in error messages (see ring_attention)."""
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise error("shape_mismatch", "q must be a 4-dimensional tensor [B, S, Hq, Dqk]")
     return _run(q, k, v, group=None, layout="contiguous", seq_len=q.shape[1],
                 kv_seq_len=k.shape[1], dropout_p=dropout_p, softmax_scale=softmax_scale,
                 causal=causal, window_size=window_size, doc_ids=doc_ids, return_lse=return_lse,
-                timeout=DEFAULT_TIMEOUT_S, strategy="ring", workspace=None)
+                timeout=DEFAULT_TIMEOUT_S, strategy="ring", workspace=None, call_site=call_site)
 
 
 def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softmax_scale=None,
                    causal=False, window_size=(-1, -1), doc_ids=None, return_lse=False,
-                   seq_len=None, timeout=DEFAULT_TIMEOUT_S, strategy="ring", workspace=None):
+                   seq_len=None, timeout=DEFAULT_TIMEOUT_S, strategy="ring", workspace=None,
+                   call_site=None):
     """Context-parallel attention over a torch.distributed process group: cpattn's C++ CP
     strategies, their messages sent with the group's send/recv (gloo on CPU).
 
@@ -139,7 +159,13 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     parameters, RngState, call numbers) and all raise cpattn.Error (code "rank_disagreement")
     naming what differs. Every wait has a deadline of
     `timeout` seconds: a rank that fails or stops makes the others raise cpattn.Error
-    ("timeout" or "peer_failed") instead of hanging. Other arguments and results as attention()."""
+    ("timeout" or "peer_failed") instead of hanging.
+
+    call_site names where the call comes from (a layer index, a module path); by default it is
+    the caller's "file.py:line". The ranks compare it too, so a rank that skipped a call raises
+    at the call that follows, on every rank, naming both sites (two identical calls from one
+    site cannot be told apart: name them, e.g. by layer, when a loop makes them alike). Other
+    arguments and results as attention()."""
     group = resolve_group(group)
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise error("shape_mismatch", "q must be a 4-dimensional tensor [B, S_r, Hq, Dqk]")
@@ -147,4 +173,4 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     return _run(q, k, v, group=group, layout=layout, seq_len=total, kv_seq_len=total,
                 dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                 window_size=window_size, doc_ids=doc_ids, return_lse=return_lse, timeout=timeout,
-                strategy=strategy, workspace=workspace)
+                strategy=strategy, workspace=workspace, call_site=call_site)

@@ -72,12 +72,16 @@ struct Call {
   /// The caller's cpattn.Workspace (None: every call allocates its scratch); held by the call,
   /// so forward, backward and recompute borrow from the same one.
   std::shared_ptr<AttentionWorkspace> workspace;
+  /// Where the Python caller made the call ("model.py:42" or a name it gave): the call site of
+  /// the forward and of its backward (AttentionOptions::call_site).
+  std::string call_site;
 
   AttentionOptions options() const {
     AttentionOptions o;
     o.num_threads = num_threads;
     o.strategy = strategy;
     o.workspace = workspace.get();
+    o.call_site = call_site;
     return o;
   }
 };
@@ -170,7 +174,8 @@ PYBIND11_MODULE(_cpattn, m) {
                        int64_t window_right, float dropout_p,
                        std::optional<tb::ProcessGroupPtr> group, double timeout_s, int num_threads,
                        const std::string& strategy,
-                       std::shared_ptr<cpattn::AttentionWorkspace> workspace) {
+                       std::shared_ptr<cpattn::AttentionWorkspace> workspace,
+                       const std::string& call_site) {
              tb::Call c;
              c.q_seq = tb::sharding(q_layout, q_len, cp_size, cp_rank, doc_ids);
              c.kv_seq = tb::sharding(kv_layout, kv_len, cp_size, cp_rank, doc_ids);
@@ -184,13 +189,14 @@ PYBIND11_MODULE(_cpattn, m) {
              c.num_threads = num_threads;
              c.strategy = cpattn::parse_strategy(strategy);
              c.workspace = std::move(workspace);
+             c.call_site = call_site;
              return c;
            }),
            py::arg("q_layout"), py::arg("q_len"), py::arg("kv_layout"), py::arg("kv_len"),
            py::arg("cp_size"), py::arg("cp_rank"), py::arg("doc_ids"), py::arg("softmax_scale"),
            py::arg("causal"), py::arg("window_left"), py::arg("window_right"), py::arg("dropout_p"),
            py::arg("group"), py::arg("timeout"), py::arg("num_threads"), py::arg("strategy"),
-           py::arg("workspace"))
+           py::arg("workspace"), py::arg("call_site"))
       .def("local_length", [](const tb::Call& c) { return c.q_seq.local_length(); });
 
   m.def("forward", &tb::forward, py::arg("call"), py::arg("call_number"), py::arg("q"),

@@ -91,3 +91,46 @@ def test_a_rank_that_refuses_its_arguments_fails_every_rank_at_once(strategy):
     assert "dropout_p must be in" in outcomes[1]["message"], outcomes[1]
     assert outcomes[0]["code"] == "rank_disagreement", outcomes[0]
     assert "rank 1 refuses the call (invalid_argument: " in outcomes[0]["message"], outcomes[0]
+
+
+def _skips_a_call(rank, world, where):
+    # Rank 1 skips a call that rank 0 makes; the call that follows is otherwise identical (no
+    # dropout, one generator state), so only the call sites tell the two apart.
+    torch.manual_seed(0)
+    x = torch.randn(1, 8, 2, 8, requires_grad=True)
+
+    def attend(t, site=None):
+        return cpattn.ring_attention(t, t, t, causal=True, seq_len=16, timeout=30,
+                                     call_site=site)
+
+    def block(t):
+        t = attend(t, "layer 0")
+        if rank == 0:
+            t = attend(t, "layer 1")
+        return attend(t, "layer 2")
+
+    try:
+        if where == "eval forward":  # the default sites: the lines below
+            with torch.no_grad():
+                if rank == 0:
+                    cpattn.ring_attention(x, x, x, causal=True, seq_len=16, timeout=30)
+                cpattn.ring_attention(x, x, x, causal=True, seq_len=16, timeout=30)
+        else:
+            cpattn.checkpoint(block, x).sum().backward()
+    except cpattn.Error as e:
+        return {"code": e.code, "message": str(e)}
+    return {"code": None, "message": ""}
+
+
+@pytest.mark.parametrize("where", ["eval forward", "layer in cpattn.checkpoint"])
+def test_a_skipped_call_fails_every_rank_at_the_next_call_naming_the_sites(where):
+    outcomes = run_processes(2, _skips_a_call, where)
+    for o in outcomes:
+        assert o["code"] == "rank_disagreement", o
+        assert "the calls come from different call sites: " in o["message"], o
+    if where == "eval forward":
+        # The default sites: the caller's file and line.
+        assert "at test_misuse.py:" in outcomes[0]["message"], outcomes[0]
+    else:
+        assert "rank 1 at layer 2" in outcomes[0]["message"], outcomes[0]
+        assert "rank 0 at layer 1" in outcomes[0]["message"], outcomes[0]

@@ -7,10 +7,53 @@
 #include <cstdlib>
 
 #include "cpattn/isa.h"
+#include "cpattn/memory.h"
 
 namespace cpattn::cli {
 
 int exit_status(const Error& e) { return 10 + static_cast<int>(e.code()); }
+
+namespace {
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+// The value in MiB of a "Name:   123 kB" line of /proc/self/status, as text ("unknown" when it
+// cannot be read).
+std::string status_mib(const std::string& status, const std::string& name) {
+  const size_t at = status.find("\n" + name + ":");
+  if (at == std::string::npos) return "unknown";
+  char* end = nullptr;
+  const long long kib = std::strtoll(status.c_str() + at + name.size() + 2, &end, 10);
+  if (end == status.c_str() + at + name.size() + 2) return "unknown";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", mib(kib * 1024));
+  return text;
+}
+
+}  // namespace
+
+std::string out_of_memory_message(const std::bad_alloc& e, const std::string& command) {
+  std::string status = "\n";  // so that every field, the first included, follows a newline
+  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) status.append(buf, n);
+    std::fclose(f);
+  }
+  const MemoryStats m = process_memory().stats();
+  char counted[96];
+  std::snprintf(counted, sizeof counted, "%.1f MiB (peak %.1f MiB)", mib(m.live_bytes),
+                mib(m.peak_bytes));
+  std::string advice;
+  if (command == "train") {
+    advice = "; reduce --batch, --seq, --d-model or --layers, or keep --recompute on";
+  } else if (!command.empty()) {
+    advice = "; reduce --seq (or --batch, the heads or the head dims)";
+  }
+  return detail::str_cat(e.what(), " failed while the process had ", status_mib(status, "VmSize"),
+                         " of address space and ", status_mib(status, "VmRSS"), " resident (peak ",
+                         status_mib(status, "VmHWM"), "), of which cpattn's counted buffers ",
+                         counted, advice);
+}
 
 void print_error(const Error& e) {
   std::fprintf(stderr, "cpattn: error (%s): %s\n", error_code_name(e.code()), e.what());

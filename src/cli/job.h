@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <functional>
+#include <new>
 #include <string>
 
 #include "cpattn/communicator.h"
@@ -22,6 +23,14 @@ inline constexpr int kExitOutOfMemory = 30;
 
 /// 10 + the error's code (docs/design.md section 8).
 int exit_status(const Error& e);
+
+/// The message of an out-of-memory failure: what was being allocated (e.what():
+/// train::AllocationError names it; a plain std::bad_alloc says "std::bad_alloc"), what the
+/// process really held when it was reported (its address space, resident and peak resident
+/// memory from /proc/self/status, "unknown" where that cannot be read) and how much of it were
+/// cpattn's counted buffers (process_memory(): live and peak), then what to reduce for
+/// `command` (a subcommand name; nothing for "").
+std::string out_of_memory_message(const std::bad_alloc& e, const std::string& command);
 
 /// Prints "cpattn: error (<code name>): <message>" on stderr (one line).
 void print_error(const Error& e);

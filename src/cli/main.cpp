@@ -11,26 +11,16 @@
 #include "cli/job.h"
 #include "cli/signals.h"
 #include "cpattn/error.h"
-#include "cpattn/memory.h"
 #include "cpattn/version.h"
 #include "train/blas.h"
 
 namespace {
 
-double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
-
-// "cpattn: error (out_of_memory): ..." with what was being allocated (train::AllocationError
-// says; a plain std::bad_alloc says "std::bad_alloc"), what cpattn held when it failed, and what
-// to reduce for the command that ran (`command`: its name).
+// "cpattn: error (out_of_memory): ..." (cli::out_of_memory_message) for the command that ran
+// (`command`: its name).
 int out_of_memory(const std::bad_alloc& e, const std::string& command) {
-  const cpattn::MemoryStats m = cpattn::process_memory().stats();
-  const char* advice = command == "train"
-                           ? "reduce --batch, --seq, --d-model or --layers, or keep --recompute on"
-                           : "reduce --seq (or --batch, the heads or the head dims)";
-  std::fprintf(stderr,
-               "cpattn: error (out_of_memory): %s failed while cpattn held %.1f MiB (peak %.1f "
-               "MiB); %s\n",
-               e.what(), mib(m.live_bytes), mib(m.peak_bytes), advice);
+  std::fprintf(stderr, "cpattn: error (out_of_memory): %s\n",
+               cpattn::cli::out_of_memory_message(e, command).c_str());
   return cpattn::cli::kExitOutOfMemory;
 }
 
@@ -51,6 +41,23 @@ std::string version_line() {
       "; ", isa, "; train's matrix products: ", cpattn::train::blas_summary(), ")");
 }
 
+bool is_subcommand(const std::vector<cpattn::cli::Command>& commands, const std::string& word) {
+  for (const auto& c : commands) {
+    if (c.name == word) return true;
+  }
+  return false;
+}
+
+// Error(kInvalidArgument) "unknown subcommand 'bogus'; the subcommands are train, verify, ...".
+cpattn::Error unknown_subcommand(const std::vector<cpattn::cli::Command>& commands,
+                                 const std::string& word) {
+  std::string names;
+  for (const auto& c : commands) names += (names.empty() ? "" : ", ") + c.name;
+  return cpattn::Error(
+      cpattn::ErrorCode::kInvalidArgument,
+      "unknown subcommand '" + word + "'; the subcommands are " + names + " (cpattn --help)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,6 +69,12 @@ int main(int argc, char** argv) {
   std::vector<cpattn::cli::Command> commands = cpattn::cli::all_commands();
   std::vector<std::function<int()>> runners;
   for (auto& command : commands) runners.push_back(command.add_to(app));
+  if (argc > 1 && argv[1][0] != '-' && !is_subcommand(commands, argv[1])) {
+    // CLI11 would say only "A subcommand is required".
+    const cpattn::Error e = unknown_subcommand(commands, argv[1]);
+    cpattn::cli::print_error(e);
+    return cpattn::cli::exit_status(e);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -41,7 +41,7 @@ int run_mpi_job(Communicator& world, const std::function<int()>& fn) {
   } catch (const Error& e) {
     abort_job(world, error_code_name(e.code()), e.what(), exit_status(e));
   } catch (const std::bad_alloc& e) {
-    abort_job(world, "out_of_memory", e.what(), kExitOutOfMemory);
+    abort_job(world, "out_of_memory", out_of_memory_message(e, "").c_str(), kExitOutOfMemory);
   } catch (const std::exception& e) {
     abort_job(world, "unknown", e.what(), 2);
   }

@@ -108,6 +108,9 @@ Command train_command() {
                         "Steps between checkpoints with --save (0: only when stopped and at the "
                         "end)")
             ->capture_default_str();
+        cmd->add_flag("--overwrite", o->overwrite,
+                      "Let --save replace a checkpoint that is in DIR already (without it, only "
+                      "a run resumed from that checkpoint may)");
         cmd->add_option("--resume", o->resume,
                         "Continue from the checkpoint in this directory (same settings; the "
                         "result is bitwise that of an uninterrupted run)");

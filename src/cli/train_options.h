@@ -21,6 +21,7 @@ struct TrainOptions {
   std::string save;         ///< --save DIR ("" none)
   int64_t save_every = 50;  ///< --save-every N (0: only at the end and when stopped)
   std::string resume;       ///< --resume DIR ("" none)
+  bool overwrite = false;   ///< --overwrite: --save may replace an existing checkpoint
   double timeout_s = 300;   ///< --timeout
   bool check = false;
   bool json = false;

@@ -73,6 +73,7 @@ std::vector<train::ConfigField> job_fields(const TrainOptions& o) {
           {"--timeout", train::format_value(o.timeout_s), "", false},
           {"--save", given(o.save), o.save, false},
           {"--save-every", std::to_string(o.save_every), "", false},
+          {"--overwrite", o.overwrite ? "on" : "off", "", false},
           {"--resume", given(o.resume), o.resume, false}};
 }
 
@@ -178,9 +179,9 @@ int stopped_status(const TrainOptions& o, const train::TrainResult& r, const Bac
                    const ProgressPrinter* progress) {
   const std::string note = checkpoint_note(o, r);
   if (r.end == train::RunEnd::kNonFinite) {
-    print_error(Error(ErrorCode::kInvalidArgument,
+    print_error(Error(ErrorCode::kNumeric,
                       r.nonfinite + "; training stopped (--on-nonfinite stop); " + note));
-    return 10 + static_cast<int>(ErrorCode::kInvalidArgument);
+    return 10 + static_cast<int>(ErrorCode::kNumeric);
   }
   if (r.stop == train::StopRequest::kOutputFailed) {
     const std::string why = progress != nullptr ? progress->failure()
@@ -210,7 +211,10 @@ int run(const TrainOptions& o, const std::vector<uint8_t>& text, const Backend& 
   std::optional<ProgressPrinter> progress;
   on_lead(b, [&] {
     print_header(o, text, entropy, out);
-    if (!o.save.empty()) train::prepare_checkpoint_dir(o.save);
+    if (!o.save.empty()) {
+      train::prepare_checkpoint_dir(o.save,
+                                    o.overwrite || train::same_checkpoint(o.save, o.resume));
+    }
     if (!o.plot.empty()) check_plot_possible(o.plot);
     progress.emplace(resume ? resume->step : 0, cfg.steps, out, o.metrics, b.world == nullptr);
   });
@@ -234,6 +238,9 @@ int run(const TrainOptions& o, const std::vector<uint8_t>& text, const Backend& 
     return progress && progress->failed() ? train::StopRequest::kOutputFailed
                                           : train::StopRequest::kNone;
   };
+  // In-process ranks all read the one flag, so they abandon the same step; MPI processes stop at
+  // the next boundary (TrainHooks::stop_requested).
+  if (b.world == nullptr) hooks.stop_requested = signal_stop_flag();
   if (!o.save.empty()) {
     hooks.save = [&](const train::Checkpoint& c) { train::save_checkpoint(o.save, c); };
     hooks.save_every = o.save_every;

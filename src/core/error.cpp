@@ -27,6 +27,10 @@ const char* error_code_name(ErrorCode code) noexcept {
       return "rank_disagreement";
     case ErrorCode::kResourceExhausted:
       return "resource_exhausted";
+    case ErrorCode::kNumeric:
+      return "numeric";
+    case ErrorCode::kInterrupted:
+      return "interrupted";
   }
   return "unknown";
 }

@@ -246,10 +246,17 @@ Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, Memor
   return delta;
 }
 
+// The one check of a stop request (RingOptions::stop_requested).
+void throw_if_set(const std::atomic<bool>* stop) {
+  CPATTN_CHECK(stop == nullptr || !stop->load(std::memory_order_relaxed), ErrorCode::kInterrupted,
+               "stopped by request");
+}
+
 KernelOptions kernel_options(Communicator& comm, const RingOptions& options) {
   KernelOptions k;
   k.num_threads = options.num_threads;
-  k.interruption_point = [&comm] {
+  k.interruption_point = [&comm, stop = options.stop_requested] {
+    throw_if_set(stop);
     comm.throw_if_group_failed();
     comm.progress();
   };
@@ -272,3 +279,11 @@ void zero_view(View v) {
 }
 
 }  // namespace cpattn::detail
+
+namespace cpattn {
+
+void throw_if_stop_requested(const RingOptions& options) {
+  detail::throw_if_set(options.stop_requested);
+}
+
+}  // namespace cpattn

@@ -253,10 +253,15 @@ void check_backward_state(const RingDims& d, ConstView q, ConstView dout, ConstV
 Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, MemoryCounter* mem);
 
 /// The KernelOptions of every kernel call of a CP strategy (the ring's blocks included):
-/// options.num_threads, options.isa resolved (resolve_isa, once per call), and the group's
-/// cooperative cancellation and progress between work items (Communicator::throw_if_group_failed,
-/// then Communicator::progress, so posted transfers move while the kernel runs).
+/// options.num_threads, options.isa resolved (resolve_isa, once per call), and the cooperative
+/// cancellation and progress between work items: the caller's stop request (throw_if_set of
+/// options.stop_requested), Communicator::throw_if_group_failed, then Communicator::progress, so
+/// posted transfers move while the kernel runs.
 KernelOptions kernel_options(Communicator& comm, const RingOptions& options);
+
+/// Throws Error(kInterrupted) "stopped by request" when `stop` is non-null and true: the one check
+/// of RingOptions::stop_requested.
+void throw_if_set(const std::atomic<bool>* stop);
 
 /// Sets every element of `v` to 0 (any strides, any dtype).
 void zero_view(View v);

@@ -96,11 +96,11 @@ std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView
 ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstView k, ConstView v,
                               const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                               const AttentionParams& params, RngState rng,
-                              const AttentionOptions& options, std::optional<Fingerprint> fp,
-                              std::optional<Error> local_error) {
+                              const AttentionOptions& options, std::string_view call_site,
+                              std::optional<Fingerprint> fp, std::optional<Error> local_error) {
   if (!local_error) local_error = check_call(comm, q, k, v, q_seq, kv_seq, params, options);
   const uint64_t number =
-      agree_or_throw(comm, op, fp ? &*fp : nullptr, options, std::nullopt, local_error);
+      agree_or_throw(comm, op, fp ? &*fp : nullptr, options, call_site, std::nullopt, local_error);
   CPATTN_CHECK(fp.has_value(), ErrorCode::kInternal, "a checked forward without a fingerprint");
   fp->call_number = number;
   unchecked::RingForwardResult r =
@@ -112,7 +112,8 @@ AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstVie
                                     ConstView v, const ForwardStateView& state,
                                     const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                     const AttentionParams& params, const AttentionOptions& options,
-                                    const Fingerprint* called, std::optional<Error> local_error) {
+                                    std::string_view call_site, const Fingerprint* called,
+                                    std::optional<Error> local_error) {
   if (!local_error) local_error = check_call(comm, q, k, v, q_seq, kv_seq, params, options);
   if (!local_error) {  // what only a backward reads: dout, out, lse
     try {
@@ -122,7 +123,7 @@ AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstVie
       local_error = e;
     }
   }
-  agree_or_throw(comm, CallOp::kBackward, called, options, state.fingerprint.call_number,
+  agree_or_throw(comm, CallOp::kBackward, called, options, call_site, state.fingerprint.call_number,
                  local_error);
   return unchecked::strategy_attention_backward(comm, dout, q, k, v, state.out, state.lse, q_seq,
                                                 kv_seq, params, state.rng, options);
@@ -133,12 +134,13 @@ AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstVie
 ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, RngState rng,
-                                const AttentionOptions& options) {
+                                const AttentionOptions& options, std::source_location caller) {
   std::optional<Error> refusal;
   std::optional<Fingerprint> fp =
       detail::fingerprint_or_refusal(comm, q, k, v, q_seq, kv_seq, params, rng, options, refusal);
   return detail::checked_forward(comm, detail::CallOp::kForward, q, k, v, q_seq, kv_seq, params,
-                                 rng, options, std::move(fp), std::move(refusal));
+                                 rng, options, detail::call_site_text(options.call_site, caller),
+                                 std::move(fp), std::move(refusal));
 }
 
 namespace {
@@ -184,13 +186,13 @@ AttentionGradients backward_with_refusal(Communicator& comm, ConstView dout, Con
                                          const SequenceSharding& kv_seq,
                                          const AttentionParams& params, RngState rng,
                                          const AttentionOptions& options,
-                                         std::optional<Error> refusal) {
+                                         std::string_view call_site, std::optional<Error> refusal) {
   // `rng` is the caller's: a state from another forward on the same inputs differs in it.
   const std::optional<Fingerprint> called =
       detail::fingerprint_or_refusal(comm, q, k, v, q_seq, kv_seq, params, rng, options, refusal);
   if (!refusal) refusal = state_error(dout, q, v, state, *called);
   return detail::checked_backward(comm, dout, q, k, v, state, q_seq, kv_seq, params, options,
-                                  called ? &*called : nullptr, std::move(refusal));
+                                  call_site, called ? &*called : nullptr, std::move(refusal));
 }
 
 }  // namespace
@@ -199,16 +201,18 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                                       ConstView v, const ForwardStateView& state,
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params, RngState rng,
-                                      const AttentionOptions& options) {
+                                      const AttentionOptions& options,
+                                      std::source_location caller) {
   return backward_with_refusal(comm, dout, q, k, v, state, q_seq, kv_seq, params, rng, options,
-                               std::nullopt);
+                               detail::call_site_text(options.call_site, caller), std::nullopt);
 }
 
 AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
                                       ConstView v, const ForwardResult& state,
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params, RngState rng,
-                                      const AttentionOptions& options) {
+                                      const AttentionOptions& options,
+                                      std::source_location caller) {
   // A moved-from ForwardResult keeps its fingerprint (plain values) but no tensors.
   std::optional<Error> moved_from;
   if (state.out.shape().size() != 4 || state.lse.shape().size() != 3) {
@@ -220,6 +224,7 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
   const ForwardStateView view =
       moved_from ? ForwardStateView{ConstView{}, {}, state.rng, state.fingerprint} : state.view();
   return backward_with_refusal(comm, dout, q, k, v, view, q_seq, kv_seq, params, rng, options,
+                               detail::call_site_text(options.call_site, caller),
                                std::move(moved_from));
 }
 

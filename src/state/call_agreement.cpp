@@ -95,19 +95,49 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return s;
 }
 
-// Defined below agree_on_call, which uses it.
+// Defined below agree_on_call, which uses them.
 std::string first_difference(const std::vector<CallRecord>& all);
+std::string site_difference(const std::vector<CallRecord>& all);
+
+// Copies `text` into the NUL-terminated field `out` of `size` bytes, cut with "..." at the cut
+// when it does not fit.
+void copy_cut(std::string_view text, char* out, size_t size) {
+  const size_t room = size - 1;  // the NUL
+  const std::string cut =
+      text.size() <= room ? std::string(text) : std::string(text.substr(0, room - 3)) + "...";
+  std::memcpy(out, cut.data(), cut.size());
+  out[cut.size()] = '\0';
+}
+
+// The call site text of a record (with its digest where the text was cut).
+std::string site_of(const CallRecord& r) {
+  std::string text(r.call_site, strnlen(r.call_site, sizeof r.call_site));
+  if (text.ends_with("...")) text += " #" + digest_hex(r.call_site_digest);
+  return text;
+}
 
 }  // namespace
 
+std::string call_site_text(std::string_view named, const std::source_location& caller) {
+  if (!named.empty()) return std::string(named);
+  std::string_view file = caller.file_name();
+  if (const size_t slash = file.find_last_of("/\\"); slash != std::string_view::npos) {
+    file.remove_prefix(slash + 1);
+  }
+  return str_cat(file, ":", caller.line());
+}
+
 CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number, int cp_size,
-                       const Fingerprint* described, const AttentionOptions& options) {
+                       const Fingerprint* described, const AttentionOptions& options,
+                       std::string_view call_site) {
   CallRecord r;
   r.op = static_cast<uint32_t>(op);
   r.cp_size = static_cast<uint32_t>(cp_size);
   r.call_number = call_number;
   r.forward_number = forward_number;
   r.document_aware = options.document_aware ? 1 : 0;
+  r.call_site_digest = Digest().string(call_site).finish();
+  copy_cut(call_site, r.call_site, sizeof r.call_site);
   if (described == nullptr) {
     r.described = 0;
     return r;
@@ -171,14 +201,22 @@ void agree_on_call(Communicator& comm, const CallRecord& mine) {
                         error_code_name(static_cast<ErrorCode>(rec.refusal_code)), ": ", text, ")");
   }
   const std::string difference = all_described ? first_difference(all) : std::string();
+  const std::string sites = site_difference(all);
   if (!refusals.empty()) {
     throw Error(ErrorCode::kRankDisagreement,
                 head + refusals + (difference.empty() ? "" : "; and " + difference));
   }
-  if (difference.empty()) {
+  if (difference.empty() && sites.empty()) {
     throw Error(ErrorCode::kInternal, "call agreement: the records differ in no compared field");
   }
-  throw Error(ErrorCode::kRankDisagreement, head + difference);
+  if (difference.empty()) {  // the same call from other places: a skipped or an extra call
+    throw Error(ErrorCode::kRankDisagreement,
+                str_cat(head, "the calls come from different call sites: ", sites,
+                        " (did a rank skip a call, or make one the others did not?)"));
+  }
+  throw Error(ErrorCode::kRankDisagreement,
+              head + difference +
+                  (sites.empty() ? "" : "; the calls come from different call sites: " + sites));
 }
 
 }  // namespace cpattn::detail
@@ -186,19 +224,24 @@ void agree_on_call(Communicator& comm, const CallRecord& mine) {
 namespace cpattn::detail {
 namespace {
 
+// The ranks holding each value of `text` over the records, fewest holders first (so the odd
+// rank out is named first and the majority last).
+std::vector<std::pair<std::string, std::vector<int>>> holders_of(
+    const std::vector<CallRecord>& all, const std::function<std::string(const CallRecord&)>& text) {
+  std::map<std::string, std::vector<int>> holders;
+  for (size_t r = 0; r < all.size(); ++r) holders[text(all[r])].push_back(static_cast<int>(r));
+  std::vector<std::pair<std::string, std::vector<int>>> groups(holders.begin(), holders.end());
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+  return groups;
+}
+
 // "rank 3 has dropout_p=0, ranks 0-2 have dropout_p=0.1" for the first compared field that
 // differs, "" when none does.
 std::string first_difference(const std::vector<CallRecord>& all) {
-  const int p = static_cast<int>(all.size());
   for (const Field& f : fields()) {
-    std::map<std::string, std::vector<int>> holders;
-    for (int r = 0; r < p; ++r) holders[f.text(all[static_cast<size_t>(r)])].push_back(r);
-    if (holders.size() == 1) continue;
-    // Fewest holders first, so the odd rank out is named first and the majority last.
-    std::vector<std::pair<std::string, std::vector<int>>> groups(holders.begin(), holders.end());
-    std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
-      return a.second.size() < b.second.size();
-    });
+    const auto groups = holders_of(all, f.text);
+    if (groups.size() == 1) continue;
     std::string message;
     for (size_t g = 0; g < groups.size(); ++g) {
       const bool one = groups[g].second.size() == 1;
@@ -210,21 +253,30 @@ std::string first_difference(const std::vector<CallRecord>& all) {
   return {};
 }
 
+// "rank 1 at b.cpp:20, ranks 0, 2-3 at a.cpp:10" when the call sites differ, "" when not.
+std::string site_difference(const std::vector<CallRecord>& all) {
+  const auto groups = holders_of(all, site_of);
+  if (groups.size() == 1) return {};
+  std::string message;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    message += str_cat(g ? ", " : "", ranks_text(groups[g].second), " at ", groups[g].first);
+  }
+  return message;
+}
+
 }  // namespace
 
 uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint* fp,
-                        const AttentionOptions& options, std::optional<uint64_t> forward_number,
+                        const AttentionOptions& options, std::string_view call_site,
+                        std::optional<uint64_t> forward_number,
                         const std::optional<Error>& local_error) {
   const uint64_t number = comm.take_call_number();
   CallRecord record =
-      call_record(op, number, forward_number.value_or(number), comm.size(), fp, options);
+      call_record(op, number, forward_number.value_or(number), comm.size(), fp, options, call_site);
   if (local_error) {
     record.local_check_passed = 0;
     record.refusal_code = static_cast<int32_t>(local_error->code());
-    const std::string what = local_error->what();
-    const size_t room = sizeof record.refusal - 1;  // the NUL
-    const std::string quote = what.size() <= room ? what : what.substr(0, room - 3) + "...";
-    std::memcpy(record.refusal, quote.data(), quote.size());
+    copy_cut(local_error->what(), record.refusal, sizeof record.refusal);
   }
   try {
     agree_on_call(comm, record);

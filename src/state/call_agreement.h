@@ -4,6 +4,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <source_location>
+#include <string>
+#include <string_view>
 
 #include "cpattn/attention.h"
 #include "cpattn/error.h"
@@ -47,14 +50,23 @@ struct CallRecord {
   /// The start of the refusing rank's error message, NUL-terminated, cut to fit with "..." at
   /// the cut ("" when it does not refuse): what the other ranks' errors quote.
   char refusal[232] = {};
+  uint64_t call_site_digest = 0;  ///< Digest of the whole call site text (call_site_text)
+  /// The call site text, NUL-terminated, cut to fit with "..." at the cut: what errors name.
+  char call_site[56] = {};
 };
-static_assert(sizeof(CallRecord) == 408, "CallRecord must have no padding");
+static_assert(sizeof(CallRecord) == 472, "CallRecord must have no padding");
+
+/// The call site a checked call reports: `named` (AttentionOptions::call_site) when it is not
+/// empty, else "file.cpp:123" of `caller` (the file name without its directory).
+std::string call_site_text(std::string_view named, const std::source_location& caller);
 
 /// The record of a call from its fingerprint (shapes, shardings, parameters, RngState, the
-/// strategy) and its options (the document-aware relay); without a fingerprint (null: arguments
-/// this rank could not read) only the op, cp_size and call numbers, marked not described.
+/// strategy), its options (the document-aware relay) and its call site (call_site_text);
+/// without a fingerprint (null: arguments this rank could not read) only the op, cp_size, call
+/// numbers and call site, marked not described.
 CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number, int cp_size,
-                       const Fingerprint* fp, const AttentionOptions& options);
+                       const Fingerprint* fp, const AttentionOptions& options,
+                       std::string_view call_site);
 
 /// Exchanges `mine` with every rank of comm (one all_to_all of P records) and returns when all
 /// are equal. Otherwise throws, on every rank alike, Error(kRankDisagreement): when some rank
@@ -62,16 +74,21 @@ CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
 /// failed (call 7, forward): rank 1 refuses the call (invalid_argument: dropout_p must be in
 /// [0, 1), got 1)"), else naming the first field that differs and which ranks hold which value,
 /// e.g. "call agreement failed (call 7, backward): rank 3 has dropout_p=0, ranks 0-2 have
-/// dropout_p=0.1"; and the communicator's errors when a rank does not take part.
+/// dropout_p=0.1". When the ranks call from different call sites, the message names them too
+/// ("... the calls come from different call sites: rank 1 at b.cpp:20, rank 0 at a.cpp:10"), or
+/// only them when nothing else differs (a rank that skipped a call, at the call that follows).
+/// And the communicator's errors when a rank does not take part.
 void agree_on_call(Communicator& comm, const CallRecord& mine);
 
 /// The checked-call protocol: takes comm's next call number, makes the record (forward_number:
-/// the forward this call uses the state of; nullopt = this call itself), and agrees on it. When
+/// the forward this call uses the state of; nullopt = this call itself; call_site:
+/// call_site_text of the public call), and agrees on it. When
 /// this rank has a reason of its own to refuse the call (`local_error`), it takes part in the
 /// agreement anyway, marked as refusing, and then throws that error, so the other ranks throw
 /// at once too (their error names it) instead of waiting for it. Returns the call number.
 uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint* fp,
-                        const AttentionOptions& options, std::optional<uint64_t> forward_number,
+                        const AttentionOptions& options, std::string_view call_site,
+                        std::optional<uint64_t> forward_number,
                         const std::optional<Error>& local_error);
 
 }  // namespace cpattn::detail

@@ -40,7 +40,8 @@ AttentionCheckpoint make_checkpoint(const ForwardResult& state) {
 ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& checkpoint,
                                 RngState replayed, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                const AttentionParams& params, const RecomputeOptions& options) {
+                                const AttentionParams& params, const RecomputeOptions& options,
+                                std::source_location caller) {
   const Fingerprint& recorded = checkpoint.fingerprint;
   // Arguments this rank refuses become the call's refusal, which the agreement carries to every
   // rank; otherwise a replay that differs from the recorded forward is.
@@ -49,9 +50,10 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
       comm, q, k, v, q_seq, kv_seq, params, replayed, options.ring, diverged);
   if (!diverged) diverged = replay_error(recorded, *called, replayed);
   // `called` is this call's fingerprint already: q/k/v are hashed once per recompute.
-  ForwardResult state =
-      detail::checked_forward(comm, detail::CallOp::kRecompute, q, k, v, q_seq, kv_seq, params,
-                              replayed, options.ring, std::move(called), std::move(diverged));
+  ForwardResult state = detail::checked_forward(
+      comm, detail::CallOp::kRecompute, q, k, v, q_seq, kv_seq, params, replayed, options.ring,
+      detail::call_site_text(options.ring.call_site, caller), std::move(called),
+      std::move(diverged));
   if (options.strict) {
     const uint64_t again = output_digest(state);
     CPATTN_CHECK(again == checkpoint.output_digest, ErrorCode::kRecomputeDiverged,
@@ -67,12 +69,14 @@ AttentionGradients recompute_backward(Communicator& comm, const AttentionCheckpo
                                       RngState replayed, ConstView dout, ConstView q, ConstView k,
                                       ConstView v, const SequenceSharding& q_seq,
                                       const SequenceSharding& kv_seq, const AttentionParams& params,
-                                      const RecomputeOptions& options) {
-  const ForwardResult state =
-      recompute_forward(comm, checkpoint, replayed, q, k, v, q_seq, kv_seq, params, options);
+                                      const RecomputeOptions& options,
+                                      std::source_location caller) {
+  const ForwardResult state = recompute_forward(comm, checkpoint, replayed, q, k, v, q_seq, kv_seq,
+                                                params, options, caller);
   // The fresh state was made from these very arguments: its fingerprint is this call's.
-  return detail::checked_backward(comm, dout, q, k, v, state.view(), q_seq, kv_seq, params,
-                                  options.ring, &state.fingerprint, std::nullopt);
+  return detail::checked_backward(
+      comm, dout, q, k, v, state.view(), q_seq, kv_seq, params, options.ring,
+      detail::call_site_text(options.ring.call_site, caller), &state.fingerprint, std::nullopt);
 }
 
 }  // namespace cpattn

@@ -37,12 +37,12 @@ std::optional<Fingerprint> fingerprint_or_refusal(
 /// own reason to refuse it, see agree_or_throw), runs the strategy's forward and wraps its result
 /// in a ForwardResult carrying `fp`, which the caller computed for exactly these arguments
 /// (fingerprint_or_refusal; nullopt only with a local_error); the result's fingerprint gets the
-/// call's number.
+/// call's number. `call_site`: call_site_text of the public call.
 ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstView k, ConstView v,
                               const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                               const AttentionParams& params, RngState rng,
-                              const AttentionOptions& options, std::optional<Fingerprint> fp,
-                              std::optional<Error> local_error);
+                              const AttentionOptions& options, std::string_view call_site,
+                              std::optional<Fingerprint> fp, std::optional<Error> local_error);
 
 /// A checked backward from `state`, whose fingerprint the caller matched to this call (`called`,
 /// or the mismatch in `local_error`; called is null only with a local_error): checks what the
@@ -51,6 +51,7 @@ AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstVie
                                     ConstView v, const ForwardStateView& state,
                                     const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                     const AttentionParams& params, const AttentionOptions& options,
-                                    const Fingerprint* called, std::optional<Error> local_error);
+                                    std::string_view call_site, const Fingerprint* called,
+                                    std::optional<Error> local_error);
 
 }  // namespace cpattn::detail

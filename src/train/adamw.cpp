@@ -50,7 +50,7 @@ double clip_grad_norm(ModelGrads& grads, double max_norm) {
   const double norm = grad_norm(grads);
   if (!std::isfinite(norm)) {
     const ParamInfo* bad = grads.first_nonfinite();
-    throw Error(ErrorCode::kInvalidArgument,
+    throw Error(ErrorCode::kNumeric,
                 detail::str_cat("clip_grad_norm: the gradient norm is ", norm,
                                 "; first non-finite value in ", bad ? bad->name : "?"));
   }

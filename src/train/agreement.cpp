@@ -30,6 +30,7 @@ std::vector<std::byte> encode(const std::vector<ConfigField>& fields) {
     put_string(out, f.flag);
     put_string(out, f.value);
     put_string(out, f.note);
+    put_string(out, f.absent_value);
   }
   return out;
 }
@@ -51,7 +52,7 @@ std::vector<ConfigField> decode(std::span<const std::byte> in) {
   };
   while (at < in.size()) {
     ConfigField f;
-    if (!get(f.flag) || !get(f.value) || !get(f.note)) break;
+    if (!get(f.flag) || !get(f.value) || !get(f.note) || !get(f.absent_value)) break;
     fields.push_back(std::move(f));
   }
   return fields;
@@ -78,6 +79,10 @@ std::string ranks_text(const std::vector<int>& ranks) {
 std::string describe(const std::string& flag, const std::vector<std::optional<ConfigField>>& by) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;  // value -> ranks, first seen
   std::vector<std::string> shown;
+  std::string absent = "(absent)";  // what a rank without the field runs with, where known
+  for (const std::optional<ConfigField>& f : by) {
+    if (f && !f->absent_value.empty()) absent = f->absent_value + " (the default)";
+  }
   for (size_t r = 0; r < by.size(); ++r) {
     // Absent sorts apart from every real value (no value contains a NUL byte).
     const std::string value = by[r] ? by[r]->value : std::string(1, '\0');
@@ -85,7 +90,7 @@ std::string describe(const std::string& flag, const std::vector<std::optional<Co
         std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == value; });
     if (it == groups.end()) {
       groups.push_back({value, {}});
-      shown.push_back(by[r] ? by[r]->shown() : std::string("(absent)"));
+      shown.push_back(by[r] ? by[r]->shown() : absent);
       it = groups.end() - 1;
     }
     it->second.push_back(static_cast<int>(r));

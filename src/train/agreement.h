@@ -33,6 +33,9 @@ struct ConfigField {
   std::string value;  ///< canonical text of the value, e.g. "0.1" (format_value)
   std::string note;   ///< shown as "<note> (<value>)" when not empty
   bool training = true;
+  /// The value of a run whose fields leave this one out (a field listed only when it is not its
+  /// default, e.g. "ring" for --strategy): what agree_on_fields shows for such a rank.
+  std::string absent_value = {};
 
   /// "<value>", or "<note> (<value>)".
   std::string shown() const;
@@ -49,7 +52,8 @@ std::string format_value(float v);
 /// rank's. When any value differs, every rank throws GroupError(kInvalidArgument)
 /// "<what>: the ranks were started with different settings: rank 0 has --dropout 0.1, rank 1
 /// has 0.2; ..." naming each differing field and which ranks hold which value (a flag that only
-/// some ranks have counts as "(absent)" on the others). Communication errors propagate
+/// some ranks have shows the others as "<absent_value> (the default)", or "(absent)" when the
+/// field has no absent_value). Communication errors propagate
 /// (kTimeout after the communicator's deadline when a rank never arrives).
 void agree_on_fields(Communicator& comm, const std::vector<ConfigField>& fields,
                      const std::string& what);

@@ -74,8 +74,14 @@ void check_resumable(const Checkpoint& checkpoint, const std::vector<ConfigField
 std::string checkpoint_path(const std::string& dir);
 
 /// Creates DIR when missing (parents too) and checks that a checkpoint can be written there,
-/// before any training. Throws Error(kIo) naming DIR.
-void prepare_checkpoint_dir(const std::string& dir);
+/// before any training. Throws Error(kIo) naming DIR, and Error(kInvalidArgument) when
+/// DIR/checkpoint.bin exists already, unless `may_replace` (--overwrite, or a run that resumes
+/// from that very checkpoint): a run never replaces another run's checkpoint by accident.
+void prepare_checkpoint_dir(const std::string& dir, bool may_replace);
+
+/// Whether the --save DIR and the --resume DIR name one checkpoint file (false when either is
+/// empty or DIR/checkpoint.bin does not exist).
+bool same_checkpoint(const std::string& save_dir, const std::string& resume_dir);
 
 /// Writes encode_checkpoint(checkpoint) to checkpoint_path(dir) atomically
 /// (write_file_atomically: a crash leaves the previous checkpoint intact). Throws Error(kIo).

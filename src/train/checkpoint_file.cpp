@@ -12,7 +12,7 @@ std::string checkpoint_path(const std::string& dir) {
   return (std::filesystem::path(dir) / kCheckpointFileName).string();
 }
 
-void prepare_checkpoint_dir(const std::string& dir) {
+void prepare_checkpoint_dir(const std::string& dir, bool may_replace) {
   CPATTN_CHECK(!dir.empty(), ErrorCode::kInvalidArgument, "--save needs a directory");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -20,8 +20,21 @@ void prepare_checkpoint_dir(const std::string& dir) {
                "': cannot create the directory: ", ec.message());
   CPATTN_CHECK(std::filesystem::is_directory(dir, ec), ErrorCode::kIo, "--save '", dir,
                "' is not a directory");
+  CPATTN_CHECK(may_replace || !std::filesystem::exists(
+                                  std::filesystem::symlink_status(checkpoint_path(dir), ec)),
+               ErrorCode::kInvalidArgument, "--save '", dir, "' holds a checkpoint already (",
+               checkpoint_path(dir),
+               "): refusing to replace another run's checkpoint; pass --overwrite to replace it, "
+               "or --resume '",
+               dir, "' to continue that run");
   check_creatable(checkpoint_path(dir), "--save");
   check_creatable(temporary_path(checkpoint_path(dir)), "--save");
+}
+
+bool same_checkpoint(const std::string& save_dir, const std::string& resume_dir) {
+  if (save_dir.empty() || resume_dir.empty()) return false;
+  std::error_code ec;
+  return std::filesystem::equivalent(checkpoint_path(save_dir), checkpoint_path(resume_dir), ec);
 }
 
 void save_checkpoint(const std::string& dir, const Checkpoint& checkpoint) {

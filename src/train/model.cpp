@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <optional>
+#include <string>
 
 #include "cpattn/attention.h"
 #include "cpattn/error.h"
@@ -112,6 +113,14 @@ std::span<const float> out_rows(const Context& c, const ForwardResult& r, Tensor
 // recompute_forward under recompute.
 using AttentionFn = std::function<ForwardResult(ConstView q, ConstView k, ConstView v)>;
 
+// The attention options of layer `layer`: the step's, with the layer as the call site, so the
+// call agreement names the layer and tells the layers' calls apart.
+AttentionOptions layer_options(const StepOptions& o, int64_t layer) {
+  AttentionOptions options = o.ring;
+  options.call_site = "layer " + std::to_string(layer);
+  return options;
+}
+
 // y = h + mlp(rmsnorm(h)),  h = x + Wo attn(rope(q), rope(k), v),  [q|k|v] = Wqkv rmsnorm(x).
 LayerActs layer_forward(const Context& c, const LayerTensors<const float>& w, const Tensor& x,
                         const AttentionFn& attention, Tensor& y) {
@@ -155,11 +164,11 @@ LayerActs layer_forward(const Context& c, const LayerTensors<const float>& w, co
 }
 
 // Backward of layer_forward: `grad` holds dL/dy on entry and dL/dx on return; `rng` is the
-// RngState the layer's attention drew. Frees each intermediate of `a` as soon as it is consumed
-// (the ForwardResult right after attention).
+// RngState the layer's attention drew, `attention_options` its options (layer_options). Frees each
+// intermediate of `a` as soon as it is consumed (the ForwardResult right after attention).
 void layer_backward(const Context& c, const LayerTensors<const float>& w,
                     const LayerTensors<float>& g, const Tensor& x, LayerActs& a, RngState rng,
-                    Tensor& grad) {
+                    const AttentionOptions& attention_options, Tensor& grad) {
   const ModelConfig& cfg = c.cfg;
   const int64_t d = cfg.d_model, hd = cfg.head_dim();
   // y = h + mlp(rmsnorm(h)): dh = dy + rmsnorm'(mlp'(dy)).
@@ -187,7 +196,7 @@ void layer_backward(const Context& c, const LayerTensors<const float>& w,
   const ConstView dout_view =
       dout.dtype() == DType::kF32 ? c.bshd<const float>(dout.data(), cfg.heads) : dout.view();
   AttentionGradients ag = attention_backward(c.comm, dout_view, in.q, in.k, in.v, *a.attn,
-                                             c.opt.seq, c.attn, rng, c.opt.ring);
+                                             c.opt.seq, c.attn, rng, attention_options);
   a.attn.reset();
   dout = Tensor();
   a.qkv = Tensor();
@@ -280,9 +289,11 @@ double forward_backward(Communicator& comm, const ModelParams& params, const Sha
   std::vector<std::optional<LayerActs>> acts(layers);
   std::vector<AttentionCheckpoint> checkpoints(layers);
   for (size_t l = 0; l < layers; ++l) {
+    throw_if_stop_requested(options.ring);  // between layers too: their GEMMs have no checks
     const RngState rng = generator.next();
+    const AttentionOptions layer_opts = layer_options(options, static_cast<int64_t>(l));
     const AttentionFn first = [&](ConstView q, ConstView k, ConstView v) {
-      return attention_forward(comm, q, k, v, options.seq, attn, rng, options.ring);
+      return attention_forward(comm, q, k, v, options.seq, attn, rng, layer_opts);
     };
     Tensor y;
     LayerActs a = layer_forward(c, params.layer(static_cast<int64_t>(l)), x, first, y);
@@ -300,22 +311,25 @@ double forward_backward(Communicator& comm, const ModelParams& params, const Sha
   x = Tensor();
 
   for (size_t l = layers; l-- > 0;) {
+    throw_if_stop_requested(options.ring);
     const auto li = static_cast<int64_t>(l);
     // Restore the step's generator and skip to layer l: the state layer l drew.
     Generator replay(first_rng.seed, first_rng.offset + l);
     const RngState replayed = replay.next();
+    const AttentionOptions layer_opts = layer_options(options, li);
     if (options.recompute) {
       // The replayed state must equal the one recorded in the checkpoint (recompute_forward
       // checks it, and that q, k, v are the same).
       RecomputeOptions ropts;
-      ropts.ring = options.ring;
+      ropts.ring = layer_opts;
       const AttentionFn again = [&](ConstView q, ConstView k, ConstView v) {
         return recompute_forward(comm, checkpoints[l], replayed, q, k, v, options.seq, attn, ropts);
       };
       Tensor y;
       acts[l].emplace(layer_forward(c, params.layer(li), inputs[l], again, y));
     }
-    layer_backward(c, params.layer(li), grads.layer(li), inputs[l], *acts[l], replayed, grad);
+    layer_backward(c, params.layer(li), grads.layer(li), inputs[l], *acts[l], replayed, layer_opts,
+                   grad);
     acts[l].reset();
     inputs[l] = Tensor();
   }
@@ -336,8 +350,9 @@ Tensor forward_logits(Communicator& comm, const ModelParams& params, const Shard
   embedding_forward(cfg.vocab, cfg.d_model, shard.inputs, params.embed(), x.span());
   for (int64_t l = 0; l < cfg.layers; ++l) {
     const RngState rng = generator.next();
+    const AttentionOptions layer_opts = layer_options(options, l);
     const AttentionFn first = [&](ConstView q, ConstView k, ConstView v) {
-      return attention_forward(comm, q, k, v, options.seq, attn, rng, options.ring);
+      return attention_forward(comm, q, k, v, options.seq, attn, rng, layer_opts);
     };
     Tensor y;
     layer_forward(c, params.layer(l), x, first, y);  // the layer's intermediates die here

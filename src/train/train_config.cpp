@@ -104,11 +104,12 @@ std::vector<ConfigField> config_fields(const TrainConfig& c, std::span<const uin
   };
   if (c.dtype != DType::kF32) {
     // After --layout; absent for fp32, as in runs before 16-bit activations existed.
-    f.insert(f.begin() + 4, {"--dtype", dtype_name(c.dtype), ""});
+    f.insert(f.begin() + 4, {"--dtype", dtype_name(c.dtype), "", true, dtype_name(DType::kF32)});
   }
   if (c.strategy != Strategy::ring()) {
     // After --layout; absent for the ring, as in runs before strategies existed.
-    f.insert(f.begin() + 4, {"--strategy", strategy_name(c.strategy), ""});
+    f.insert(f.begin() + 4,
+             {"--strategy", strategy_name(c.strategy), "", true, strategy_name(Strategy::ring())});
   }
   return f;
 }

@@ -82,6 +82,8 @@ TrainResult train(const TrainConfig& config, std::span<const uint8_t> text,
     options.ring.workspace = &ring_workspace;
     StepOptions eval_options = options;
     eval_options.dropout = 0.0f;
+    // Only the training step stops inside itself: an evaluation runs after the update.
+    options.ring.stop_requested = hooks.stop_requested;
     std::optional<ShardBatch> eval_shard;
     if (config.eval_every > 0) {
       const Batch held_out = evenly_spaced_batch(
@@ -101,24 +103,27 @@ TrainResult train(const TrainConfig& config, std::span<const uint8_t> text,
     }
     const int64_t first_step = st.step;
     int64_t saved_step = -1;
+    const auto checkpoint_now = [&] {
+      Checkpoint c;
+      c.model = config.model;
+      c.seq_len = config.seq_len;
+      c.config_text = config_text;
+      c.step = st.step;
+      c.data_position = st.data_position;
+      c.generator = generator.state();
+      c.skipped_steps = st.skipped;
+      c.losses = st.losses;
+      c.evals = st.evals;
+      c.adam_steps = optimizer.steps_taken();
+      c.weights.assign(params.flat().begin(), params.flat().end());
+      c.adam_m.assign(optimizer.first_moment().begin(), optimizer.first_moment().end());
+      c.adam_v.assign(optimizer.second_moment().begin(), optimizer.second_moment().end());
+      return c;
+    };
     const auto save = [&] {
       check_replicas(comm, params.digest());
       rank0_result(comm, [&] {
-        Checkpoint c;
-        c.model = config.model;
-        c.seq_len = config.seq_len;
-        c.config_text = config_text;
-        c.step = st.step;
-        c.data_position = st.data_position;
-        c.generator = generator.state();
-        c.skipped_steps = st.skipped;
-        c.losses = st.losses;
-        c.evals = st.evals;
-        c.adam_steps = optimizer.steps_taken();
-        c.weights.assign(params.flat().begin(), params.flat().end());
-        c.adam_m.assign(optimizer.first_moment().begin(), optimizer.first_moment().end());
-        c.adam_v.assign(optimizer.second_moment().begin(), optimizer.second_moment().end());
-        hooks.save(c);
+        hooks.save(checkpoint_now());
         return std::vector<std::byte>();
       });
       saved_step = st.step;
@@ -127,6 +132,7 @@ TrainResult train(const TrainConfig& config, std::span<const uint8_t> text,
     RunEnd end = RunEnd::kCompleted;
     StopRequest stop = StopRequest::kNone;
     std::string nonfinite;
+    bool stopped_inside_step = false;
     comm.barrier();
     const Stopwatch run_watch;
     while (st.step < config.steps) {
@@ -141,8 +147,20 @@ TrainResult train(const TrainConfig& config, std::span<const uint8_t> text,
       const RngState step_rng = generator.state();
       grads.zero();
       const ShardBatch shard = shard_batch(sampler.sample(st.data_position), options.seq);
-      const double loss = forward_backward(comm, params, shard, options, generator, grads);
-      comm.allreduce_sum(grads.flat());
+      double loss = 0.0;
+      try {
+        loss = forward_backward(comm, params, shard, options, generator, grads);
+        comm.allreduce_sum(grads.flat());
+      } catch (const Error&) {
+        // Stopped inside the step (kInterrupted here, kPeerFailed from a rank that stopped
+        // first): every rank abandons this step, and the state of the last boundary stands.
+        if (hooks.stop_requested == nullptr || !hooks.stop_requested->load()) throw;
+        generator.set_state(step_rng);
+        end = RunEnd::kStopped;
+        stop = hooks.poll_stop();
+        stopped_inside_step = true;
+        break;
+      }
       const std::string bad = nonfinite_reason(loss, grads, st.step + 1);
       if (!bad.empty() && config.on_nonfinite == NonFinitePolicy::kStop) {
         generator.set_state(step_rng);  // the state stays that of the last good boundary
@@ -177,9 +195,18 @@ TrainResult train(const TrainConfig& config, std::span<const uint8_t> text,
       }
     }
     const double elapsed = run_watch.seconds();
-    if (hooks.save) save();
     const uint64_t digest = params.digest();
-    check_replicas(comm, digest);
+    if (stopped_inside_step) {
+      // The group cannot agree any more (a rank may have left): rank 0 saves alone; the replicas
+      // were equal at the last boundary and no update followed.
+      if (lead && hooks.save) {
+        hooks.save(checkpoint_now());
+        saved_step = st.step;
+      }
+    } else {
+      if (hooks.save) save();
+      check_replicas(comm, digest);
+    }
     // Rank 0's view; in a process without rank 0 (MPI), its own rank's (equal but the timings).
     const std::lock_guard<std::mutex> lock(result_mu);
     if (lead || !have_result) {

@@ -3,6 +3,7 @@
 // non-finite guard, stop requests at step boundaries and checkpoints (save and resume).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -114,6 +115,14 @@ struct TrainHooks {
   /// Every rank, at the step boundary before each update: one allreduce of the requests makes
   /// every rank stop at the same boundary. Set on every rank or on none.
   std::function<StopRequest()> poll_stop;
+  /// Every rank, or none: a flag (set by a signal handler) that stops the step in progress at its
+  /// next interruption point (attention's work items, each layer) instead of at the boundary.
+  /// The step is abandoned by every rank and the run ends as poll_stop's request at the last
+  /// boundary, whose state is untouched (the update comes after the step's last interruption
+  /// point), saved by `save` from rank 0 without a further message. Only for groups whose ranks
+  /// all read this one flag (in-process ranks): a rank of another process would wait for the
+  /// abandoned step's messages. null: stops only at boundaries. Needs poll_stop.
+  const std::atomic<bool>* stop_requested = nullptr;
   /// Rank 0, with the state to save (after the replicas' digests were found equal): every
   /// save_every updates, when stopped, and at the end. An Error it throws fails every rank alike
   /// (GroupError). Empty: nothing is saved.

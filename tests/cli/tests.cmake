@@ -38,6 +38,13 @@ if(CPATTN_HAVE_MPI)
     PROCESSORS 2 PASS_REGULAR_EXPRESSION "40 cases: 40 passed, 0 failed")
 endif()
 
+# A word that is no subcommand is named, with the subcommands there are (exit 11).
+add_test(NAME cli.unknown_subcommand COMMAND cpattn_cli bogus)
+set_tests_properties(cli.unknown_subcommand PROPERTIES LABELS cli WILL_FAIL TRUE)
+add_test(NAME cli.unknown_subcommand_named COMMAND cpattn_cli bogus)
+set_tests_properties(cli.unknown_subcommand_named PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "^cpattn: error \\(invalid_argument\\): unknown subcommand 'bogus'; the subcommands are [a-z, ]*train")
+
 # `cpattn --version` names the version of the program and of the library it runs on.
 add_test(NAME cli.version COMMAND cpattn_cli --version)
 set_tests_properties(cli.version PROPERTIES LABELS cli

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "cpattn/attention.h"
@@ -101,6 +102,75 @@ TEST(Cancellation, TheRingHasInterruptionPointsAtEveryStepAndKernelItem) {
   // 4 steps, each block 256 tokens: 2 q tiles x 1 kv head x 1 head chunk = 2 items per call.
   for (int64_t n : counts) EXPECT_GE(n, 4 + 4 * 2);
   for (int64_t n : progress) EXPECT_GE(n, 4 * 2);
+}
+
+// A caller's stop request (a signal handler's flag) reaches the same interruption points: a
+// long call on every rank stops within a work item with kInterrupted.
+TEST(Cancellation, AStopRequestEndsALongCallOnEveryRank) {
+  const int64_t S = 32768;  // 2 ranks x 16384 queries x 32768 keys, 8 heads, D 128: seconds
+  Tensor x({1, S, 8, 128});
+  std::atomic<bool> stop{false};
+  std::vector<ErrorCode> codes(2, ErrorCode::kInternal);
+  const Stopwatch watch;
+  std::thread signaller([&stop] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    stop.store(true);
+  });
+  EXPECT_THROW(
+      run_ranks(2,
+                [&](Communicator& comm) {
+                  const auto seq = SequenceSharding::of(Layout::kZigzag, S, 2, comm.rank());
+                  const Tensor xr = shard_tensor(x.view(), seq.layout, 2, comm.rank());
+                  AttentionOptions options;
+                  options.stop_requested = &stop;
+                  try {
+                    attention_forward(comm, xr.view(), xr.view(), xr.view(), seq, {}, {}, options);
+                  } catch (const Error& e) {
+                    codes[static_cast<size_t>(comm.rank())] = e.code();
+                    throw;
+                  }
+                }),
+      Error);
+  signaller.join();
+  EXPECT_LT(watch.seconds(), 3.0) << "the ranks stopped within a work item of the request";
+  for (const ErrorCode code : codes)
+    EXPECT_TRUE(code == ErrorCode::kInterrupted || code == ErrorCode::kPeerFailed)
+        << error_code_name(code);
+  EXPECT_TRUE(codes[0] == ErrorCode::kInterrupted || codes[1] == ErrorCode::kInterrupted);
+}
+
+TEST(Cancellation, AStopRequestedBeforeTheCallStopsIt) {
+  Tensor x({1, 64, 2, 16});
+  const std::atomic<bool> stop{true};
+  RingOptions options;
+  options.stop_requested = &stop;
+  try {
+    throw_if_stop_requested(options);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInterrupted);
+    EXPECT_STREQ(e.what(), "stopped by request");
+  }
+  std::vector<ErrorCode> codes(2, ErrorCode::kInternal);
+  EXPECT_THROW(run_ranks(2,
+                         [&](Communicator& comm) {
+                           const auto seq =
+                               SequenceSharding::of(Layout::kZigzag, 64, 2, comm.rank());
+                           const Tensor xr = shard_tensor(x.view(), seq.layout, 2, comm.rank());
+                           try {
+                             attention_forward(comm, xr.view(), xr.view(), xr.view(), seq, {}, {},
+                                               AttentionOptions(options));
+                           } catch (const Error& e) {
+                             codes[static_cast<size_t>(comm.rank())] = e.code();
+                             throw;
+                           }
+                         }),
+               Error);
+  for (const ErrorCode code : codes)
+    EXPECT_TRUE(code == ErrorCode::kInterrupted || code == ErrorCode::kPeerFailed)
+        << error_code_name(code);
+  options.stop_requested = nullptr;
+  EXPECT_NO_THROW(throw_if_stop_requested(options));
 }
 
 }  // namespace

@@ -120,6 +120,7 @@ TEST(AdamW, ClipGradNormRefusesANonFiniteNormNamingTheTensor) {
     clip_grad_norm(g, 1.0);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNumeric);
     EXPECT_EQ(std::string(e.what()),
               "clip_grad_norm: the gradient norm is nan; first non-finite value in " + second.name);
   }

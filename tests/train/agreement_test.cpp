@@ -106,6 +106,21 @@ TEST(AgreeOnFields, AFlagOnlySomeRanksHaveIsADifference) {
   }
 }
 
+// A field listed only when it is not its default (--strategy): the ranks without it are shown
+// with the default they run (an MPMD job with --strategy ulysses on one side).
+TEST(AgreeOnFields, ARankWithoutADefaultedFieldShowsTheDefault) {
+  const auto messages = agreement_errors(3, [](int r) {
+    std::vector<ConfigField> f = settings("0.1", "200");
+    if (r == 2) f.push_back({"--strategy", "ulysses", "", true, "ring"});
+    return f;
+  });
+  for (const std::string& m : messages) {
+    EXPECT_EQ(m,
+              "test: the ranks were started with different settings: ranks 0-1 have --strategy "
+              "ring (the default), rank 2 has ulysses");
+  }
+}
+
 TEST(FormatValue, ShortestTextThatReadsBackExactly) {
   EXPECT_EQ(format_value(0.1f), "0.1");
   EXPECT_EQ(format_value(0.1), "0.1");

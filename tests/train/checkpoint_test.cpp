@@ -4,6 +4,7 @@
 // the previous checkpoint intact) and leave no temporary file.
 #include "train/checkpoint.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -160,7 +161,7 @@ TEST(CheckResumable, NamesEveryDifferingTrainingSetting) {
 
 TEST(CheckpointFiles, SaveIsAtomicAndLoadsBack) {
   const std::string dir = temp_dir("save");
-  prepare_checkpoint_dir(dir + "/nested");
+  prepare_checkpoint_dir(dir + "/nested", false);
   const std::string nested = dir + "/nested";
   Checkpoint c = sample_checkpoint();
   save_checkpoint(nested, c);
@@ -182,12 +183,30 @@ TEST(CheckpointFiles, SaveIsAtomicAndLoadsBack) {
   std::filesystem::remove_all(dir);
 }
 
+// A directory that holds a checkpoint is refused unless the run may replace it (--overwrite, or
+// it resumes from that very file), and the checkpoint is left as it was.
+TEST(CheckpointFiles, AnotherRunsCheckpointIsNotReplaced) {
+  const std::string dir = temp_dir("taken");
+  prepare_checkpoint_dir(dir, false);
+  save_checkpoint(dir, sample_checkpoint());
+  const Error e = error_of([&] { prepare_checkpoint_dir(dir, false); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(e.what(), ::testing::HasSubstr("holds a checkpoint already"));
+  EXPECT_THAT(e.what(), ::testing::HasSubstr("pass --overwrite"));
+  EXPECT_EQ(load_checkpoint(dir).step, 3);
+  prepare_checkpoint_dir(dir, true);
+  EXPECT_TRUE(same_checkpoint(dir, dir + "/."));
+  EXPECT_FALSE(same_checkpoint(dir, ""));
+  EXPECT_FALSE(same_checkpoint(dir, dir + "/missing"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CheckpointFiles, ADirectoryThatCannotHoldCheckpointsIsRefusedBeforeTraining) {
   const std::string dir = temp_dir("file");
   std::filesystem::create_directories(dir);
   const std::string file = dir + "/plain";
   write_file_atomically(file, std::vector<std::byte>(3));
-  Error e = error_of([&] { prepare_checkpoint_dir(file); });
+  Error e = error_of([&] { prepare_checkpoint_dir(file, false); });
   EXPECT_EQ(e.code(), ErrorCode::kIo);
   EXPECT_NE(std::string(e.what()).find("--save '" + file + "'"), std::string::npos) << e.what();
   e = error_of([&] { load_checkpoint(dir + "/missing"); });

@@ -59,7 +59,7 @@ endif()
 set(CPATTN_FAULTS sh ${CMAKE_CURRENT_LIST_DIR}/faults.sh)
 set(CPATTN_FAULT_CASES nan_loss full_disk metrics_is_text plot_is_text plot_unwritable
     plot_onto_special_files fifo_text
-    sigint_resume sigterm_resume corrupted_checkpoint stdout_closed)
+    sigint_resume sigterm_resume sigterm_inside_step corrupted_checkpoint save_onto_another_checkpoint stdout_closed)
 # Out of memory is provoked with `ulimit -v`, which a sanitizer's shadow memory cannot live under.
 if(NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize")
   list(APPEND CPATTN_FAULT_CASES out_of_memory rank_threads_refused)
