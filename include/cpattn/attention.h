@@ -8,7 +8,6 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <source_location>
 #include <string>
 #include <vector>
 
@@ -18,6 +17,7 @@
 #include "cpattn/memory.h"
 #include "cpattn/ring.h"
 #include "cpattn/rng.h"
+#include "cpattn/source_location.h"
 #include "cpattn/strategy.h"
 #include "cpattn/tensor.h"
 
@@ -133,12 +133,12 @@ ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, Co
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, RngState rng,
                                 const AttentionOptions& options = {},
-                                std::source_location caller = std::source_location::current());
+                                SourceLocation caller = SourceLocation::current());
 /// Self-attention: q and k/v split alike by `seq`.
-inline ForwardResult attention_forward(
-    Communicator& comm, ConstView q, ConstView k, ConstView v, const SequenceSharding& seq,
-    const AttentionParams& params, RngState rng, const AttentionOptions& options = {},
-    std::source_location caller = std::source_location::current()) {
+inline ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
+                                       const SequenceSharding& seq, const AttentionParams& params,
+                                       RngState rng, const AttentionOptions& options = {},
+                                       SourceLocation caller = SourceLocation::current()) {
   return attention_forward(comm, q, k, v, seq, seq, params, rng, options, caller);
 }
 
@@ -151,26 +151,29 @@ inline ForwardResult attention_forward(
 /// refused)
 /// before any computation; the other ranks, which learn of it in the call agreement, throw
 /// Error(kRankDisagreement) at once. Otherwise throws like attention_forward.
-AttentionGradients attention_backward(
-    Communicator& comm, ConstView dout, ConstView q, ConstView k, ConstView v,
-    const ForwardResult& state, const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-    const AttentionParams& params, RngState rng, const AttentionOptions& options = {},
-    std::source_location caller = std::source_location::current());
+AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                                      ConstView v, const ForwardResult& state,
+                                      const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                                      const AttentionParams& params, RngState rng,
+                                      const AttentionOptions& options = {},
+                                      SourceLocation caller = SourceLocation::current());
 /// Backward from a ForwardStateView (out and lse held elsewhere); checks and throws like the
 /// ForwardResult overload, plus Error(kStateMismatch) when state.rng (what produced out/lse)
 /// differs from state.fingerprint.rng, or state.out / state.lse do not have the shapes of this
 /// call's outputs ([B, Sq_r, Hq, Dv], B * Hq * Sq_r floats).
-AttentionGradients attention_backward(
-    Communicator& comm, ConstView dout, ConstView q, ConstView k, ConstView v,
-    const ForwardStateView& state, const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-    const AttentionParams& params, RngState rng, const AttentionOptions& options = {},
-    std::source_location caller = std::source_location::current());
+AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
+                                      ConstView v, const ForwardStateView& state,
+                                      const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
+                                      const AttentionParams& params, RngState rng,
+                                      const AttentionOptions& options = {},
+                                      SourceLocation caller = SourceLocation::current());
 /// Self-attention: q and k/v split alike by `seq`.
-inline AttentionGradients attention_backward(
-    Communicator& comm, ConstView dout, ConstView q, ConstView k, ConstView v,
-    const ForwardResult& state, const SequenceSharding& seq, const AttentionParams& params,
-    RngState rng, const AttentionOptions& options = {},
-    std::source_location caller = std::source_location::current()) {
+inline AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q,
+                                             ConstView k, ConstView v, const ForwardResult& state,
+                                             const SequenceSharding& seq,
+                                             const AttentionParams& params, RngState rng,
+                                             const AttentionOptions& options = {},
+                                             SourceLocation caller = SourceLocation::current()) {
   return attention_backward(comm, dout, q, k, v, state, seq, seq, params, rng, options, caller);
 }
 

@@ -4,9 +4,9 @@
 #pragma once
 
 #include <cstdint>
-#include <source_location>
 
 #include "cpattn/attention.h"
+#include "cpattn/source_location.h"
 
 namespace cpattn {
 
@@ -47,30 +47,32 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
                                 RngState replayed, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, const RecomputeOptions& options = {},
-                                std::source_location caller = std::source_location::current());
+                                SourceLocation caller = SourceLocation::current());
 /// Self-attention: q and k/v split alike by `seq`.
-inline ForwardResult recompute_forward(
-    Communicator& comm, const AttentionCheckpoint& checkpoint, RngState replayed, ConstView q,
-    ConstView k, ConstView v, const SequenceSharding& seq, const AttentionParams& params,
-    const RecomputeOptions& options = {},
-    std::source_location caller = std::source_location::current()) {
+inline ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& checkpoint,
+                                       RngState replayed, ConstView q, ConstView k, ConstView v,
+                                       const SequenceSharding& seq, const AttentionParams& params,
+                                       const RecomputeOptions& options = {},
+                                       SourceLocation caller = SourceLocation::current()) {
   return recompute_forward(comm, checkpoint, replayed, q, k, v, seq, seq, params, options, caller);
 }
 
 /// recompute_forward, then attention_backward with the fresh state, which is freed before
 /// returning: during the call exactly one ForwardResult of this layer is alive.
-AttentionGradients recompute_backward(
-    Communicator& comm, const AttentionCheckpoint& checkpoint, RngState replayed, ConstView dout,
-    ConstView q, ConstView k, ConstView v, const SequenceSharding& q_seq,
-    const SequenceSharding& kv_seq, const AttentionParams& params,
-    const RecomputeOptions& options = {},
-    std::source_location caller = std::source_location::current());
+AttentionGradients recompute_backward(Communicator& comm, const AttentionCheckpoint& checkpoint,
+                                      RngState replayed, ConstView dout, ConstView q, ConstView k,
+                                      ConstView v, const SequenceSharding& q_seq,
+                                      const SequenceSharding& kv_seq, const AttentionParams& params,
+                                      const RecomputeOptions& options = {},
+                                      SourceLocation caller = SourceLocation::current());
 /// Self-attention: q and k/v split alike by `seq`.
-inline AttentionGradients recompute_backward(
-    Communicator& comm, const AttentionCheckpoint& checkpoint, RngState replayed, ConstView dout,
-    ConstView q, ConstView k, ConstView v, const SequenceSharding& seq,
-    const AttentionParams& params, const RecomputeOptions& options = {},
-    std::source_location caller = std::source_location::current()) {
+inline AttentionGradients recompute_backward(Communicator& comm,
+                                             const AttentionCheckpoint& checkpoint,
+                                             RngState replayed, ConstView dout, ConstView q,
+                                             ConstView k, ConstView v, const SequenceSharding& seq,
+                                             const AttentionParams& params,
+                                             const RecomputeOptions& options = {},
+                                             SourceLocation caller = SourceLocation::current()) {
   return recompute_backward(comm, checkpoint, replayed, dout, q, k, v, seq, seq, params, options,
                             caller);
 }

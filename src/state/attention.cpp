@@ -134,7 +134,7 @@ AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstVie
 ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, RngState rng,
-                                const AttentionOptions& options, std::source_location caller) {
+                                const AttentionOptions& options, SourceLocation caller) {
   std::optional<Error> refusal;
   std::optional<Fingerprint> fp =
       detail::fingerprint_or_refusal(comm, q, k, v, q_seq, kv_seq, params, rng, options, refusal);
@@ -201,8 +201,7 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                                       ConstView v, const ForwardStateView& state,
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params, RngState rng,
-                                      const AttentionOptions& options,
-                                      std::source_location caller) {
+                                      const AttentionOptions& options, SourceLocation caller) {
   return backward_with_refusal(comm, dout, q, k, v, state, q_seq, kv_seq, params, rng, options,
                                detail::call_site_text(options.call_site, caller), std::nullopt);
 }
@@ -211,8 +210,7 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                                       ConstView v, const ForwardResult& state,
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params, RngState rng,
-                                      const AttentionOptions& options,
-                                      std::source_location caller) {
+                                      const AttentionOptions& options, SourceLocation caller) {
   // A moved-from ForwardResult keeps its fingerprint (plain values) but no tensors.
   std::optional<Error> moved_from;
   if (state.out.shape().size() != 4 || state.lse.shape().size() != 3) {

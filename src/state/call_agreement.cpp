@@ -118,13 +118,13 @@ std::string site_of(const CallRecord& r) {
 
 }  // namespace
 
-std::string call_site_text(std::string_view named, const std::source_location& caller) {
+std::string call_site_text(std::string_view named, const SourceLocation& caller) {
   if (!named.empty()) return std::string(named);
-  std::string_view file = caller.file_name();
+  std::string_view file = caller.file;
   if (const size_t slash = file.find_last_of("/\\"); slash != std::string_view::npos) {
     file.remove_prefix(slash + 1);
   }
-  return str_cat(file, ":", caller.line());
+  return str_cat(file, ":", caller.line);
 }
 
 CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number, int cp_size,

@@ -4,12 +4,12 @@
 
 #include <cstdint>
 #include <optional>
-#include <source_location>
 #include <string>
 #include <string_view>
 
 #include "cpattn/attention.h"
 #include "cpattn/error.h"
+#include "cpattn/source_location.h"
 
 namespace cpattn::detail {
 
@@ -58,7 +58,7 @@ static_assert(sizeof(CallRecord) == 472, "CallRecord must have no padding");
 
 /// The call site a checked call reports: `named` (AttentionOptions::call_site) when it is not
 /// empty, else "file.cpp:123" of `caller` (the file name without its directory).
-std::string call_site_text(std::string_view named, const std::source_location& caller);
+std::string call_site_text(std::string_view named, const SourceLocation& caller);
 
 /// The record of a call from its fingerprint (shapes, shardings, parameters, RngState, the
 /// strategy), its options (the document-aware relay) and its call site (call_site_text);

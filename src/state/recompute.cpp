@@ -41,7 +41,7 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
                                 RngState replayed, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, const RecomputeOptions& options,
-                                std::source_location caller) {
+                                SourceLocation caller) {
   const Fingerprint& recorded = checkpoint.fingerprint;
   // Arguments this rank refuses become the call's refusal, which the agreement carries to every
   // rank; otherwise a replay that differs from the recorded forward is.
@@ -69,8 +69,7 @@ AttentionGradients recompute_backward(Communicator& comm, const AttentionCheckpo
                                       RngState replayed, ConstView dout, ConstView q, ConstView k,
                                       ConstView v, const SequenceSharding& q_seq,
                                       const SequenceSharding& kv_seq, const AttentionParams& params,
-                                      const RecomputeOptions& options,
-                                      std::source_location caller) {
+                                      const RecomputeOptions& options, SourceLocation caller) {
   const ForwardResult state = recompute_forward(comm, checkpoint, replayed, q, k, v, q_seq, kv_seq,
                                                 params, options, caller);
   // The fresh state was made from these very arguments: its fingerprint is this call's.

@@ -5,11 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <source_location>
 #include <string>
 
 #include "cpattn/error.h"
 #include "cpattn/recompute.h"
+#include "cpattn/source_location.h"
 #include "state/call_agreement.h"
 #include "state/stack_harness.h"
 #include "support/rank_outcomes.h"
@@ -49,10 +49,10 @@ TEST(CallSite, ASkippedEvaluationForwardFailsAtTheNextCallNamingBothSites) {
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, kRanks, r, &comm.memory());
     Generator gen(5);
     if (r == 0) {
-      line_of_eval = static_cast<int>(std::source_location::current().line()) + 1;
+      line_of_eval = static_cast<int>(SourceLocation::current().line) + 1;
       attention_forward(comm, x.view(), x.view(), x.view(), seq, eval, gen.next());
     }
-    line_of_train = static_cast<int>(std::source_location::current().line()) + 1;
+    line_of_train = static_cast<int>(SourceLocation::current().line) + 1;
     attention_forward(comm, x.view(), x.view(), x.view(), seq, eval, gen.next());
   });
   expect_sites_named(o, "rank 1 at call_site_test.cpp:" + std::to_string(line_of_train),
@@ -158,8 +158,8 @@ TEST(CallSite, ASkipBetweenIdenticalCallsOfOneSiteIsCaughtOnlyWhereTheSitesPart)
 // The site text: a caller's name as given, else the file name without its directory and the
 // line; long names are cut in the record and told apart by their digest.
 TEST(CallSite, TextOfASite) {
-  const std::source_location here = std::source_location::current();
-  EXPECT_EQ(detail::call_site_text("", here), "call_site_test.cpp:" + std::to_string(here.line()));
+  const SourceLocation here = SourceLocation::current();
+  EXPECT_EQ(detail::call_site_text("", here), "call_site_test.cpp:" + std::to_string(here.line));
   EXPECT_EQ(detail::call_site_text("model.layers.3.attn", here), "model.layers.3.attn");
   const std::string long_a(80, 'a');
   const std::string long_b = std::string(79, 'a') + "b";
