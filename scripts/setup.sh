@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages cpattn builds with, only those missing (idempotent). Needs root
 # (or sudo) only when something is missing.
 set -euo pipefail
-packages=(cmake ninja-build g++ pkg-config clang-format
+packages=(cmake ninja-build g++ pkg-config clang-format clang libclang-rt-14-dev
           googletest libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
           libopenblas-dev libdnnl-dev libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin gnuplot-nox
           python3-torch python3-numpy python3-pytest libtorch-dev pybind11-dev)

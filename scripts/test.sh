@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run). Without an argument: builds the release preset and runs the
 # whole suite, then builds the asan preset (AddressSanitizer + UBSan) for the suites whose code
-# owns memory and threads (state, comm, cp) and runs them. With a preset name: builds that preset
-# and runs its whole suite.
-# Usage: scripts/test.sh [release|debug|asan|tsan]
+# owns memory and threads (state, comm, cp) and runs them, then builds the fuzz preset (clang,
+# libFuzzer, ASan + UBSan) and fuzzes every parser of outside input for CPATTN_FUZZ_SECONDS (30)
+# each. With a preset name: builds that preset and runs its whole suite.
+# Usage: scripts/test.sh [release|debug|asan|tsan|fuzz]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 run_preset() {
   scripts/build.sh "$1" "${@:3}"
   ctest --preset "$1" -j2 --timeout 900 ${2:+-L "$2"}
 }
+fuzz_stage() {
+  run_preset fuzz "fuzz" --target fuzz_checkpoint --target fuzz_settings --target fuzz_specs \
+    --target fuzz_plan --target fuzz_call_record
+}
 if (($# == 0)); then
   run_preset release ""
   echo "test.sh: sanitizers (asan preset) on the state, comm and cp suites"
   run_preset asan "state|comm|cp" --target test_state --target test_comm --target test_comm_mpi \
     --target test_comm_mpi_failure --target test_cp --target test_cp_mpi --target cpattn_cli
+  echo "test.sh: fuzzing (fuzz preset) every parser of outside input"
+  fuzz_stage
+elif [[ $1 == fuzz ]]; then
+  fuzz_stage
 else
   run_preset "$1" ""
 fi

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace cpattn {
 
@@ -46,6 +47,33 @@ std::string str_cat(const Args&... args) {
   std::ostringstream os;
   (os << ... << args);
   return os.str();
+}
+
+/// `text` as an error quotes outside input (a flag's value, an environment variable): in single
+/// quotes, with newlines, tabs, backslashes and other control bytes escaped (\n, \t, \\, \xNN)
+/// and cut after 64 bytes with "...", so that the message stays one line of bounded length.
+inline std::string quoted(std::string_view text) {
+  constexpr size_t kMaxBytes = 64;
+  std::string out = "'";
+  for (size_t i = 0; i < text.size() && i < kMaxBytes; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\\') {
+      out += "\\\\";
+    } else if (c < 0x20 || c == 0x7f) {
+      constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (text.size() > kMaxBytes) out += "...";
+  return out + "'";
 }
 }  // namespace detail
 

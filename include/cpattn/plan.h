@@ -100,7 +100,9 @@ std::vector<Strategy> candidate_strategies(int cp_size);
 /// The estimate of every candidate strategy (infeasible ones flagged, with their reason).
 /// Uses MaskRule (mask.h) for the visible pairs of every rank and the ring's document-aware relay
 /// for its traffic, so masks and documents shape both. Throws Error(kInvalidArgument) for an
-/// invalid problem (S < 0, P < 1, doc_lengths not summing to S, bad params, dims < 1) or model.
+/// invalid problem (S < 0, P < 1, doc_lengths not summing to S, bad params, dims < 1) or model
+/// (a rate outside [1, 1e30] per second, a latency outside [0, 1e30] s, an overlap outside
+/// [0, 1]).
 std::vector<StrategyEstimate> plan_strategies(const PlanProblem& problem, const LinkModel& link,
                                               const KernelModel& kernel);
 

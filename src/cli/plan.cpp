@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/docs_spec.h"
 #include "cli/job.h"
 #include "cpattn/error.h"
 #include "cpattn/kernel.h"
@@ -45,44 +46,6 @@ struct PlanOptions {
   bool json = false;
   double timeout_s = 300;
 };
-
-// One document length of --docs: a whole decimal number in [1, 2^40], else
-// Error(kInvalidArgument) naming the accepted forms.
-int64_t parse_doc_length(std::string_view item) {
-  constexpr int64_t kMaxLength = int64_t{1} << 40;
-  int64_t value = 0;
-  const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
-  CPATTN_CHECK(
-      ec == std::errc() && end == item.data() + item.size() && value >= 1 && value <= kMaxLength,
-      ErrorCode::kInvalidArgument, "--docs: '", item,
-      "' is not a document length in [1, 2^40]; expected L1,L2,... or mean:N");
-  return value;
-}
-
-// "300,5,700,19": those lengths; "mean:N": documents of lengths cycling around N (N/2 .. 3N/2)
-// until S is covered (the last one cut).
-std::vector<int64_t> parse_docs(const std::string& text, int64_t S) {
-  std::vector<int64_t> lengths;
-  if (text.empty()) return lengths;
-  if (text.rfind("mean:", 0) == 0) {
-    const int64_t mean = parse_doc_length(std::string_view(text).substr(5));
-    CPATTN_CHECK(mean >= 2, ErrorCode::kInvalidArgument, "--docs mean:N needs N >= 2");
-    for (int64_t at = 0, i = 0; at < S; ++i) {
-      const int64_t l = std::min(S - at, mean / 2 + (i * 37) % (mean + 1));
-      lengths.push_back(std::max<int64_t>(l, 1));
-      at += lengths.back();
-    }
-    return lengths;
-  }
-  std::string_view rest(text);
-  while (true) {
-    const size_t comma = rest.find(',');
-    lengths.push_back(parse_doc_length(rest.substr(0, comma)));
-    if (comma == std::string_view::npos) break;
-    rest.remove_prefix(comma + 1);
-  }
-  return lengths;
-}
 
 std::string fmt_bytes(double b) {
   char s[32];

@@ -43,8 +43,8 @@ DType parse_dtype(const char* name) {
   if (s == "fp32" || s == "float32") return DType::kF32;
   if (s == "bf16" || s == "bfloat16") return DType::kBF16;
   if (s == "fp16" || s == "float16") return DType::kF16;
-  throw Error(ErrorCode::kInvalidArgument,
-              detail::str_cat("unknown dtype '", s, "': expected fp32, bf16 or fp16"));
+  throw Error(ErrorCode::kInvalidArgument, detail::str_cat("unknown dtype ", detail::quoted(s),
+                                                           ": expected fp32, bf16 or fp16"));
 }
 
 uint16_t float_to_bf16(float x) noexcept {

@@ -25,7 +25,8 @@ Layout parse_layout(std::string_view name) {
     if (name == layout_name(l)) return l;
   }
   throw Error(ErrorCode::kInvalidArgument,
-              detail::str_cat("layout: expected contiguous | zigzag | striped, got '", name, "'"));
+              detail::str_cat("layout: expected contiguous | zigzag | striped, got ",
+                              detail::quoted(name)));
 }
 
 TokenRange chunk_range(int64_t length, int64_t num_chunks, int64_t chunk) {

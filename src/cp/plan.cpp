@@ -118,6 +118,9 @@ int busiest(const std::vector<double>& x) {
   return static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
 }
 
+// The largest rate or latency a model may state (finite, so predicted times stay finite).
+constexpr double kMaxModelFigure = 1e30;
+
 void check_problem(const PlanProblem& p, const LinkModel& link, const KernelModel& kernel) {
   constexpr auto kArg = ErrorCode::kInvalidArgument;
   CPATTN_CHECK(p.S >= 0 && p.cp_size >= 1 && p.B >= 1 && p.Hq >= 1 && p.Hkv >= 1 &&
@@ -133,9 +136,17 @@ void check_problem(const PlanProblem& p, const LinkModel& link, const KernelMode
     }
     CPATTN_CHECK(sum == p.S, kArg, "plan: the document lengths sum to ", sum, ", not S = ", p.S);
   }
-  CPATTN_CHECK(link.bandwidth_bytes_per_s > 0 && link.latency_s >= 0 && kernel.flops_per_s > 0 &&
-                   kernel.copy_bytes_per_s > 0 && kernel.concurrent_ranks >= 0,
-               kArg, "plan: the link and kernel models need positive rates");
+  // Rates of at least 1 per second and finite figures keep every predicted time finite.
+  const auto rate = [](double x) { return x >= 1 && x <= kMaxModelFigure; };
+  CPATTN_CHECK(rate(link.bandwidth_bytes_per_s) && rate(kernel.flops_per_s) &&
+                   rate(kernel.copy_bytes_per_s) && link.latency_s >= 0 &&
+                   link.latency_s <= kMaxModelFigure && kernel.concurrent_ranks >= 0,
+               kArg,
+               "plan: the link and kernel models need rates in [1, 1e30] per second and a latency "
+               "in [0, 1e30] s, got bandwidth ",
+               link.bandwidth_bytes_per_s, " B/s, latency ", link.latency_s, " s, kernel ",
+               kernel.flops_per_s, " FLOP/s, copies ", kernel.copy_bytes_per_s,
+               " B/s, concurrent ranks ", kernel.concurrent_ranks);
   CPATTN_CHECK(link.overlap >= 0 && link.overlap <= 1, kArg,
                "plan: the link's overlap is a fraction in [0, 1], got ", link.overlap);
 }

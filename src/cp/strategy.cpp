@@ -30,8 +30,8 @@ namespace {
 [[noreturn]] void bad_name(std::string_view name) {
   throw Error(ErrorCode::kInvalidArgument,
               detail::str_cat("strategy: expected ring | allgather | ulysses | hybrid:UxR (U, R "
-                              ">= 1, e.g. hybrid:2x4), got '",
-                              name, "'"));
+                              ">= 1, e.g. hybrid:2x4), got ",
+                              detail::quoted(name)));
 }
 
 int parse_size(std::string_view text, std::string_view name) {

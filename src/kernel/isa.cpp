@@ -272,7 +272,7 @@ Isa resolve_isa(Isa requested) {
   }
   throw Error(
       ErrorCode::kInvalidArgument,
-      detail::str_cat("CPATTN_ISA=", value,
+      detail::str_cat("CPATTN_ISA=", detail::quoted(value),
                       ": expected one of auto, generic, avx2, avx512, avx512bf16 (available here: ",
                       available_names(), ")"));
 }

@@ -185,15 +185,20 @@ void agree_on_call(Communicator& comm, const CallRecord& mine) {
   // the exchange before any throws (an in-process rank that throws releases its peers' waits at
   // once, which would turn their precise error into "peer failed").
   comm.barrier();
+  throw call_disagreement(all);
+}
+
+Error call_disagreement(const std::vector<CallRecord>& all) {
   const std::string head =  // named after rank 0's record, so that every rank throws the same
-      str_cat("call agreement failed (call ", all[0].call_number, ", ", op_name(all[0].op), "): ");
+      str_cat("call agreement failed (call ", all.at(0).call_number, ", ", op_name(all[0].op),
+              "): ");
   // A refusal is the reason, and the others quote it; where every record describes its call, the
   // first field that differs follows (a refusing rank's record may describe it: a state of
   // another call, say).
   std::string refusals;
   bool all_described = true;
-  for (int r = 0; r < p; ++r) {
-    const CallRecord& rec = all[static_cast<size_t>(r)];
+  for (size_t r = 0; r < all.size(); ++r) {
+    const CallRecord& rec = all[r];
     all_described = all_described && rec.described;
     if (rec.local_check_passed) continue;
     const std::string text(rec.refusal, strnlen(rec.refusal, sizeof rec.refusal));
@@ -203,20 +208,32 @@ void agree_on_call(Communicator& comm, const CallRecord& mine) {
   const std::string difference = all_described ? first_difference(all) : std::string();
   const std::string sites = site_difference(all);
   if (!refusals.empty()) {
-    throw Error(ErrorCode::kRankDisagreement,
-                head + refusals + (difference.empty() ? "" : "; and " + difference));
+    return Error(ErrorCode::kRankDisagreement,
+                 head + refusals + (difference.empty() ? "" : "; and " + difference));
   }
-  if (difference.empty() && sites.empty()) {
-    throw Error(ErrorCode::kInternal, "call agreement: the records differ in no compared field");
+  if (!difference.empty()) {
+    return Error(ErrorCode::kRankDisagreement,
+                 head + difference +
+                     (sites.empty() ? "" : "; the calls come from different call sites: " + sites));
   }
-  if (difference.empty()) {  // the same call from other places: a skipped or an extra call
-    throw Error(ErrorCode::kRankDisagreement,
-                str_cat(head, "the calls come from different call sites: ", sites,
-                        " (did a rank skip a call, or make one the others did not?)"));
+  if (!sites.empty()) {  // the same call from other places: a skipped or an extra call
+    return Error(ErrorCode::kRankDisagreement,
+                 str_cat(head, "the calls come from different call sites: ", sites,
+                         " (did a rank skip a call, or make one the others did not?)"));
   }
-  throw Error(ErrorCode::kRankDisagreement,
-              head + difference +
-                  (sites.empty() ? "" : "; the calls come from different call sites: " + sites));
+  // Records that differ only in bytes no field above shows (a rank that could not describe its
+  // call, or a peer of another cpattn build writing the record differently).
+  std::vector<int> differing;
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (std::memcmp(&all[r], &all[0], sizeof(CallRecord)) != 0) {
+      differing.push_back(static_cast<int>(r));
+    }
+  }
+  return Error(ErrorCode::kRankDisagreement,
+               str_cat(head, differing.empty() ? std::string("no rank") : ranks_text(differing),
+                       differing.size() == 1 ? " describes" : " describe",
+                       " the call differently from rank 0, in no field this build compares (a "
+                       "rank of another cpattn build?)"));
 }
 
 }  // namespace cpattn::detail

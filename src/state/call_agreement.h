@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cpattn/attention.h"
 #include "cpattn/error.h"
@@ -79,6 +80,13 @@ CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
 /// only them when nothing else differs (a rank that skipped a call, at the call that follows).
 /// And the communicator's errors when a rank does not take part.
 void agree_on_call(Communicator& comm, const CallRecord& mine);
+
+/// The error agree_on_call throws for `all`, the records of every rank (rank r's at [r], at
+/// least one): Error(kRankDisagreement) naming the refusing ranks, else the first differing
+/// field, the call sites, or, for records that differ in no field shown, the ranks that differ
+/// from rank 0. Any bytes are accepted (a record is what a peer sent): enum fields outside their
+/// range read as "unknown", texts are read up to their NUL or their field's end.
+Error call_disagreement(const std::vector<CallRecord>& all);
 
 /// The checked-call protocol: takes comm's next call number, makes the record (forward_number:
 /// the forward this call uses the state of; nullopt = this call itself; call_site:

@@ -24,7 +24,9 @@ void put_string(std::vector<std::byte>& out, const std::string& s) {
   out.insert(out.end(), d, d + s.size());
 }
 
-std::vector<std::byte> encode(const std::vector<ConfigField>& fields) {
+}  // namespace
+
+std::vector<std::byte> encode_fields(const std::vector<ConfigField>& fields) {
   std::vector<std::byte> out;
   for (const ConfigField& f : fields) {
     put_string(out, f.flag);
@@ -35,9 +37,7 @@ std::vector<std::byte> encode(const std::vector<ConfigField>& fields) {
   return out;
 }
 
-// Decodes what encode wrote; a malformed block (a rank of another program) yields what could be
-// read, which then differs from the others and is reported as such.
-std::vector<ConfigField> decode(std::span<const std::byte> in) {
+std::vector<ConfigField> decode_fields(std::span<const std::byte> in) {
   std::vector<ConfigField> fields;
   size_t at = 0;
   const auto get = [&](std::string& s) {
@@ -57,6 +57,8 @@ std::vector<ConfigField> decode(std::span<const std::byte> in) {
   }
   return fields;
 }
+
+namespace {
 
 // "rank 1" / "ranks 0, 2-3".
 std::string ranks_text(const std::vector<int>& ranks) {
@@ -145,16 +147,15 @@ std::string format_value(float v) {
   return std::string(buf, r.ptr);
 }
 
-void agree_on_fields(Communicator& comm, const std::vector<ConfigField>& fields,
-                     const std::string& what) {
-  const auto p = static_cast<size_t>(comm.size());
-  const std::vector<std::vector<std::byte>> all = allgather_bytes(comm, encode(fields));
-  std::vector<std::map<std::string, ConfigField>> by_rank(p);
+std::optional<GroupError> settings_disagreement(const std::vector<std::vector<std::byte>>& by_rank,
+                                                const std::string& what) {
+  const size_t p = by_rank.size();
+  std::vector<std::map<std::string, ConfigField>> fields_of(p);
   std::vector<std::string> flags;  // every flag, in first-seen order
   for (size_t r = 0; r < p; ++r) {
-    for (ConfigField& f : decode(all[r])) {
+    for (ConfigField& f : decode_fields(by_rank[r])) {
       if (std::find(flags.begin(), flags.end(), f.flag) == flags.end()) flags.push_back(f.flag);
-      by_rank[r].emplace(f.flag, std::move(f));
+      fields_of[r].emplace(f.flag, std::move(f));
     }
   }
   std::string differing;
@@ -162,8 +163,8 @@ void agree_on_fields(Communicator& comm, const std::vector<ConfigField>& fields,
     std::vector<std::optional<ConfigField>> values(p);
     bool same = true;
     for (size_t r = 0; r < p; ++r) {
-      const auto it = by_rank[r].find(flag);
-      if (it != by_rank[r].end()) values[r] = it->second;
+      const auto it = fields_of[r].find(flag);
+      if (it != fields_of[r].end()) values[r] = it->second;
       same = same && values[r].has_value() == values[0].has_value() &&
              (!values[r] || values[r]->value == values[0]->value);
     }
@@ -171,34 +172,53 @@ void agree_on_fields(Communicator& comm, const std::vector<ConfigField>& fields,
     if (!differing.empty()) differing += "; ";
     differing += describe(flag, values);
   }
-  if (!differing.empty()) {
-    throw GroupError(ErrorCode::kRankDisagreement,
-                     what + ": the ranks were started with different settings: " + differing);
+  if (differing.empty()) return std::nullopt;
+  return GroupError(ErrorCode::kRankDisagreement,
+                    what + ": the ranks were started with different settings: " + differing);
+}
+
+void agree_on_fields(Communicator& comm, const std::vector<ConfigField>& fields,
+                     const std::string& what) {
+  if (auto error = settings_disagreement(allgather_bytes(comm, encode_fields(fields)), what)) {
+    throw *error;
   }
+}
+
+std::optional<GroupError> startup_failure(const std::vector<std::vector<std::byte>>& by_rank) {
+  std::vector<std::pair<int, ConfigField>> failed;  // rank, {code, message}
+  for (size_t r = 0; r < by_rank.size(); ++r) {
+    for (ConfigField& f : decode_fields(by_rank[r])) {
+      failed.push_back({static_cast<int>(r), std::move(f)});
+    }
+  }
+  if (failed.empty()) return std::nullopt;
+  // The lowest failing rank's code; a code that does not read as a number (a rank of another
+  // program) is reported as that rank's failure.
+  const std::string& code_text = failed.front().second.flag;
+  int code_number = 0;
+  const auto [end, ec] =
+      std::from_chars(code_text.data(), code_text.data() + code_text.size(), code_number);
+  const ErrorCode code = ec == std::errc() && end == code_text.data() + code_text.size()
+                             ? static_cast<ErrorCode>(code_number)
+                             : ErrorCode::kPeerFailed;
+  const bool alike = failed.size() == by_rank.size() &&
+                     std::all_of(failed.begin(), failed.end(), [&](const auto& f) {
+                       return f.second.value == failed.front().second.value;
+                     });
+  if (alike) return GroupError(code, "every rank: " + failed.front().second.value);
+  std::string message;
+  for (const auto& [rank, f] : failed) {
+    if (!message.empty()) message += "; ";
+    message += "rank " + std::to_string(rank) + ": " + f.value;
+  }
+  return GroupError(code, message);
 }
 
 void share_startup_errors(Communicator& comm, const std::optional<Error>& mine) {
   // Encoded as fields: flag = the code's number, value = the message ("" flag: no error).
   std::vector<ConfigField> own;
   if (mine) own.push_back({std::to_string(static_cast<int>(mine->code())), mine->what(), ""});
-  const std::vector<std::vector<std::byte>> all = allgather_bytes(comm, encode(own));
-  std::vector<std::pair<int, ConfigField>> failed;  // rank, {code, message}
-  for (size_t r = 0; r < all.size(); ++r) {
-    for (ConfigField& f : decode(all[r])) failed.push_back({static_cast<int>(r), std::move(f)});
-  }
-  if (failed.empty()) return;
-  const auto code = static_cast<ErrorCode>(std::stoi(failed.front().second.flag));
-  const bool alike =
-      failed.size() == all.size() && std::all_of(failed.begin(), failed.end(), [&](const auto& f) {
-        return f.second.value == failed.front().second.value;
-      });
-  if (alike) throw GroupError(code, "every rank: " + failed.front().second.value);
-  std::string message;
-  for (const auto& [rank, f] : failed) {
-    if (!message.empty()) message += "; ";
-    message += "rank " + std::to_string(rank) + ": " + f.value;
-  }
-  throw GroupError(code, message);
+  if (auto error = startup_failure(allgather_bytes(comm, encode_fields(own)))) throw *error;
 }
 
 std::vector<std::byte> rank0_result(Communicator& comm,

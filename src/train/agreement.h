@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,25 @@ void agree_on_fields(Communicator& comm, const std::vector<ConfigField>& fields,
 /// every failing rank ("every rank: <message>" when all failed with the same message), so a
 /// rank with a bad setting fails the whole job at once instead of leaving its peers waiting.
 void share_startup_errors(Communicator& comm, const std::optional<Error>& mine);
+
+/// The bytes a rank sends for its fields in agree_on_fields and share_startup_errors: per field,
+/// flag, value, note and absent_value, each as a uint32 length and its bytes.
+std::vector<std::byte> encode_fields(const std::vector<ConfigField>& fields);
+
+/// Reads encode_fields's bytes. Any bytes are accepted (they come from a peer, maybe of another
+/// program): a malformed tail is dropped, so such a rank's fields differ from the others' and are
+/// reported as such.
+std::vector<ConfigField> decode_fields(std::span<const std::byte> bytes);
+
+/// What agree_on_fields throws for the encoded fields of every rank (rank r's at [r]), or
+/// nullopt when every rank holds the same values.
+std::optional<GroupError> settings_disagreement(const std::vector<std::vector<std::byte>>& by_rank,
+                                                const std::string& what);
+
+/// What share_startup_errors throws for the encoded errors of every rank (rank r's at [r]; no
+/// field: no error), or nullopt when none failed. An error code that does not read as a number
+/// is reported as kPeerFailed.
+std::optional<GroupError> startup_failure(const std::vector<std::vector<std::byte>>& by_rank);
 
 /// Runs fn() on rank 0 only and hands its result to every rank: every rank returns rank 0's
 /// bytes, or, when fn threw a cpattn::Error, every rank throws GroupError with its code and

@@ -56,7 +56,7 @@ class Reader {
     CPATTN_CHECK(n <= (in_.size() - at_) / sizeof(T), ErrorCode::kIo, source_,
                  " is corrupted: ", what, " claims ", n, " entries past the end of the file");
     std::vector<T> v(static_cast<size_t>(n));
-    std::memcpy(v.data(), in_.data() + at_, v.size() * sizeof(T));
+    if (n > 0) std::memcpy(v.data(), in_.data() + at_, v.size() * sizeof(T));  // data() may be null
     at_ += v.size() * sizeof(T);
     return v;
   }
@@ -149,7 +149,9 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, const std::string
   const auto version = header.get<uint32_t>("version");
   CPATTN_CHECK(version == kCheckpointVersion, ErrorCode::kIo, source, " has format version ",
                version, "; this cpattn reads version ", kCheckpointVersion);
-  header.get<uint32_t>("reserved");
+  const auto reserved = header.get<uint32_t>("reserved");
+  CPATTN_CHECK(reserved == 0, ErrorCode::kIo, source, " is not a version ", kCheckpointVersion,
+               " checkpoint: its reserved header word is ", reserved, ", not 0");
   const auto total = header.get<uint64_t>("size");
   CPATTN_CHECK(total == bytes.size(), ErrorCode::kIo, source,
                total > bytes.size() ? " is truncated: " : " has trailing bytes: ", bytes.size(),

@@ -31,9 +31,17 @@ struct ModelConfig {
   int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
 };
 
+/// The largest model validate_config accepts: layers, and every width (d_model, heads, kv_heads,
+/// mlp_hidden, vocab), and the number of parameters (2^36 floats, 256 GiB). Far above what one
+/// CPU trains; they keep every size computation exact (no int64 overflow) and bounded.
+inline constexpr int64_t kMaxLayers = int64_t{1} << 16;
+inline constexpr int64_t kMaxWidth = int64_t{1} << 31;
+inline constexpr int64_t kMaxParams = int64_t{1} << 36;
+
 /// Throws Error(kInvalidArgument) naming the offending values when: layers, d_model, heads,
 /// kv_heads < 1; mlp_hidden < 0; vocab < 2; heads does not divide d_model; kv_heads does not
-/// divide heads; head_dim is odd (RoPE rotates pairs); rope_base <= 1 or not finite.
+/// divide heads; head_dim is odd (RoPE rotates pairs); rope_base <= 1 or not finite; layers >
+/// kMaxLayers, a width > kMaxWidth, or more than kMaxParams parameters.
 void validate_config(const ModelConfig& config);
 
 }  // namespace cpattn::train

@@ -57,7 +57,7 @@ set_tests_properties(cli.verify_isa_generic PROPERTIES LABELS cli ENVIRONMENT CP
   PASS_REGULAR_EXPRESSION "kernel ISA generic \\(CPATTN_ISA=generic; available: generic.*16 cases: 16 passed, 0 failed")
 add_test(NAME cli.verify_isa_invalid COMMAND cpattn_cli verify)
 set_tests_properties(cli.verify_isa_invalid PROPERTIES LABELS cli ENVIRONMENT CPATTN_ISA=sse9
-  PASS_REGULAR_EXPRESSION "cpattn: error \\(invalid_argument\\): CPATTN_ISA=sse9: expected one of auto, generic, avx2, avx512")
+  PASS_REGULAR_EXPRESSION "cpattn: error \\(invalid_argument\\): CPATTN_ISA='sse9': expected one of auto, generic, avx2, avx512")
 add_test(NAME cli.version_names_isa COMMAND cpattn_cli --version)
 set_tests_properties(cli.version_names_isa PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "; kernel ISA (generic|avx2|avx512|avx512bf16) \\(available: generic")

@@ -3,10 +3,12 @@
 // strategies are flagged, and recommend() picks the fastest feasible one.
 #include "cpattn/plan.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -183,6 +185,28 @@ TEST(Plan, TheLinksOverlapDecidesWhatTheRingHides) {
               }).code(),
               ErrorCode::kInvalidArgument)
         << bad;
+  }
+}
+
+// Models whose figures would make a predicted time infinite (a denormal kernel rate found by
+// fuzz_plan, an infinite latency, NaN) are refused, naming the figures.
+TEST(Plan, ModelsThatWouldMakeTimesInfiniteAreRefused) {
+  PlanProblem p = plan_problem(4, Layout::kZigzag, true);
+  p.S = 512;
+  const double tiny = 5.5e-318, inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  const std::vector<std::pair<LinkModel, KernelModel>> bad = {
+      {{1e9, 1e-5, 1}, {tiny, 0, 1e9}}, {{1e9, inf, 1}, {20e9, 0, 1e9}},
+      {{nan, 1e-5, 1}, {20e9, 0, 1e9}}, {{1e9, 1e-5, 1}, {20e9, 0, 0.5}},
+      {{1e9, -1, 1}, {20e9, 0, 1e9}},   {{1e9, 1e-5, 1}, {20e9, -1, 1e9}}};
+  for (const auto& [link, kernel] : bad) {
+    const Error e = error_of([&] { plan_strategies(p, link, kernel); });
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("plan: the link and kernel models need rates"));
+  }
+  for (const StrategyEstimate& e : plan_strategies(p, {1, 0, 1}, {1, 0, 1})) {
+    if (e.feasible) {
+      EXPECT_TRUE(std::isfinite(e.seconds)) << strategy_name(e.strategy);
+    }
   }
 }
 

@@ -111,6 +111,10 @@ TEST(CheckpointFormat, TruncatedCorruptedOrForeignFilesAreRefused) {
   std::vector<std::byte> future = good;
   future[8] = std::byte{2};
   EXPECT_EQ(message(future), "ck.bin has format version 2; this cpattn reads version 1");
+  std::vector<std::byte> reserved = good;  // header word 12..15 (fuzz_checkpoint found it unread)
+  reserved[12] = std::byte{1};
+  EXPECT_EQ(message(reserved),
+            "ck.bin is not a version 1 checkpoint: its reserved header word is 1, not 0");
   std::vector<std::byte> longer = good;
   longer.push_back(std::byte{0});
   EXPECT_NE(message(longer).find("has trailing bytes"), std::string::npos);

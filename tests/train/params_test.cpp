@@ -43,6 +43,17 @@ TEST(ModelConfig, ValidationNamesTheValues) {
   c = tiny();
   c.mlp_hidden = -1;
   expect_invalid(c, "mlp_hidden");
+  // Bounds that keep every size exact (the vocab of 2^56 fuzz_checkpoint found overflowed int64).
+  c = tiny();
+  c.vocab = int64_t{1} << 56;
+  expect_invalid(c, "must be <= 2^31, got 72057594037927936");
+  c = tiny();
+  c.layers = kMaxLayers + 1;
+  expect_invalid(c, "layers must be <= 2^16, got 65537");
+  c = tiny();
+  c.vocab = int64_t{1} << 30;
+  c.d_model = 64;
+  expect_invalid(c, "parameters, more than 2^36");
   c = tiny();
   c.rope_base = 1.0;
   expect_invalid(c, "rope_base");

@@ -1,0 +1,30 @@
+# The fuzz targets (tests/<area>/<name>_fuzz.cpp, beside the tests of the area they read): the
+# parsers of outside input, each a libFuzzer entry point (LLVMFuzzerTestOneInput) with its seed
+# corpus in tests/fuzz/corpus/<name>/. With
+# CPATTN_FUZZ (the clang `fuzz` preset, ASan + UBSan) each links libFuzzer and test
+# fuzz.<name> fuzzes it for CPATTN_FUZZ_SECONDS (run_fuzzer.sh); in every other build each links
+# the replay driver and test fuzz.<name>.corpus runs every corpus input once (the regression
+# inputs included). Label `fuzz`.
+set(CPATTN_FUZZ_TARGETS train/checkpoint train/settings cli/specs cp/plan state/call_record)
+foreach(target ${CPATTN_FUZZ_TARGETS})
+  get_filename_component(name ${target} NAME)
+  add_executable(fuzz_${name} ${PROJECT_SOURCE_DIR}/tests/${target}_fuzz.cpp)
+  target_include_directories(fuzz_${name} PRIVATE ${PROJECT_SOURCE_DIR}/src
+                             ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(fuzz_${name} PRIVATE cpattn cpattn_train cpattn_flags)
+  set(corpus ${CMAKE_CURRENT_LIST_DIR}/corpus/${name})
+  if(CPATTN_FUZZ)
+    math(EXPR fuzz_timeout "${CPATTN_FUZZ_SECONDS} + 120")
+    target_link_options(fuzz_${name} PRIVATE -fsanitize=fuzzer)
+    add_test(NAME fuzz.${name}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_fuzzer.sh $<TARGET_FILE:fuzz_${name}>
+                     ${corpus} ${CMAKE_CURRENT_BINARY_DIR}/fuzz/${name} ${CPATTN_FUZZ_SECONDS})
+    set_tests_properties(fuzz.${name} PROPERTIES LABELS fuzz
+                         TIMEOUT ${fuzz_timeout} PASS_REGULAR_EXPRESSION "fuzz: OK: ")
+  else()
+    target_sources(fuzz_${name} PRIVATE ${CMAKE_CURRENT_LIST_DIR}/replay_main.cpp)
+    add_test(NAME fuzz.${name}.corpus COMMAND fuzz_${name} ${corpus})
+    set_tests_properties(fuzz.${name}.corpus PROPERTIES LABELS fuzz)
+  endif()
+endforeach()
+target_sources(fuzz_specs PRIVATE ${PROJECT_SOURCE_DIR}/src/cli/docs_spec.cpp)
