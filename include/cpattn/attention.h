@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpattn/communicator.h"
+#include "cpattn/error.h"
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"
 #include "cpattn/memory.h"
@@ -176,5 +177,19 @@ inline AttentionGradients attention_backward(Communicator& comm, ConstView dout,
                                              SourceLocation caller = SourceLocation::current()) {
   return attention_backward(comm, dout, q, k, v, state, seq, seq, params, rng, options, caller);
 }
+
+/// Which checked call refuse_attention_call stands for.
+enum class RefusedCall { kForward, kBackward };
+
+/// For a caller whose own checks refuse a checked call before it can make it (a wrapper or a
+/// binding that cannot even read its arguments: a tensor of the wrong rank or dtype, a layout
+/// name it does not know): takes part in that call's agreement as a rank that refuses it, with
+/// `reason` (its code and the start of its message), and takes the call's number, so the other
+/// ranks of the group throw Error(kRankDisagreement) quoting it at once instead of waiting for a
+/// call that never comes. Then throws `reason`. The call site is options.call_site, or `caller`.
+/// Throws the communicator's errors when a rank does not take part.
+[[noreturn]] void refuse_attention_call(Communicator& comm, const Error& reason, RefusedCall kind,
+                                        const AttentionOptions& options = {},
+                                        SourceLocation caller = SourceLocation::current());
 
 }  // namespace cpattn

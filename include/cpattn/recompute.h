@@ -42,7 +42,9 @@ struct RecomputeOptions {
 /// both), when q/k/v differ from the first forward's (input digests), when any other fingerprint
 /// field differs, or (strict) when the recomputed out differs from the first one. The ranks agree
 /// on the call like attention_forward (its call site: options.ring.call_site, by default
-/// `caller`).
+/// `caller`; ranks that differ in `strict` fail it). Strict mode adds one allreduce of P flags
+/// after the forward, so that when some rank's output differs every rank throws: that rank
+/// kRecomputeDiverged, the others Error(kRankDisagreement) naming it.
 ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& checkpoint,
                                 RngState replayed, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,

@@ -9,7 +9,7 @@ import torch
 
 from . import _cpattn
 from ._checkpoint import active_record
-from ._errors import error
+from ._errors import Error, error
 from ._rng import draw_rng_state, rng_of, rng_tensor
 from ._sharding import resolve_group, whole_length
 
@@ -87,20 +87,45 @@ def _window(window_size):
     return left, right
 
 
+def _doc_ids_error(doc_ids):
+    """The error of doc_ids that are not a tensor (None when they are, or are None)."""
+    if doc_ids is not None and not isinstance(doc_ids, torch.Tensor):
+        return error("invalid_argument", "doc_ids must be an int64 tensor of the whole sequence")
+    return None
+
+
+def _refuse(group, timeout, reason, call_site):
+    """Raises `reason` (a cpattn.Error, or the TypeError / ValueError of an argument that is not
+    even of its type) after taking part in the group's call agreement as a rank that refuses the
+    call: the other ranks raise rank_disagreement quoting it at once instead of waiting for it."""
+    code = getattr(reason, "code", "invalid_argument")
+    try:
+        deadline = float(timeout) if float(timeout) > 0 else DEFAULT_TIMEOUT_S
+    except (TypeError, ValueError):
+        deadline = DEFAULT_TIMEOUT_S
+    _cpattn.refuse(group, deadline, _take_call_number(group), code, str(reason), call_site, False)
+
+
 def _run(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scale, causal,
          window_size, doc_ids, return_lse, timeout, strategy, workspace, call_site):
-    left, right = _window(window_size)
-    if doc_ids is not None and not isinstance(doc_ids, torch.Tensor):
-        raise error("invalid_argument", "doc_ids must be an int64 tensor of the whole sequence")
-    if group is None:
-        cp_size, cp_rank = 1, 0
-    else:
-        cp_size, cp_rank = group.size(), group.rank()
-    call = _cpattn.Call(layout, seq_len, layout, kv_seq_len, cp_size, cp_rank, doc_ids,
-                        None if softmax_scale is None else float(softmax_scale), bool(causal),
-                        left, right, float(dropout_p), group, float(timeout),
-                        torch.get_num_threads(), str(strategy), workspace,
-                        _caller_site() if call_site is None else str(call_site))
+    site = _caller_site() if call_site is None else str(call_site)
+    try:  # the wrapper's own checks: a rank that fails them still joins the call agreement
+        left, right = _window(window_size)
+        bad_doc_ids = _doc_ids_error(doc_ids)
+        if bad_doc_ids is not None:
+            raise bad_doc_ids
+        if group is None:
+            cp_size, cp_rank = 1, 0
+        else:
+            cp_size, cp_rank = group.size(), group.rank()
+        call = _cpattn.Call(layout, seq_len, layout, kv_seq_len, cp_size, cp_rank, doc_ids,
+                            None if softmax_scale is None else float(softmax_scale),
+                            bool(causal), left, right, float(dropout_p), group, float(timeout),
+                            torch.get_num_threads(), str(strategy), workspace, site)
+    except (Error, TypeError, ValueError) as reason:
+        if group is None:
+            raise
+        _refuse(group, timeout, reason, site)
     out, lse = _Attention.apply(q, k, v, call, group, float(dropout_p))
     return (out, lse) if return_lse else out
 
@@ -167,10 +192,17 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     site cannot be told apart: name them, e.g. by layer, when a loop makes them alike). Other
     arguments and results as attention()."""
     group = resolve_group(group)
+    site = _caller_site() if call_site is None else str(call_site)
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
-        raise error("shape_mismatch", "q must be a 4-dimensional tensor [B, S_r, Hq, Dqk]")
+        reason = error("shape_mismatch", "q must be a 4-dimensional tensor [B, S_r, Hq, Dqk]")
+        if doc_ids is None and seq_len is None:  # the others count the tokens first: join them
+            whole_length(0, group, None, None, timeout)
+        _refuse(group, timeout, reason, site)
+    bad_doc_ids = _doc_ids_error(doc_ids)
+    if bad_doc_ids is not None:  # before whole_length, which reads them
+        _refuse(group, timeout, bad_doc_ids, site)
     total = whole_length(q.shape[1], group, doc_ids, seq_len, timeout)
     return _run(q, k, v, group=group, layout=layout, seq_len=total, kv_seq_len=total,
                 dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                 window_size=window_size, doc_ids=doc_ids, return_lse=return_lse, timeout=timeout,
-                strategy=strategy, workspace=workspace, call_site=call_site)
+                strategy=strategy, workspace=workspace, call_site=site)

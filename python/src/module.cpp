@@ -6,11 +6,13 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <tuple>
 
 #include "bench_hooks.h"
 #include "cpattn/attention.h"
@@ -42,6 +44,15 @@ SequenceSharding sharding(const std::string& layout, int64_t seq_len, int cp_siz
   }
   s.validate();
   return s;
+}
+
+// The ErrorCode whose error_code_name is `name` (kInvalidArgument for a name cpattn does not
+// have: the Python wrappers' own refusals are invalid arguments or shape mismatches).
+ErrorCode error_code_of(const std::string& name) {
+  for (int c = 1; c <= static_cast<int>(ErrorCode::kInterrupted); ++c) {
+    if (name == error_code_name(static_cast<ErrorCode>(c))) return static_cast<ErrorCode>(c);
+  }
+  return ErrorCode::kInvalidArgument;
 }
 
 // The CP group a call runs on: the ProcessGroup, or one rank of its own.
@@ -86,9 +97,25 @@ struct Call {
   }
 };
 
+// The views of a call's tensors, or, when one cannot be read (a dtype or rank cpattn does not
+// take), the refusal of the call in the group's agreement (refuse_attention_call), so that the
+// other ranks raise at once instead of waiting for it.
+template <typename Views>
+auto views_or_refuse(const Call& call, uint64_t call_number, RefusedCall kind, Views&& views) {
+  try {
+    return views();
+  } catch (const Error& e) {
+    const py::gil_scoped_release released;
+    const auto comm = group_of(call.group, call.timeout_s, call_number);
+    refuse_attention_call(*comm, e, kind, call.options());
+  }
+}
+
 py::tuple forward(const Call& call, uint64_t call_number, const at::Tensor& q, const at::Tensor& k,
                   const at::Tensor& v, uint64_t seed, uint64_t offset) {
-  const ConstView qv = view_of(q, "q"), kv = view_of(k, "k"), vv = view_of(v, "v");
+  const auto [qv, kv, vv] = views_or_refuse(call, call_number, RefusedCall::kForward, [&] {
+    return std::array<ConstView, 3>{view_of(q, "q"), view_of(k, "k"), view_of(v, "v")};
+  });
   std::shared_ptr<ForwardResult> state;
   {
     const py::gil_scoped_release released;
@@ -107,10 +134,12 @@ py::tuple backward(const Call& call, uint64_t call_number, const at::Tensor& dou
                    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                    const at::Tensor& out, const at::Tensor& lse, uint64_t seed, uint64_t offset,
                    const Fingerprint& fingerprint) {
-  const ForwardStateView state{
-      view_of(out, "out"), floats_of(lse, "lse", 3), {seed, offset}, fingerprint};
-  const ConstView dv = view_of(dout, "dout"), qv = view_of(q, "q"), kv = view_of(k, "k"),
-                  vv = view_of(v, "v");
+  const auto [dv, qv, kv, vv, outv, lsev] =
+      views_or_refuse(call, call_number, RefusedCall::kBackward, [&] {
+        return std::make_tuple(view_of(dout, "dout"), view_of(q, "q"), view_of(k, "k"),
+                               view_of(v, "v"), view_of(out, "out"), floats_of(lse, "lse", 3));
+      });
+  const ForwardStateView state{outv, lsev, {seed, offset}, fingerprint};
   AttentionGradients g;
   {
     const py::gil_scoped_release released;
@@ -206,6 +235,24 @@ PYBIND11_MODULE(_cpattn, m) {
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("seed"),
         py::arg("offset"), py::arg("fingerprint"),
         "attention_backward from a ForwardStateView: (dq, dk, dv)");
+  m.def(
+      "refuse",
+      [](std::optional<tb::ProcessGroupPtr> group, double timeout_s, uint64_t call_number,
+         const std::string& code, const std::string& message, const std::string& call_site,
+         bool backward) {
+        const cpattn::Error reason(tb::error_code_of(code), message);
+        const py::gil_scoped_release released;
+        const auto comm = tb::group_of(group, timeout_s, call_number);
+        cpattn::AttentionOptions options;
+        options.call_site = call_site;
+        cpattn::refuse_attention_call(
+            *comm, reason,
+            backward ? cpattn::RefusedCall::kBackward : cpattn::RefusedCall::kForward, options);
+      },
+      py::arg("group"), py::arg("timeout"), py::arg("call_number"), py::arg("code"),
+      py::arg("message"), py::arg("call_site"), py::arg("backward"),
+      "refuse_attention_call: this rank's wrapper refuses a call (code: an error code's name); "
+      "raises cpattn.Error with that code and message after the group's agreement");
   m.def(
       "shard_token_indices",
       [](const std::string& layout, int64_t seq_len, int cp_size, int rank) {

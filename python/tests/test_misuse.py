@@ -1,6 +1,8 @@
 """Misuse raises cpattn.Error with a clear message (never a crash or a wrong number): wrong
 dtype, shapes, layout, window, a sharding the group does not match, bad doc_ids."""
 
+import time
+
 import pytest
 import torch
 
@@ -91,6 +93,54 @@ def test_a_rank_that_refuses_its_arguments_fails_every_rank_at_once(strategy):
     assert "dropout_p must be in" in outcomes[1]["message"], outcomes[1]
     assert outcomes[0]["code"] == "rank_disagreement", outcomes[0]
     assert "rank 1 refuses the call (invalid_argument: " in outcomes[0]["message"], outcomes[0]
+
+
+def _one_rank_fails_the_wrappers_checks(rank, world, bad):
+    # Rank 1's arguments fail the Python wrapper's or the binding's own checks, before the C++
+    # call: it still joins the agreement, so rank 0 raises at once instead of at the deadline.
+    kv = torch.randn(1, 8, 4, 8)
+    q = kv
+    kwargs = dict(causal=True, timeout=30)
+    if bad == "doc_ids":
+        kwargs["doc_ids"] = torch.zeros(16, dtype=torch.int64)
+    if bad == "q rank":
+        kwargs["seq_len"] = 16
+    if rank == 1:
+        if bad == "window_size":
+            kwargs["window_size"] = "wide"
+        elif bad == "doc_ids":  # rank 0 passes them as a tensor
+            kwargs["doc_ids"] = [0] * 16
+        elif bad == "layout":
+            kwargs["layout"] = "diagonal"
+        elif bad.startswith("q rank"):
+            q = torch.randn(8, 4, 8)
+        elif bad == "q dtype":
+            q = kv.to(torch.int32)
+    try:
+        cpattn.ring_attention(q, kv, kv, **kwargs)
+    except cpattn.Error as e:
+        return {"code": e.code, "message": str(e)}
+    return {"code": None, "message": ""}
+
+
+@pytest.mark.parametrize("bad", ["window_size", "doc_ids", "layout", "q rank", "q dtype"])
+def test_a_rank_that_fails_the_wrappers_checks_fails_every_rank_at_once(bad):
+    start = time.monotonic()
+    outcomes = run_processes(2, _one_rank_fails_the_wrappers_checks, bad)
+    assert time.monotonic() - start < 25, "rank 0 waited for the deadline"
+    assert outcomes[1]["code"] in ("invalid_argument", "shape_mismatch"), outcomes[1]
+    assert outcomes[0]["code"] == "rank_disagreement", outcomes[0]
+    assert "rank 1 refuses the call (" in outcomes[0]["message"], outcomes[0]
+
+
+def test_a_rank_without_a_length_to_count_still_counts_and_refuses():
+    # Without seq_len the ranks first count the tokens; rank 1 (q not 4-d) counts 0 and refuses,
+    # so rank 0 sees a whole length that its own shard does not fit and refuses too, at once.
+    start = time.monotonic()
+    outcomes = run_processes(2, _one_rank_fails_the_wrappers_checks, "q rank (lengths counted)")
+    assert time.monotonic() - start < 25, "rank 0 waited for the deadline"
+    assert outcomes[1]["code"] == "shape_mismatch", outcomes[1]
+    assert outcomes[0]["code"] in ("shape_mismatch", "rank_disagreement"), outcomes[0]
 
 
 def _skips_a_call(rank, world, where):

@@ -226,4 +226,13 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                                std::move(moved_from));
 }
 
+void refuse_attention_call(Communicator& comm, const Error& reason, RefusedCall kind,
+                           const AttentionOptions& options, SourceLocation caller) {
+  const auto op =
+      kind == RefusedCall::kForward ? detail::CallOp::kForward : detail::CallOp::kBackward;
+  detail::agree_or_throw(comm, op, nullptr, options,
+                         detail::call_site_text(options.call_site, caller), std::nullopt, reason);
+  throw reason;  // agree_or_throw has thrown it already (a local error always throws)
+}
+
 }  // namespace cpattn

@@ -23,6 +23,8 @@ const char* op_name(uint32_t op) {
       return "backward";
     case CallOp::kRecompute:
       return "recompute";
+    case CallOp::kStrictRecompute:
+      return "strict recompute";
   }
   return "an unknown operation";
 }

@@ -15,7 +15,9 @@
 namespace cpattn::detail {
 
 /// What a checked call is.
-enum class CallOp : uint32_t { kForward = 1, kBackward = 2, kRecompute = 3 };
+/// A strict recompute is an op of its own: its ranks exchange one more message after the forward
+/// (recompute_forward), so ranks that differ in strictness must fail the agreement.
+enum class CallOp : uint32_t { kForward = 1, kBackward = 2, kRecompute = 3, kStrictRecompute = 4 };
 
 /// The rank-independent description of one checked call: what every rank of the group must
 /// agree on (shapes but the rank's own sequence length, layouts, whole lengths, positions and

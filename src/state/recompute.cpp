@@ -1,6 +1,10 @@
 // Recompute (activation checkpointing) with replay checks.
 #include "cpattn/recompute.h"
 
+#include <span>
+#include <string>
+#include <vector>
+
 #include "cpattn/digest.h"
 #include "cpattn/error.h"
 #include "state/state_detail.h"
@@ -31,6 +35,31 @@ std::optional<Error> replay_error(const Fingerprint& recorded, const Fingerprint
   }
   return std::nullopt;
 }
+// Strict mode: every rank compares its recomputed out/lse with its first forward's digest, and
+// all of them learn which ranks differ (one allreduce of P flags), so a rank never throws alone
+// while the others go on to wait for it. The differing ranks throw kRecomputeDiverged, the
+// others kRankDisagreement naming them.
+void check_output_on_every_rank(Communicator& comm, const ForwardResult& state,
+                                const AttentionCheckpoint& checkpoint) {
+  const uint64_t again = output_digest(state);
+  const bool differs = again != checkpoint.output_digest;
+  std::vector<double> flags(static_cast<size_t>(comm.size()), 0.0);
+  flags[static_cast<size_t>(comm.rank())] = differs ? 1.0 : 0.0;
+  comm.allreduce_sum(std::span<double>(flags));
+  CPATTN_CHECK(!differs, ErrorCode::kRecomputeDiverged,
+               "recompute diverged: recomputed out/lse digest ", digest_hex(again),
+               " differs from the first forward's ", digest_hex(checkpoint.output_digest),
+               " although inputs, RngState and kernel numerics match (a kernel that is not "
+               "deterministic: please report it)");
+  std::string ranks;
+  for (size_t r = 0; r < flags.size(); ++r) {
+    if (flags[r] != 0.0) ranks += detail::str_cat(ranks.empty() ? "" : ", ", r);
+  }
+  CPATTN_CHECK(ranks.empty(), ErrorCode::kRankDisagreement, "strict recompute (call ",
+               state.fingerprint.call_number, "): the recomputed out/lse of rank(s) ", ranks,
+               " differ from their first forward's");
+}
+
 }  // namespace
 
 AttentionCheckpoint make_checkpoint(const ForwardResult& state) {
@@ -51,17 +80,11 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
   if (!diverged) diverged = replay_error(recorded, *called, replayed);
   // `called` is this call's fingerprint already: q/k/v are hashed once per recompute.
   ForwardResult state = detail::checked_forward(
-      comm, detail::CallOp::kRecompute, q, k, v, q_seq, kv_seq, params, replayed, options.ring,
+      comm, options.strict ? detail::CallOp::kStrictRecompute : detail::CallOp::kRecompute, q, k, v,
+      q_seq, kv_seq, params, replayed, options.ring,
       detail::call_site_text(options.ring.call_site, caller), std::move(called),
       std::move(diverged));
-  if (options.strict) {
-    const uint64_t again = output_digest(state);
-    CPATTN_CHECK(again == checkpoint.output_digest, ErrorCode::kRecomputeDiverged,
-                 "recompute diverged: recomputed out/lse digest ", digest_hex(again),
-                 " differs from the first forward's ", digest_hex(checkpoint.output_digest),
-                 " although inputs and RngState match (non-deterministic kernel settings, e.g. a "
-                 "different thread count?)");
-  }
+  if (options.strict) check_output_on_every_rank(comm, state, checkpoint);
   return state;
 }
 

@@ -33,11 +33,11 @@ std::optional<Fingerprint> fingerprint_or_refusal(
     const SequenceSharding& kv_seq, const AttentionParams& params, RngState rng,
     const AttentionOptions& options, std::optional<Error>& refusal);
 
-/// A checked forward: agrees on the call (op kForward or kRecompute; `local_error` is this rank's
-/// own reason to refuse it, see agree_or_throw), runs the strategy's forward and wraps its result
-/// in a ForwardResult carrying `fp`, which the caller computed for exactly these arguments
-/// (fingerprint_or_refusal; nullopt only with a local_error); the result's fingerprint gets the
-/// call's number. `call_site`: call_site_text of the public call.
+/// A checked forward: agrees on the call (op kForward, kRecompute or kStrictRecompute;
+/// `local_error` is this rank's own reason to refuse it, see agree_or_throw), runs the strategy's
+/// forward and wraps its result in a ForwardResult carrying `fp`, which the caller computed for
+/// exactly these arguments (fingerprint_or_refusal; nullopt only with a local_error); the result's
+/// fingerprint gets the call's number. `call_site`: call_site_text of the public call.
 ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstView k, ConstView v,
                               const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                               const AttentionParams& params, RngState rng,

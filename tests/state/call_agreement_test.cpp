@@ -46,6 +46,31 @@ TEST(CallAgreement, DifferentDropoutOnOneRankFailsEveryRankNamingIt) {
   }
 }
 
+// A wrapper that cannot even read its arguments refuses the call through
+// refuse_attention_call: it takes part in the agreement, so the others fail at once quoting it,
+// for a forward and for a backward; the refusing rank throws its own error.
+TEST(CallAgreement, AWrappersRefusalJoinsTheAgreement) {
+  const Case c;
+  for (const RefusedCall kind : {RefusedCall::kForward, RefusedCall::kBackward}) {
+    const RankOutcomes o = run_all(3, [&](Communicator& comm) {
+      const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 3, comm.rank(), &comm.memory());
+      if (comm.rank() == 1) {
+        refuse_attention_call(comm, Error(ErrorCode::kShapeMismatch, "q is not 4-dimensional"),
+                              kind);
+      }
+      attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(3, comm.rank()), c.params,
+                        {1, 0});
+    });
+    EXPECT_EQ(o.codes[1], ErrorCode::kShapeMismatch);
+    EXPECT_EQ(o.messages[1], "q is not 4-dimensional");
+    for (const int r : {0, 2}) {
+      EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kRankDisagreement) << "rank " << r;
+      EXPECT_THAT(o.messages[static_cast<size_t>(r)],
+                  HasSubstr("rank 1 refuses the call (shape_mismatch: q is not 4-dimensional)"));
+    }
+  }
+}
+
 TEST(CallAgreement, EachFieldIsCompared) {
   const Case c;
   // field name in the message -> how rank 1 differs

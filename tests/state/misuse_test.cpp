@@ -7,6 +7,7 @@
 #include "cpattn/error.h"
 #include "state/stack_harness.h"
 #include "support/errors.h"
+#include "support/rank_outcomes.h"
 
 namespace cpattn::testing {
 namespace {
@@ -168,6 +169,40 @@ TEST(Misuse, StrictRecomputeDetectsADivergedOutput) {
     } else {
       EXPECT_EQ(error, "");
     }
+  }
+}
+
+// Under CP a strict check that fails on one rank fails every rank (the others name it), and
+// ranks that differ in strictness fail the call agreement instead of one waiting for a message.
+TEST(Misuse, StrictRecomputeFailsEveryRankWhenOneDiverges) {
+  Fixture f;
+  const RankOutcomes diverged = run_all(2, [&](Communicator& comm) {
+    const Tensor x = shard_tensor(f.p.x.view(), f.p.layout, 2, comm.rank(), &comm.memory());
+    const SequenceSharding seq = f.p.sharding(2, comm.rank());
+    AttentionCheckpoint ckpt = make_checkpoint(
+        attention_forward(comm, x.view(), x.view(), x.view(), seq, f.params, {3, 0}));
+    if (comm.rank() == 1) ckpt.output_digest ^= 1;
+    RecomputeOptions options;
+    options.strict = true;
+    recompute_forward(comm, ckpt, {3, 0}, x.view(), x.view(), x.view(), seq, f.params, options);
+  });
+  EXPECT_EQ(diverged.codes[1], ErrorCode::kRecomputeDiverged);
+  EXPECT_EQ(diverged.codes[0], ErrorCode::kRankDisagreement);
+  EXPECT_THAT(diverged.messages[0], HasSubstr("the recomputed out/lse of rank(s) 1 differ"));
+
+  const RankOutcomes mixed = run_all(2, [&](Communicator& comm) {
+    const Tensor x = shard_tensor(f.p.x.view(), f.p.layout, 2, comm.rank(), &comm.memory());
+    const SequenceSharding seq = f.p.sharding(2, comm.rank());
+    const AttentionCheckpoint ckpt = make_checkpoint(
+        attention_forward(comm, x.view(), x.view(), x.view(), seq, f.params, {3, 0}));
+    RecomputeOptions options;
+    options.strict = comm.rank() == 0;
+    recompute_forward(comm, ckpt, {3, 0}, x.view(), x.view(), x.view(), seq, f.params, options);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(mixed.codes[static_cast<size_t>(r)], ErrorCode::kRankDisagreement);
+    EXPECT_THAT(mixed.messages[static_cast<size_t>(r)],
+                HasSubstr("rank 1 has op=recompute, rank 0 has op=strict recompute"));
   }
 }
 
