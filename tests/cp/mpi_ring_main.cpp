@@ -6,10 +6,14 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cp/ring_harness.h"
+#include "cpattn/attention.h"
 #include "cpattn/error.h"
 #include "cpattn/mpi_communicator.h"
 #include "cpattn/strategy.h"
@@ -107,6 +111,55 @@ TEST(MpiStrategies, EveryStrategyMatchesReferenceAndInProcessRanksBitwise) {
       comm.barrier();
     }
   }
+}
+
+// The call agreement over MPI processes: a process that refuses its own arguments, and one that
+// skips a call, fail every process at the same call (the others quoting or naming it), and the
+// group stays in step for the calls that follow.
+TEST(MpiCallAgreement, ARefusalAndASkippedCallFailEveryProcess) {
+  Communicator& comm = *g_comm;
+  const int P = comm.size();
+  const int last = P - 1;
+  const int64_t S = 16L * P;
+  Tensor x({1, S, 2, 8});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = static_cast<float>(i % 13) * 0.1f;
+  const SequenceSharding seq = SequenceSharding::of(Layout::kZigzag, S, P, comm.rank());
+  const Tensor xr = shard_tensor(x.view(), seq.layout, P, comm.rank());
+  const auto outcome = [&](const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::make_pair(e.code(), std::string(e.what()));
+    }
+    return std::make_pair(ErrorCode::kInternal, std::string());
+  };
+  AttentionParams params;
+  params.causal = true;
+  params.dropout_p = comm.rank() == last ? 1.0f : 0.1f;  // the last process's are invalid
+  auto [code, message] = outcome([&] {
+    attention_forward(comm, xr.view(), xr.view(), xr.view(), seq, params, {1, 0});
+  });
+  if (comm.rank() == last) {
+    EXPECT_EQ(code, ErrorCode::kInvalidArgument) << message;
+  } else {
+    EXPECT_EQ(code, ErrorCode::kRankDisagreement) << message;
+    EXPECT_NE(message.find("rank " + std::to_string(last) + " refuses the call (invalid_argument"),
+              std::string::npos)
+        << message;
+  }
+  params.dropout_p = 0.0f;
+  AttentionOptions eval, train;
+  eval.call_site = "eval";
+  train.call_site = "train";
+  std::tie(code, message) = outcome([&] {
+    if (comm.rank() != last) {  // the last process skips the eval forward
+      attention_forward(comm, xr.view(), xr.view(), xr.view(), seq, params, {1, 0}, eval);
+    }
+    attention_forward(comm, xr.view(), xr.view(), xr.view(), seq, params, {1, 0}, train);
+  });
+  EXPECT_EQ(code, ErrorCode::kRankDisagreement) << message;
+  EXPECT_NE(message.find("the calls come from different call sites"), std::string::npos) << message;
+  comm.barrier();
 }
 
 INSTANTIATE_TEST_SUITE_P(Mpi, MpiRing, ::testing::ValuesIn(kCases),
