@@ -49,14 +49,12 @@ std::string str_cat(const Args&... args) {
   return os.str();
 }
 
-/// `text` as an error quotes outside input (a flag's value, an environment variable): in single
-/// quotes, with newlines, tabs, backslashes and other control bytes escaped (\n, \t, \\, \xNN)
-/// and cut after 64 bytes with "...", so that the message stays one line of bounded length.
-inline std::string quoted(std::string_view text) {
-  constexpr size_t kMaxBytes = 64;
-  std::string out = "'";
-  for (size_t i = 0; i < text.size() && i < kMaxBytes; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
+/// `text` on one line: newlines, tabs, backslashes and other control bytes escaped (\n, \t, \\,
+/// \xNN); other bytes (UTF-8 included) as they are. For messages that carry outside text.
+inline std::string one_line(std::string_view text) {
+  std::string out;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
     if (c == '\n') {
       out += "\\n";
     } else if (c == '\t') {
@@ -69,11 +67,21 @@ inline std::string quoted(std::string_view text) {
       out += kHex[c >> 4];
       out += kHex[c & 15];
     } else {
-      out += static_cast<char>(c);
+      out += ch;
     }
   }
-  if (text.size() > kMaxBytes) out += "...";
-  return out + "'";
+  return out;
+}
+
+/// `text` as an error quotes outside input (a flag's value, an environment variable): in single
+/// quotes, one_line, cut after 64 bytes with "...", so that the message stays one line of
+/// bounded length.
+inline std::string quoted(std::string_view text) {
+  constexpr size_t kMaxBytes = 64;
+  std::string out(1, '\'');
+  out += one_line(text.substr(0, kMaxBytes));
+  out += text.size() > kMaxBytes ? "...'" : "'";
+  return out;
 }
 }  // namespace detail
 

@@ -78,7 +78,15 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // A bad flag or value: cpattn's one error line and status, like every other refusal.
+    const std::string help = argc > 1 && is_subcommand(commands, argv[1])
+                                 ? std::string("cpattn ") + argv[1] + " --help"
+                                 : std::string("cpattn --help");
+    const cpattn::Error error(cpattn::ErrorCode::kInvalidArgument,
+                              cpattn::detail::one_line(e.what()) + " (" + help + ")");
+    cpattn::cli::print_error(error);
+    return cpattn::cli::exit_status(error);
   }
   std::string command;
   try {

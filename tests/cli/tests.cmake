@@ -41,6 +41,13 @@ endif()
 # A word that is no subcommand is named, with the subcommands there are (exit 11).
 add_test(NAME cli.unknown_subcommand COMMAND cpattn_cli bogus)
 set_tests_properties(cli.unknown_subcommand PROPERTIES LABELS cli WILL_FAIL TRUE)
+# A flag the parser refuses, its value holding a newline: cpattn's one error line, exit 11.
+add_test(NAME cli.unknown_flag_one_line
+         COMMAND ${CPATTN_EXPECT_FAILURE} --status 11 --one-line
+                 "^cpattn: error \\(invalid_argument\\): The following arguments were not expected: .*ring\\\\nx.* \\(cpattn plan --help\\)$"
+                 $<TARGET_FILE:cpattn_cli> plan --cp 4 --strategy "ring\nx")
+set_tests_properties(cli.unknown_flag_one_line PROPERTIES LABELS cli
+                     PASS_REGULAR_EXPRESSION "expect_failure: OK")
 add_test(NAME cli.unknown_subcommand_named COMMAND cpattn_cli bogus)
 set_tests_properties(cli.unknown_subcommand_named PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "^cpattn: error \\(invalid_argument\\): unknown subcommand 'bogus'; the subcommands are [a-z, ]*train")
