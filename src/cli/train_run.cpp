@@ -206,17 +206,18 @@ int run(const TrainOptions& o, const std::vector<uint8_t>& text, const Backend& 
   // With --json stdout carries only the JSON document; the progress goes to stderr.
   std::FILE* out = o.json ? stderr : stdout;
   const double entropy = train::unigram_entropy_nats(text);
-  // Every output is checked now, before any training: metrics created, plot drawable, checkpoint
-  // directory writable.
+  // Every output is checked now, before any training and before the header, so that a refused
+  // output is the only line printed: checkpoint directory writable (and not another run's),
+  // plot drawable, metrics created.
   std::optional<ProgressPrinter> progress;
   on_lead(b, [&] {
-    print_header(o, text, entropy, out);
     if (!o.save.empty()) {
       train::prepare_checkpoint_dir(o.save,
                                     o.overwrite || train::same_checkpoint(o.save, o.resume));
     }
     if (!o.plot.empty()) check_plot_possible(o.plot);
     progress.emplace(resume ? resume->step : 0, cfg.steps, out, o.metrics, b.world == nullptr);
+    print_header(o, text, entropy, out);
   });
   std::optional<train::CheckReport> check;
   if (o.check) {

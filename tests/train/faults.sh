@@ -414,6 +414,7 @@ EOF
     run out.txt "$cpattn" train --cp 2 $tiny --steps 5 --lr 0.01 --save ck
     expect_status 11
     expect_output out.txt "^cpattn: error \(invalid_argument\): --save 'ck' holds a checkpoint already \(ck/checkpoint.bin\): refusing to replace another run's checkpoint; pass --overwrite to replace it, or --resume 'ck' to continue that run$"
+    [ "$(wc -l < out.txt)" -eq 1 ] || fail "the refusal is not the only line printed"
     expect_within 5
     [ "$(cksum < ck/checkpoint.bin)" = "$before" ] || fail "the checkpoint was replaced"
     refused_elapsed=$elapsed
