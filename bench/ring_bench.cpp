@@ -21,10 +21,10 @@
 #include <vector>
 
 #include "bench_support.h"
+#include "cpattn/detail/cp.h"
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"
 #include "cpattn/mask.h"
-#include "cpattn/ring.h"
 #include "cpattn/stopwatch.h"
 #include "cpattn/thread_communicator.h"
 
@@ -88,12 +88,12 @@ double time_single(const Problem& p) {
 
 struct RingTiming {
   double wall = 0;         // slowest rank, barrier to end of backward
-  RingStats busiest;       // stats of the slowest rank
+  CpStats busiest;         // stats of the slowest rank
   int64_t peak_bytes = 0;  // largest per-rank peak of live bytes
 };
 
 // Ring forward + backward over P in-process ranks, 1 kernel thread each, zigzag layout; with
-// `workspaces` (one per rank), the ring borrows its buffers from them (RingOptions::workspace).
+// `workspaces` (one per rank), the ring borrows its buffers from them (CpOptions::workspace).
 RingTiming time_ring(const Problem& p, int P,
                      std::vector<AttentionWorkspace>* workspaces = nullptr) {
   RingTiming result;
@@ -105,17 +105,17 @@ RingTiming time_ring(const Problem& p, int P,
     const Tensor k = shard_tensor(p.k.view(), s.layout, P, s.cp_rank, mem);
     const Tensor v = shard_tensor(p.v.view(), s.layout, P, s.cp_rank, mem);
     const Tensor dout = shard_tensor(p.dout.view(), s.layout, P, s.cp_rank, mem);
-    RingStats stats;
-    RingOptions options;
+    CpStats stats;
+    CpOptions options;
     options.stats = &stats;
     if (workspaces != nullptr) options.workspace = &(*workspaces)[static_cast<size_t>(comm.rank())];
     comm.barrier();
     const Stopwatch start;
-    const unchecked::RingForwardResult f = unchecked::ring_attention_forward(
+    const detail::CpForwardResult f = detail::ring_attention_forward(
         comm, q.view(), k.view(), v.view(), s, s, p.params, p.rng, options);
-    const AttentionGradients g = unchecked::ring_attention_backward(
-        comm, dout.view(), q.view(), k.view(), v.view(), f.out.view(), f.lse.span(), s, s, p.params,
-        f.rng, options);
+    const AttentionGradients g =
+        detail::ring_attention_backward(comm, dout.view(), q.view(), k.view(), v.view(),
+                                        f.out.view(), f.lse.span(), s, s, p.params, f.rng, options);
     const double wall = start.seconds();
     std::lock_guard<std::mutex> lock(mu);
     if (wall > result.wall) {

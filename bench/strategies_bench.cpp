@@ -25,12 +25,13 @@
 #include <vector>
 
 #include "bench_support.h"
+#include "cpattn/cp_options.h"
+#include "cpattn/detail/cp.h"
 #include "cpattn/error.h"
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"
 #include "cpattn/plan.h"
 #include "cpattn/stopwatch.h"
-#include "cpattn/strategy.h"
 #include "cpattn/thread_communicator.h"
 #ifdef CPATTN_HAVE_MPI
 #include "cpattn/mpi_communicator.h"
@@ -97,7 +98,7 @@ double group_max(Communicator& comm, double mine) {
 
 struct Measured {
   double seconds = 0, bytes = 0, peak = 0;
-  double kernel_seconds = 0, comm_seconds = 0;  ///< the slowest rank's RingStats
+  double kernel_seconds = 0, comm_seconds = 0;  ///< the slowest rank's CpStats
 };
 
 // One forward + backward of `strategy` on every rank; the slowest rank's time, the largest
@@ -111,8 +112,8 @@ Measured run_call(Communicator& comm, const PlanProblem& p, const Strategy& stra
   MemoryCounter* mem = &comm.memory();
   const Tensor q = shard(1, seq, p.Hq, p.Dqk, mem), k = shard(2, seq, p.Hkv, p.Dqk, mem),
                v = shard(3, seq, p.Hkv, p.Dv, mem), dout = shard(4, seq, p.Hq, p.Dv, mem);
-  RingStats stats;
-  AttentionOptions options;
+  CpStats stats;
+  CpOptions options;
   options.strategy = strategy;
   options.stats = &stats;
   options.document_aware = document_aware;
@@ -123,11 +124,11 @@ Measured run_call(Communicator& comm, const PlanProblem& p, const Strategy& stra
   mem->reset_peak();
   const Stopwatch watch;
   {
-    const unchecked::RingForwardResult f = unchecked::strategy_attention_forward(
+    const detail::CpForwardResult f = detail::cp_attention_forward(
         comm, q.view(), k.view(), v.view(), seq, seq, p.params, {7, 0}, options);
-    const AttentionGradients g = unchecked::strategy_attention_backward(
-        comm, dout.view(), q.view(), k.view(), v.view(), f.out.view(), f.lse.span(), seq, seq,
-        p.params, f.rng, options);
+    const AttentionGradients g =
+        detail::cp_attention_backward(comm, dout.view(), q.view(), k.view(), v.view(), f.out.view(),
+                                      f.lse.span(), seq, seq, p.params, f.rng, options);
   }
   const double seconds = watch.seconds();
   const double peak = static_cast<double>(mem->stats().peak_bytes - live);
@@ -378,7 +379,7 @@ void docs_check() {
     double bytes[2] = {0, 0};
     for (const bool aware : {false, true}) {
       run_ranks(P, [&](Communicator& comm) {
-        RingStats stats;
+        CpStats stats;
         SequenceSharding seq = SequenceSharding::of(p.layout, p.S, P, comm.rank());
         for (size_t d = 0; d < p.doc_lengths.size(); ++d)
           seq.docs.insert(seq.docs.end(), static_cast<size_t>(p.doc_lengths[d]),
@@ -386,14 +387,14 @@ void docs_check() {
         MemoryCounter* mem = &comm.memory();
         const Tensor q = shard(1, seq, p.Hq, p.Dqk, mem), k = shard(2, seq, p.Hkv, p.Dqk, mem),
                      v = shard(3, seq, p.Hkv, p.Dv, mem);
-        RingOptions options;
+        CpOptions options;
         options.stats = &stats;
         options.document_aware = aware;
-        const unchecked::RingForwardResult f = unchecked::ring_attention_forward(
+        const detail::CpForwardResult f = detail::ring_attention_forward(
             comm, q.view(), k.view(), v.view(), seq, seq, p.params, {7, 0}, options);
-        unchecked::ring_attention_backward(comm, f.out.view(), q.view(), k.view(), v.view(),
-                                           f.out.view(), f.lse.span(), seq, seq, p.params, f.rng,
-                                           options);
+        detail::ring_attention_backward(comm, f.out.view(), q.view(), k.view(), v.view(),
+                                        f.out.view(), f.lse.span(), seq, seq, p.params, f.rng,
+                                        options);
         std::vector<double> all(static_cast<size_t>(P), 0.0);
         all[static_cast<size_t>(comm.rank())] = static_cast<double>(stats.bytes_sent);
         comm.allreduce_sum(std::span<double>(all));

@@ -2,7 +2,7 @@
 // backward needs as a caller-owned ForwardResult; backward takes it back and checks that it
 // belongs to the call. Nothing is cached anywhere else, so any backward order and any number of
 // forwards without backward (evaluation) are correct, and recompute under activation
-// checkpointing is exact. (The unchecked building blocks are in cpattn::unchecked, ring.h.)
+// checkpointing is exact. (Its building blocks are the detail tier, cpattn/detail/cp.h.)
 #pragma once
 
 #include <array>
@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "cpattn/communicator.h"
+#include "cpattn/cp_options.h"
 #include "cpattn/error.h"
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"
 #include "cpattn/memory.h"
-#include "cpattn/ring.h"
 #include "cpattn/rng.h"
 #include "cpattn/source_location.h"
 #include "cpattn/strategy.h"
@@ -40,7 +40,7 @@ struct Fingerprint {
   Layout q_layout = Layout::kContiguous, kv_layout = Layout::kContiguous;
   int64_t q_seq_len = 0, kv_seq_len = 0;  ///< whole-sequence lengths Sq, Sk
   int cp_rank = 0, cp_size = 1;
-  /// How the group split the call (AttentionOptions::strategy): a state from another strategy
+  /// How the group split the call (CpOptions::strategy): a state from another strategy
   /// is refused (its out/lse carry that strategy's rounding).
   Strategy strategy{};
   /// The kernel arithmetic of the path the call resolves to (cpattn/isa.h: kernel_numerics of
@@ -58,7 +58,7 @@ struct Fingerprint {
 };
 
 /// The fingerprint of a call with these arguments (what forward records and backward recomputes);
-/// `isa` is the call's requested path (AttentionOptions::isa), resolved here (resolve_isa).
+/// `isa` is the call's requested path (CpOptions::isa), resolved here (resolve_isa).
 /// Cost: one pass over q, k and v (a few ms per 100 MB), negligible next to attention.
 /// Throws like attention_forward on inconsistent arguments, and resolve_isa's errors.
 Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,
@@ -122,7 +122,7 @@ StateMemoryStats memory_stats(const MemoryCounter& counter = process_memory());
 /// for cross-attention or Sq != Sk); their cp_rank/cp_size must equal comm.rank()/size(). `rng` is
 /// recorded in the result (take it from a Generator). Before any data moves, every rank learns
 /// every other rank's description of the call (call number, call site, shapes, layouts, lengths,
-/// positions/documents, params, RngState, the strategy and RingOptions::document_aware; one
+/// positions/documents, params, RngState, the strategy and CpOptions::document_aware; one
 /// all_to_all of fixed-size records) and all throw Error(kRankDisagreement) naming the field and
 /// the ranks when they differ; a rank that refuses its own arguments takes part too, so the
 /// others throw at once, quoting its reason. The call site is options.call_site, or by default
@@ -133,12 +133,12 @@ StateMemoryStats memory_stats(const MemoryCounter& counter = process_memory());
 ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, RngState rng,
-                                const AttentionOptions& options = {},
+                                const CpOptions& options = {},
                                 SourceLocation caller = SourceLocation::current());
 /// Self-attention: q and k/v split alike by `seq`.
 inline ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                        const SequenceSharding& seq, const AttentionParams& params,
-                                       RngState rng, const AttentionOptions& options = {},
+                                       RngState rng, const CpOptions& options = {},
                                        SourceLocation caller = SourceLocation::current()) {
   return attention_forward(comm, q, k, v, seq, seq, params, rng, options, caller);
 }
@@ -156,7 +156,7 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                                       ConstView v, const ForwardResult& state,
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params, RngState rng,
-                                      const AttentionOptions& options = {},
+                                      const CpOptions& options = {},
                                       SourceLocation caller = SourceLocation::current());
 /// Backward from a ForwardStateView (out and lse held elsewhere); checks and throws like the
 /// ForwardResult overload, plus Error(kStateMismatch) when state.rng (what produced out/lse)
@@ -166,14 +166,14 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                                       ConstView v, const ForwardStateView& state,
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params, RngState rng,
-                                      const AttentionOptions& options = {},
+                                      const CpOptions& options = {},
                                       SourceLocation caller = SourceLocation::current());
 /// Self-attention: q and k/v split alike by `seq`.
 inline AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q,
                                              ConstView k, ConstView v, const ForwardResult& state,
                                              const SequenceSharding& seq,
                                              const AttentionParams& params, RngState rng,
-                                             const AttentionOptions& options = {},
+                                             const CpOptions& options = {},
                                              SourceLocation caller = SourceLocation::current()) {
   return attention_backward(comm, dout, q, k, v, state, seq, seq, params, rng, options, caller);
 }
@@ -189,7 +189,7 @@ enum class RefusedCall { kForward, kBackward };
 /// call that never comes. Then throws `reason`. The call site is options.call_site, or `caller`.
 /// Throws the communicator's errors when a rank does not take part.
 [[noreturn]] void refuse_attention_call(Communicator& comm, const Error& reason, RefusedCall kind,
-                                        const AttentionOptions& options = {},
+                                        const CpOptions& options = {},
                                         SourceLocation caller = SourceLocation::current());
 
 }  // namespace cpattn

@@ -23,7 +23,7 @@ enum class ErrorCode {
   kRankDisagreement = 10,  ///< the ranks of a group made different calls (call agreement)
   kResourceExhausted = 11,  ///< the operating system refused a thread (or another resource)
   kNumeric = 12,      ///< a computed value is not finite where it must be (a training loss, a norm)
-  kInterrupted = 13,  ///< the caller asked the call to stop (RingOptions::stop_requested)
+  kInterrupted = 13,  ///< the caller asked the call to stop (CpOptions::stop_requested)
 };
 
 /// Short stable name of a code, e.g. "invalid_argument".

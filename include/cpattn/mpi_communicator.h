@@ -16,9 +16,9 @@ namespace cpattn {
 namespace detail {
 struct MpiState;
 }  // namespace detail
-namespace p2p {
+namespace backend {
 struct CollectiveChannel;
-}  // namespace p2p
+}  // namespace backend
 
 /// RAII owner of MPI initialisation. Requests MPI_THREAD_MULTIPLE; when the library grants less,
 /// every MpiCommunicator serialises its MPI calls with a mutex (enough for
@@ -93,7 +93,7 @@ class MpiCommunicator final : public Communicator {
   MemoryCounter& memory() override;
 
  private:
-  p2p::CollectiveChannel channel();
+  backend::CollectiveChannel channel();
 
   std::shared_ptr<detail::MpiState> state_;  // shared with pending requests
 };

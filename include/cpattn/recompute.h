@@ -31,8 +31,8 @@ inline constexpr bool kStrictRecomputeDefault = true;
 struct RecomputeOptions {
   bool strict = kStrictRecomputeDefault;
   /// The options of the recomputed forward and of the backward: the first forward's strategy
-  /// (the fingerprint compares it). Named `ring` for compatibility; a RingOptions converts.
-  AttentionOptions ring;
+  /// (the fingerprint compares it).
+  CpOptions cp;
 };
 
 /// Recomputes the forward recorded in `checkpoint`. `replayed` is the RngState the training loop
@@ -41,7 +41,7 @@ struct RecomputeOptions {
 /// Error(kRecomputeDiverged) "recompute diverged: ..." when the replayed RngState differs (naming
 /// both), when q/k/v differ from the first forward's (input digests), when any other fingerprint
 /// field differs, or (strict) when the recomputed out differs from the first one. The ranks agree
-/// on the call like attention_forward (its call site: options.ring.call_site, by default
+/// on the call like attention_forward (its call site: options.cp.call_site, by default
 /// `caller`; ranks that differ in `strict` fail it). Strict mode adds one allreduce of P flags
 /// after the forward, so that when some rank's output differs every rank throws: that rank
 /// kRecomputeDiverged, the others Error(kRankDisagreement) naming it.

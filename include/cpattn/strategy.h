@@ -4,20 +4,14 @@
 // exactly the attention of docs/design.md section 1 with the dropout masks of cp = 1, takes the
 // same sequence-sharded q/k/v and returns the same sequence-sharded out/lse/gradients; only the
 // traffic, the memory and the rounding of partial sums differ. The safe API (attention.h) takes
-// the strategy in AttentionOptions; the functions in cpattn::unchecked are its building blocks.
+// the strategy in CpOptions (cp_options.h); cpattn/detail/cp.h has its building blocks.
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <string>
 #include <string_view>
 
-#include "cpattn/communicator.h"
-#include "cpattn/kernel.h"
-#include "cpattn/layout.h"
-#include "cpattn/ring.h"
-#include "cpattn/rng.h"
-#include "cpattn/tensor.h"
+#include "cpattn/dtype.h"
 
 namespace cpattn {
 
@@ -67,50 +61,5 @@ void check_strategy(const Strategy& strategy, int cp_size, int64_t Hq, int64_t H
 /// (cpattn/dtype.h) run on the ring only (docs/design.md section 1.1). Throws
 /// Error(kInvalidArgument) naming the strategy, the dtype and the ring.
 void check_strategy_dtype(const Strategy& strategy, DType dtype);
-
-/// The options of the safe API's calls (attention.h, recompute.h): the ring's execution knobs
-/// (RingOptions: threads, statistics, the document-aware relay) plus the strategy and the call
-/// site. A RingOptions converts to it (strategy ring), so code written for the ring keeps
-/// compiling.
-struct AttentionOptions : RingOptions {
-  AttentionOptions() = default;
-  AttentionOptions(const RingOptions& ring)  // NOLINT(google-explicit-constructor)
-      : RingOptions(ring) {}
-  Strategy strategy{};
-  /// Where the call comes from, in the caller's words: a layer index, a module path
-  /// ("model.layers.3.attn"). Empty (the default): the source location of the attention_forward /
-  /// attention_backward / recompute_* call, "file.cpp:123" (file name without its directory, so
-  /// builds of one source in other directories agree). The call agreement compares it, so a rank
-  /// that skipped a call fails at the call that follows, on every rank, naming both sites
-  /// (docs/design.md section 6). Ignored by the unchecked tier.
-  std::string call_site;
-};
-
-namespace unchecked {
-
-/// Forward of `options.strategy` on rank comm.rank() (ring.h for the arguments; kRing is
-/// ring_attention_forward). Returns out [B, Sq_r, Hq, Dv] and lse fp32 [B, Hq, Sq_r] of this
-/// rank's queries in its sharding, whatever the strategy. Messages per rank: ring P - 1;
-/// allgather P - 1; ulysses 2 (P - 1) (inputs in, results out); hybrid 2 (U - 1) + R - 1.
-/// Throws like ring_attention_forward, plus Error(kInvalidArgument) from check_strategy.
-RingForwardResult strategy_attention_forward(Communicator& comm, ConstView q, ConstView k,
-                                             ConstView v, const SequenceSharding& q_sharding,
-                                             const SequenceSharding& kv_sharding,
-                                             const AttentionParams& params, RngState rng,
-                                             const AttentionOptions& options = {});
-
-/// Backward of `options.strategy` from this rank's forward out and lse (ring.h's
-/// ring_attention_backward for the arguments). Returns dq, dk, dv of this rank's shard, dk/dv
-/// summed over every rank's queries in a fixed order (bitwise deterministic). Throws like the
-/// forward.
-AttentionGradients strategy_attention_backward(Communicator& comm, ConstView dout, ConstView q,
-                                               ConstView k, ConstView v, ConstView out,
-                                               std::span<const float> lse,
-                                               const SequenceSharding& q_sharding,
-                                               const SequenceSharding& kv_sharding,
-                                               const AttentionParams& params, RngState rng,
-                                               const AttentionOptions& options = {});
-
-}  // namespace unchecked
 
 }  // namespace cpattn

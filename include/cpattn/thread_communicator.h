@@ -17,9 +17,9 @@ namespace cpattn {
 namespace detail {
 class ThreadGroup;
 }  // namespace detail
-namespace p2p {
+namespace backend {
 struct CollectiveChannel;
-}  // namespace p2p
+}  // namespace backend
 
 /// Options of run_ranks.
 struct RunRanksOptions {
@@ -63,8 +63,8 @@ class ThreadCommunicator final : public Communicator {
                      int rank, std::shared_ptr<MemoryCounter> memory);
   Request post(bool is_send, const std::byte* message, std::byte* buffer, size_t bytes, int peer,
                int tag);
-  int group_rank(int rank) const;    // this communicator's rank -> ThreadGroup rank
-  p2p::CollectiveChannel channel();  // collectives' messages on the internal tag
+  int group_rank(int rank) const;        // this communicator's rank -> ThreadGroup rank
+  backend::CollectiveChannel channel();  // collectives' messages on the internal tag
 
   detail::ThreadGroup& group_;
   uint64_t context_ = 0;      // 0: the root group of run_ranks

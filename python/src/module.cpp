@@ -16,9 +16,9 @@
 
 #include "bench_hooks.h"
 #include "cpattn/attention.h"
+#include "cpattn/cp_options.h"
 #include "cpattn/error.h"
 #include "cpattn/layout.h"
-#include "cpattn/strategy.h"
 #include "cpattn/thread_communicator.h"
 #include "cpattn/version.h"
 #include "process_group_communicator.h"
@@ -84,11 +84,11 @@ struct Call {
   /// so forward, backward and recompute borrow from the same one.
   std::shared_ptr<AttentionWorkspace> workspace;
   /// Where the Python caller made the call ("model.py:42" or a name it gave): the call site of
-  /// the forward and of its backward (AttentionOptions::call_site).
+  /// the forward and of its backward (CpOptions::call_site).
   std::string call_site;
 
-  AttentionOptions options() const {
-    AttentionOptions o;
+  CpOptions options() const {
+    CpOptions o;
     o.num_threads = num_threads;
     o.strategy = strategy;
     o.workspace = workspace.get();
@@ -243,7 +243,7 @@ PYBIND11_MODULE(_cpattn, m) {
         const cpattn::Error reason(tb::error_code_of(code), message);
         const py::gil_scoped_release released;
         const auto comm = tb::group_of(group, timeout_s, call_number);
-        cpattn::AttentionOptions options;
+        cpattn::CpOptions options;
         options.call_site = call_site;
         cpattn::refuse_attention_call(
             *comm, reason,

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/split.h"
+#include "cpattn/backend.h"
 #include "cpattn/error.h"
 
 namespace cpattn::torch_binding {
@@ -126,7 +126,7 @@ int ProcessGroupCommunicator::wire_tag(int tag) const {
 std::unique_ptr<Communicator> ProcessGroupCommunicator::split(int color, int key) {
   CPATTN_CHECK(tag_namespace_ == 0, ErrorCode::kInvalidArgument,
                "split: a sub-group of a ProcessGroup cannot be split again");
-  const detail::SplitGroup sub = detail::plan_split(*this, color, key);
+  const backend::SplitGroup sub = backend::plan_split(*this, color, key);
   const int tag_namespace =
       1 + splits_++ * size_ + *std::min_element(sub.members.begin(), sub.members.end());
   CPATTN_CHECK(tag_namespace < kSubGroupNamespaces, ErrorCode::kInvalidArgument,
@@ -184,8 +184,8 @@ Request ProcessGroupCommunicator::irecv(std::span<std::byte> data, int src, int 
   return post(false, data.data(), data.size(), src, tag);
 }
 
-p2p::CollectiveChannel ProcessGroupCommunicator::channel() {
-  p2p::CollectiveChannel ch;
+backend::CollectiveChannel ProcessGroupCommunicator::channel() {
+  backend::CollectiveChannel ch;
   ch.rank = rank_;
   ch.size = size_;
   ch.memory = &process_memory();
@@ -199,16 +199,16 @@ p2p::CollectiveChannel ProcessGroupCommunicator::channel() {
 }
 
 void ProcessGroupCommunicator::allreduce_sum(std::span<float> data) {
-  p2p::allreduce_sum(channel(), data);
+  backend::allreduce_sum(channel(), data);
 }
 void ProcessGroupCommunicator::allreduce_sum(std::span<double> data) {
-  p2p::allreduce_sum(channel(), data);
+  backend::allreduce_sum(channel(), data);
 }
 void ProcessGroupCommunicator::all_to_all(std::span<const std::byte> send,
                                           std::span<std::byte> recv) {
-  p2p::all_to_all(channel(), send, recv);
+  backend::all_to_all(channel(), send, recv);
 }
-void ProcessGroupCommunicator::barrier() { p2p::barrier(channel()); }
+void ProcessGroupCommunicator::barrier() { backend::barrier(channel()); }
 MemoryCounter& ProcessGroupCommunicator::memory() { return process_memory(); }
 
 }  // namespace cpattn::torch_binding

@@ -1,6 +1,6 @@
 // A cpattn Communicator over a torch.distributed ProcessGroup (c10d; gloo on CPU), so the one C++
 // ring runs across PyTorch processes. Point-to-point messages are ProcessGroup send/recv with the
-// caller's tags; collectives are cpattn's fixed-order ones (p2p_collectives.h) on a reserved tag,
+// caller's tags; collectives are cpattn's fixed-order ones (backend.h) on a reserved tag,
 // so every rank gets bitwise the same sums as with the other backends.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cpattn/communicator.h"
-#include "cpattn/p2p_collectives.h"
+#include "cpattn/backend.h"
 
 namespace cpattn::torch_binding {
 
@@ -68,7 +68,7 @@ class ProcessGroupCommunicator final : public Communicator {
   int max_tag() const;  // the callers' tags are [0, max_tag())
   // "rank R" for a rank here; in a sub-group also its ProcessGroup rank, which names the process.
   std::string label(int rank) const;
-  p2p::CollectiveChannel channel();
+  backend::CollectiveChannel channel();
 
   static constexpr int kCollective = -1;
 

@@ -19,7 +19,7 @@ void install_stop_handlers();
 train::StopRequest signal_stop_request();
 
 /// True once SIGINT or SIGTERM arrived: the flag for TrainHooks::stop_requested (and
-/// RingOptions::stop_requested), which stops a step at its next interruption point.
+/// CpOptions::stop_requested), which stops a step at its next interruption point.
 const std::atomic<bool>* signal_stop_flag();
 
 /// Ignores SIGPIPE for the whole process (writes to a closed pipe fail with EPIPE instead).

@@ -1,12 +1,12 @@
-// Point-to-point collectives of every Communicator backend (p2p_collectives.h).
+// Point-to-point collectives of every Communicator backend (backend.h).
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "cpattn/backend.h"
 #include "cpattn/error.h"
-#include "cpattn/p2p_collectives.h"
 
-namespace cpattn::p2p {
+namespace cpattn::backend {
 
 namespace {
 
@@ -185,4 +185,4 @@ void barrier(const CollectiveChannel& ch) {
   }
 }
 
-}  // namespace cpattn::p2p
+}  // namespace cpattn::backend

@@ -8,9 +8,8 @@
 
 #include "comm/mpi_request.h"
 #include "comm/mpi_state.h"
-#include "comm/split.h"
+#include "cpattn/backend.h"
 #include "cpattn/error.h"
-#include "cpattn/p2p_collectives.h"
 
 namespace cpattn {
 
@@ -74,8 +73,8 @@ Request MpiCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
       timeout_);
 }
 
-p2p::CollectiveChannel MpiCommunicator::channel() {
-  p2p::CollectiveChannel ch;
+backend::CollectiveChannel MpiCommunicator::channel() {
+  backend::CollectiveChannel ch;
   ch.rank = state_->rank;
   ch.size = state_->size;
   ch.memory = &process_memory();
@@ -96,15 +95,19 @@ p2p::CollectiveChannel MpiCommunicator::channel() {
   return ch;
 }
 
-void MpiCommunicator::allreduce_sum(std::span<float> data) { p2p::allreduce_sum(channel(), data); }
-
-void MpiCommunicator::allreduce_sum(std::span<double> data) { p2p::allreduce_sum(channel(), data); }
-
-void MpiCommunicator::all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) {
-  p2p::all_to_all(channel(), send, recv);
+void MpiCommunicator::allreduce_sum(std::span<float> data) {
+  backend::allreduce_sum(channel(), data);
 }
 
-void MpiCommunicator::barrier() { p2p::barrier(channel()); }
+void MpiCommunicator::allreduce_sum(std::span<double> data) {
+  backend::allreduce_sum(channel(), data);
+}
+
+void MpiCommunicator::all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) {
+  backend::all_to_all(channel(), send, recv);
+}
+
+void MpiCommunicator::barrier() { backend::barrier(channel()); }
 
 void MpiCommunicator::progress() noexcept {
   if (!detail::mpi_active()) return;
@@ -118,7 +121,7 @@ void MpiCommunicator::progress() noexcept {
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
-  const detail::SplitGroup sub = detail::plan_split(*this, color, key);
+  const backend::SplitGroup sub = backend::plan_split(*this, color, key);
   MPI_Comm part = MPI_COMM_NULL;
   {
     detail::MpiLock lock = state_->lock();

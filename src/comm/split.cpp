@@ -1,11 +1,10 @@
 // Communicator::split's default and the (color, key) exchange every backend's split starts with.
-#include "comm/split.h"
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
 
+#include "cpattn/backend.h"
 #include "cpattn/error.h"
 
 namespace cpattn {
@@ -15,7 +14,7 @@ std::unique_ptr<Communicator> Communicator::split(int /*color*/, int /*key*/) {
               "Communicator::split: this communicator backend cannot make sub-groups");
 }
 
-namespace detail {
+namespace backend {
 
 SplitGroup plan_split(Communicator& parent, int color, int key) {
   const int p = parent.size();
@@ -26,8 +25,8 @@ SplitGroup plan_split(Communicator& parent, int color, int key) {
   std::string bad;
   for (int r = 0; r < p; ++r) {
     if (all[static_cast<size_t>(r)][0] < 0) {
-      bad +=
-          str_cat(bad.empty() ? "" : ", ", "rank ", r, " passed ", all[static_cast<size_t>(r)][0]);
+      bad += detail::str_cat(bad.empty() ? "" : ", ", "rank ", r, " passed ",
+                             all[static_cast<size_t>(r)][0]);
     }
   }
   CPATTN_CHECK(bad.empty(), ErrorCode::kInvalidArgument,
@@ -44,5 +43,5 @@ SplitGroup plan_split(Communicator& parent, int color, int key) {
   return g;
 }
 
-}  // namespace detail
+}  // namespace backend
 }  // namespace cpattn

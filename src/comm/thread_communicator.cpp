@@ -8,10 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "comm/split.h"
 #include "comm/thread_group.h"
+#include "cpattn/backend.h"
 #include "cpattn/error.h"
-#include "cpattn/p2p_collectives.h"
 
 namespace cpattn {
 
@@ -78,7 +77,7 @@ int ThreadCommunicator::group_rank(int rank) const {
 }
 
 std::unique_ptr<Communicator> ThreadCommunicator::split(int color, int key) {
-  const detail::SplitGroup sub = detail::plan_split(*this, color, key);
+  const backend::SplitGroup sub = backend::plan_split(*this, color, key);
   // Every member asks for (this context, this split's number, color): one new context.
   const uint64_t context = group_.acquire_context(context_, splits_++, color);
   std::vector<int> members;
@@ -122,8 +121,8 @@ Request ThreadCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
   return post(false, nullptr, data.data(), data.size(), src, tag);
 }
 
-p2p::CollectiveChannel ThreadCommunicator::channel() {
-  p2p::CollectiveChannel ch;
+backend::CollectiveChannel ThreadCommunicator::channel() {
+  backend::CollectiveChannel ch;
   ch.rank = rank_;
   ch.size = size();
   ch.memory = memory_.get();
@@ -137,18 +136,18 @@ p2p::CollectiveChannel ThreadCommunicator::channel() {
 }
 
 void ThreadCommunicator::allreduce_sum(std::span<float> data) {
-  p2p::allreduce_sum(channel(), data);
+  backend::allreduce_sum(channel(), data);
 }
 
 void ThreadCommunicator::allreduce_sum(std::span<double> data) {
-  p2p::allreduce_sum(channel(), data);
+  backend::allreduce_sum(channel(), data);
 }
 
 void ThreadCommunicator::all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) {
-  p2p::all_to_all(channel(), send, recv);
+  backend::all_to_all(channel(), send, recv);
 }
 
-void ThreadCommunicator::barrier() { p2p::barrier(channel()); }
+void ThreadCommunicator::barrier() { backend::barrier(channel()); }
 
 void ThreadCommunicator::throw_if_group_failed() const { group_.throw_if_failed(rank_); }
 

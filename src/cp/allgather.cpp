@@ -23,7 +23,7 @@ std::vector<int> everyone(int world) {
 using WB = WorkspaceBuffer;
 
 // Every rank's k and v, all heads, into kw/vw [B, Sk, Hkv, D] (global token order).
-void gather_kv(RingChannel& ch, WorkspaceLease& lease, const StrategyCall& c, const TokenUnion& ku,
+void gather_kv(CpChannel& ch, WorkspaceLease& lease, const StrategyCall& c, const TokenUnion& ku,
                View kw, View vw, int phase) {
   const std::vector<HeadRange> all(static_cast<size_t>(c.d.world), HeadRange{0, c.d.Hkv});
   const HeadPart parts[] = {{&ku, all, c.k, kw, false}, {&ku, all, c.v, vw, false}};
@@ -32,20 +32,20 @@ void gather_kv(RingChannel& ch, WorkspaceLease& lease, const StrategyCall& c, co
 
 }  // namespace
 
-unchecked::RingForwardResult allgather_forward(const StrategyCall& c) {
-  const RingDims& d = c.d;
-  RingStats* stats = c.options.stats;
+detail::CpForwardResult allgather_forward(const StrategyCall& c) {
+  const CpDims& d = c.d;
+  CpStats* stats = c.options.stats;
   const CallTimer timer(stats);
   MemoryCounter* mem = &c.comm.memory();
   WorkspaceLease lease(c.options.workspace, mem);
-  RingChannel ch(c.comm, stats);
+  CpChannel ch(c.comm, stats);
   const std::vector<int> members = everyone(d.world);
   const TokenUnion ku = token_union(c.kv_seq, members);
   const View kw = lease.view(WB::kK, {d.B, ku.length(), d.Hkv, d.Dqk});
   const View vw = lease.view(WB::kV, {d.B, ku.length(), d.Hkv, d.Dv});
   gather_kv(ch, lease, c, ku, kw, vw, 0);
-  unchecked::RingForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, mem),
-                                   Tensor({d.B, d.Hq, d.Sq}, mem), c.rng};
+  detail::CpForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, mem), Tensor({d.B, d.Hq, d.Sq}, mem),
+                              c.rng};
   const std::vector<int64_t> q_pos = c.q_seq.local_positions(), q_doc = c.q_seq.local_docs();
   const AttentionInputs in{c.q, kw, vw, q_pos, ku.pos, q_doc, ku.doc};
   {
@@ -58,12 +58,12 @@ unchecked::RingForwardResult allgather_forward(const StrategyCall& c) {
 }
 
 AttentionGradients allgather_backward(const StrategyCall& c, const BackwardState& s) {
-  const RingDims& d = c.d;
-  RingStats* stats = c.options.stats;
+  const CpDims& d = c.d;
+  CpStats* stats = c.options.stats;
   const CallTimer timer(stats);
   MemoryCounter* mem = &c.comm.memory();
   WorkspaceLease lease(c.options.workspace, mem);
-  RingChannel ch(c.comm, stats);
+  CpChannel ch(c.comm, stats);
   const std::vector<int> members = everyone(d.world);
   const TokenUnion ku = token_union(c.kv_seq, members);
   AttentionGradients g{Tensor({d.B, d.Sq, d.Hq, d.Dqk}, mem),

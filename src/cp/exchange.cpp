@@ -8,7 +8,7 @@
 
 namespace cpattn::detail {
 
-void exchange(RingChannel& channel, int rank, int world, RingStream stream, int phase,
+void exchange(CpChannel& channel, int rank, int world, TagStream stream, int phase,
               std::span<const std::span<const float>> send, std::span<const std::span<float>> recv,
               const char* what) {
   CPATTN_CHECK(static_cast<int>(send.size()) == world && static_cast<int>(recv.size()) == world,
@@ -16,7 +16,7 @@ void exchange(RingChannel& channel, int rank, int world, RingStream stream, int 
   const auto me = static_cast<size_t>(rank);
   CPATTN_CHECK(send[me].size() == recv[me].size(), ErrorCode::kInternal,
                "exchange: own block sizes differ");
-  const int tag = ring_tag(stream, phase);
+  const int tag = stream_tag(stream, phase);
   std::vector<Request> recvs(static_cast<size_t>(world)), sends(static_cast<size_t>(world));
   for (int k = 1; k < world; ++k) {
     const auto j = static_cast<size_t>((rank + k) % world);

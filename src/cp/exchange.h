@@ -12,9 +12,9 @@ namespace cpattn::detail {
 /// every rank of the channel's group (`world` ranks, this one is `rank`); the own block is
 /// copied (send[rank] and recv[rank] must have one size). Send blocks may share memory (the same
 /// block to every rank). Every receive is posted before any send, all on one tag
-/// (ring_tag(stream, phase)); received sizes are checked exactly (Error(kCommunication) naming
+/// (stream_tag(stream, phase)); received sizes are checked exactly (Error(kCommunication) naming
 /// `what`). Messages per rank: world - 1 sends and receives; every wait has the deadline.
-void exchange(RingChannel& channel, int rank, int world, RingStream stream, int phase,
+void exchange(CpChannel& channel, int rank, int world, TagStream stream, int phase,
               std::span<const std::span<const float>> send, std::span<const std::span<float>> recv,
               const char* what);
 

@@ -52,13 +52,13 @@ using BackwardCompute =
 
 using WB = WorkspaceBuffer;
 
-unchecked::RingForwardResult heads_forward(const StrategyCall& c, const HeadGroup& g,
-                                           const ForwardCompute& compute) {
-  const RingDims& d = c.d;
+detail::CpForwardResult heads_forward(const StrategyCall& c, const HeadGroup& g,
+                                      const ForwardCompute& compute) {
+  const CpDims& d = c.d;
   const int r = g.comm.rank(), n = g.comm.size();
   MemoryCounter* mem = &c.comm.memory();
   WorkspaceLease lease(c.options.workspace, mem);
-  RingChannel ch(g.comm, c.options.stats);
+  CpChannel ch(g.comm, c.options.stats);
   const HeadSide h = head_side(c, g);
   const int64_t sq = h.qu.length();
   const View out_h = lease.view(WB::kOut, {d.B, sq, h.qh.count, d.Dv});
@@ -74,8 +74,8 @@ unchecked::RingForwardResult heads_forward(const StrategyCall& c, const HeadGrou
     compute(h, q_h, k_h, v_h, out_h, lse_h, lease);
     lease.done({WB::kQ, WB::kK, WB::kV});
   }
-  unchecked::RingForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, mem),
-                                   Tensor({d.B, d.Hq, d.Sq}, mem), c.rng};
+  detail::CpForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, mem), Tensor({d.B, d.Hq, d.Sq}, mem),
+                              c.rng};
   const std::vector<HeadRange> qa = g.split.q_all();
   const HeadPart back[] = {
       {&h.qu, qa, out_h, res.out.view(), false},
@@ -87,11 +87,11 @@ unchecked::RingForwardResult heads_forward(const StrategyCall& c, const HeadGrou
 
 AttentionGradients heads_backward(const StrategyCall& c, const BackwardState& s, const HeadGroup& g,
                                   const BackwardCompute& compute) {
-  const RingDims& d = c.d;
+  const CpDims& d = c.d;
   const int r = g.comm.rank(), n = g.comm.size();
   MemoryCounter* mem = &c.comm.memory();
   WorkspaceLease lease(c.options.workspace, mem);
-  RingChannel ch(g.comm, c.options.stats);
+  CpChannel ch(g.comm, c.options.stats);
   const HeadSide h = head_side(c, g);
   const int64_t sq = h.qu.length(), sk = h.ku.length();
   Tensor delta =
@@ -172,7 +172,7 @@ Grid make_grid(const StrategyCall& c) {
 
 }  // namespace
 
-unchecked::RingForwardResult ulysses_forward(const StrategyCall& c) {
+detail::CpForwardResult ulysses_forward(const StrategyCall& c) {
   const CallTimer timer(c.options.stats);
   const std::string what = ulysses_what(c.d.world);
   const HeadGroup g{c.comm, everyone(c.d.world),
@@ -213,7 +213,7 @@ AttentionGradients ulysses_backward(const StrategyCall& c, const BackwardState& 
       });
 }
 
-unchecked::RingForwardResult hybrid_forward(const StrategyCall& c) {
+detail::CpForwardResult hybrid_forward(const StrategyCall& c) {
   const CallTimer timer(c.options.stats);
   Grid grid = make_grid(c);
   const std::string what = ulysses_what(grid.u);

@@ -8,8 +8,8 @@
 #include <utility>
 
 #include "cp/ring_core.h"
+#include "cpattn/detail/cp.h"
 #include "cpattn/error.h"
-#include "cpattn/ring.h"
 
 namespace cpattn {
 
@@ -23,11 +23,11 @@ std::span<const float> first(std::span<const float> buffer, int64_t n) {
 
 namespace detail {
 
-void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& options,
+void ring_backward(Communicator& comm, const RingProblem& p, const CpOptions& options,
                    ConstView dout, std::span<const float> lse, std::span<const float> delta,
                    View dq, View dk, View dv, WorkspaceLease* lease) {
-  const RingDims d = ring_dims(comm, p);
-  RingChannel channel(comm, options.stats);
+  const CpDims d = ring_dims(comm, p);
+  CpChannel channel(comm, options.stats);
   MemoryCounter* mem = &comm.memory();
   // The kernel accumulates dq over the blocks, in fp32: a bf16 or fp16 dq gets an fp32
   // accumulator and is rounded once at the end.
@@ -52,7 +52,7 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   const RelayPlan plan(p.params, *p.q_blocks, *p.kv_blocks, options.document_aware);
   std::optional<WorkspaceLease> own_lease;
   WorkspaceLease& buffers = lease != nullptr ? *lease : own_lease.emplace(options.workspace, mem);
-  KvRelay relay(channel, buffers, d, *p.kv_blocks, plan, RingStream::kBackwardKv, p.k, p.v);
+  KvRelay relay(channel, buffers, d, *p.kv_blocks, plan, TagStream::kBackwardKv, p.k, p.v);
   const PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv};                // the fp32 dk/dv accumulators
   const PackedKv pk_kv{d.B, d.Hkv, d.Dqk, d.Dv, p.k.dtype};  // the travelling k/v blocks
   const int64_t ring_floats = d.world > 1 ? pk.floats(d.max_block) : 0;
@@ -84,8 +84,8 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
   static_cast<KernelOptions&>(kernel) = kernel_options(comm, options);
   kernel.accumulate = true;  // dq sums over blocks
   kernel.delta = delta;
-  const auto grad_tag = [](int step) { return ring_tag(RingStream::kBackwardGrad, step); };
-  const auto home_tag = [](int step) { return ring_tag(RingStream::kBackwardHome, step); };
+  const auto grad_tag = [](int step) { return stream_tag(TagStream::kBackwardGrad, step); };
+  const auto home_tag = [](int step) { return stream_tag(TagStream::kBackwardHome, step); };
   const auto share = [&](size_t i) {
     return shares.subspan(i * static_cast<size_t>(own_floats), static_cast<size_t>(own_floats));
   };
@@ -206,7 +206,7 @@ void ring_backward(Communicator& comm, const RingProblem& p, const RingOptions& 
 
 }  // namespace detail
 
-namespace unchecked {
+namespace detail {
 
 AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q,
                                            ConstView k, ConstView v, ConstView out,
@@ -214,9 +214,9 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
                                            const SequenceSharding& q_sharding,
                                            const SequenceSharding& kv_sharding,
                                            const AttentionParams& params, RngState rng,
-                                           const RingOptions& options) {
-  const detail::RingDims d =
-      detail::validate_ring_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
+                                           const CpOptions& options) {
+  const detail::CpDims d =
+      detail::validate_cp_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
   detail::check_backward_state(d, q, dout, out, lse);
   const detail::CallTimer call_timer(options.stats);
   MemoryCounter* mem = &comm.memory();
@@ -232,6 +232,6 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
   return g;
 }
 
-}  // namespace unchecked
+}  // namespace detail
 
 }  // namespace cpattn

@@ -8,12 +8,12 @@
 
 namespace cpattn::detail {
 
-RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
-                            const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
-                            const AttentionParams& params, const RingOptions& options) {
+CpDims validate_cp_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
+                        const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
+                        const AttentionParams& params, const CpOptions& options) {
   q_sharding.validate();
   kv_sharding.validate();
-  RingDims d;
+  CpDims d;
   d.world = comm.size();
   d.rank = comm.rank();
   CPATTN_CHECK_EQ(q_sharding.cp_size, d.world, ErrorCode::kInvalidArgument,
@@ -27,7 +27,7 @@ RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, 
   check_documents_together(q_sharding.docs.size(), kv_sharding.docs.size(), q_sharding.seq_len,
                            kv_sharding.seq_len, "the q and kv SequenceShardings");
   CPATTN_CHECK(options.num_threads >= 1, ErrorCode::kInvalidArgument,
-               "RingOptions.num_threads: expected >= 1, got ", options.num_threads);
+               "CpOptions.num_threads: expected >= 1, got ", options.num_threads);
 
   d.B = q.shape[0];
   d.Sq = q_sharding.local_length();
@@ -56,7 +56,7 @@ RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, 
   return d;
 }
 
-Request RingChannel::send(std::span<const float> data, int dest, int tag) {
+Request CpChannel::send(std::span<const float> data, int dest, int tag) {
   const ScopedSeconds t(comm_seconds());
   if (stats_ != nullptr) {
     ++stats_->messages_sent;
@@ -65,12 +65,12 @@ Request RingChannel::send(std::span<const float> data, int dest, int tag) {
   return comm_.isend(data, dest, tag);
 }
 
-Request RingChannel::recv(std::span<float> data, int src, int tag) {
+Request CpChannel::recv(std::span<float> data, int src, int tag) {
   const ScopedSeconds t(comm_seconds());
   return comm_.irecv(data, src, tag);
 }
 
-void RingChannel::wait_recv(Request& r, int64_t floats, const char* what) {
+void CpChannel::wait_recv(Request& r, int64_t floats, const char* what) {
   size_t got = 0;
   {
     const ScopedSeconds t(comm_seconds());
@@ -80,13 +80,13 @@ void RingChannel::wait_recv(Request& r, int64_t floats, const char* what) {
                   what);
 }
 
-void RingChannel::wait_if_pending(Request& r) {
+void CpChannel::wait_if_pending(Request& r) {
   if (!r.valid()) return;
   const ScopedSeconds t(comm_seconds());
   r.wait();
 }
 
-CallTimer::CallTimer(RingStats* stats) : stats_(stats) {
+CallTimer::CallTimer(CpStats* stats) : stats_(stats) {
   if (stats_ == nullptr) return;
   kernel0_ = stats_->kernel_seconds;
   comm0_ = stats_->comm_seconds;
@@ -166,9 +166,8 @@ int RelayPlan::source(int rank, int step) const {
   return direct(block) ? block : (rank - 1 + world_) % world_;
 }
 
-KvRelay::KvRelay(RingChannel& channel, WorkspaceLease& buffers, const RingDims& d,
-                 const BlockTable& kv, const RelayPlan& plan, RingStream stream, ConstView k,
-                 ConstView v)
+KvRelay::KvRelay(CpChannel& channel, WorkspaceLease& buffers, const CpDims& d, const BlockTable& kv,
+                 const RelayPlan& plan, TagStream stream, ConstView k, ConstView v)
     : channel_(channel),
       kv_(kv),
       plan_(plan),
@@ -192,7 +191,7 @@ KvRelay::KvRelay(RingChannel& channel, WorkspaceLease& buffers, const RingDims& 
   const std::span<const float> block =
       std::span<const float>(own_).first(static_cast<size_t>(pk_.floats(len_)));
   for (const int s : plan_.direct_steps(rank_)) {
-    direct_sends_.push_back(channel_.send(block, (rank_ + s) % world_, ring_tag(stream_, s - 1)));
+    direct_sends_.push_back(channel_.send(block, (rank_ + s) % world_, stream_tag(stream_, s - 1)));
   }
 }
 
@@ -207,7 +206,7 @@ void KvRelay::advance(const RingStep& step, int s) {
   const size_t floats = static_cast<size_t>(pk_.floats(len_));
   if (here && s > 0) channel_.wait_recv(recv_, pk_.floats(len_), "ring: floats of the k/v block");
   if (step.kv_send_to < 0) return;
-  const int tag = ring_tag(stream_, s);
+  const int tag = stream_tag(stream_, s);
   // The buffer about to receive block s + 1 was relayed at step s - 1: that send must be done.
   const size_t other = static_cast<size_t>(1 - cur);
   channel_.wait_if_pending(sends_[other]);
@@ -227,7 +226,7 @@ void KvRelay::finish() {
   for (Request& r : direct_sends_) channel_.wait_if_pending(r);
 }
 
-void check_backward_state(const RingDims& d, ConstView q, ConstView dout, ConstView out,
+void check_backward_state(const CpDims& d, ConstView q, ConstView dout, ConstView out,
                           std::span<const float> lse) {
   check_view(dout, "dout", "[B, Sq_local, Hq, Dv]", {d.B, d.Sq, d.Hq, d.Dv});
   check_view(out, "out", "[B, Sq_local, Hq, Dv]", {d.B, d.Sq, d.Hq, d.Dv});
@@ -246,13 +245,13 @@ Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, Memor
   return delta;
 }
 
-// The one check of a stop request (RingOptions::stop_requested).
+// The one check of a stop request (CpOptions::stop_requested).
 void throw_if_set(const std::atomic<bool>* stop) {
   CPATTN_CHECK(stop == nullptr || !stop->load(std::memory_order_relaxed), ErrorCode::kInterrupted,
                "stopped by request");
 }
 
-KernelOptions kernel_options(Communicator& comm, const RingOptions& options) {
+KernelOptions kernel_options(Communicator& comm, const CpOptions& options) {
   KernelOptions k;
   k.num_threads = options.num_threads;
   k.interruption_point = [&comm, stop = options.stop_requested] {
@@ -282,7 +281,7 @@ void zero_view(View v) {
 
 namespace cpattn {
 
-void throw_if_stop_requested(const RingOptions& options) {
+void throw_if_stop_requested(const CpOptions& options) {
   detail::throw_if_set(options.stop_requested);
 }
 

@@ -8,16 +8,16 @@
 #include <vector>
 
 #include "cp/workspace.h"
+#include "cpattn/detail/cp.h"
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"
 #include "cpattn/mask.h"
-#include "cpattn/ring.h"
 #include "cpattn/stopwatch.h"
 
 namespace cpattn::detail {
 
-/// Sizes of one ring call, checked once by validate_ring_call (kernels and helpers trust them).
-struct RingDims {
+/// Sizes of one ring call, checked once by validate_cp_call (kernels and helpers trust them).
+struct CpDims {
   int64_t B = 0, Sq = 0, Sk = 0, Hq = 0, Hkv = 0, Dqk = 0, Dv = 0;
   int64_t max_block = 0;  ///< the largest Sk_r over all ranks (buffer size of a travelling block)
   int rank = 0, world = 1;
@@ -27,14 +27,14 @@ struct RingDims {
 /// resolve_params and the options (resolve_isa included), and one dtype for q, k, v. Throws
 /// Error(kShapeMismatch | kInvalidArgument) naming expected vs got. Every rank checks the same
 /// things, so a bad call fails on every rank before any message.
-RingDims validate_ring_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
-                            const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
-                            const AttentionParams& params, const RingOptions& options);
+CpDims validate_cp_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
+                        const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
+                        const AttentionParams& params, const CpOptions& options);
 
 /// Message tags: one kind per stream, the step in the low bits (readable in timeout messages:
 /// "tag 8194" = k/v of the backward, step 2). Every CP strategy's streams are listed here, so no
 /// two can share a tag.
-enum class RingStream {
+enum class TagStream {
   kForwardKv = 1,     ///< ring: k/v blocks of the forward
   kBackwardKv = 2,    ///< ring: k/v blocks of the backward
   kBackwardGrad = 3,  ///< ring: dk/dv accumulators from rank to rank
@@ -46,15 +46,15 @@ enum class RingStream {
   kHeadsOut = 6,
 };
 /// The largest tag is 6 * 4096 + 4095 = 28671, below MPI's guaranteed MPI_TAG_UB of 32767.
-inline int ring_tag(RingStream stream, int step) {
+inline int stream_tag(TagStream stream, int step) {
   return static_cast<int>(stream) * 4096 + step % 4096;
 }
 
 /// The ring's view of its Communicator: float messages, received sizes checked, and every call's
-/// time and traffic added to RingStats (when given).
-class RingChannel {
+/// time and traffic added to CpStats (when given).
+class CpChannel {
  public:
-  RingChannel(Communicator& comm, RingStats* stats) : comm_(comm), stats_(stats) {}
+  CpChannel(Communicator& comm, CpStats* stats) : comm_(comm), stats_(stats) {}
   Request send(std::span<const float> data, int dest, int tag);
   Request recv(std::span<float> data, int src, int tag);
   /// Waits for a receive and checks that exactly `floats` floats arrived (Error(kCommunication)).
@@ -62,25 +62,25 @@ class RingChannel {
   /// Waits for a request if one is pending (sends; receives already checked).
   void wait_if_pending(Request& r);
   MemoryCounter& memory() { return comm_.memory(); }
-  RingStats* stats() const { return stats_; }
+  CpStats* stats() const { return stats_; }
 
  private:
   double* comm_seconds() const { return stats_ ? &stats_->comm_seconds : nullptr; }
   Communicator& comm_;
-  RingStats* stats_;
+  CpStats* stats_;
 };
 
 /// Times a whole ring call: on destruction adds (elapsed - kernel - comm time of this call) to
 /// stats->other_seconds.
 class CallTimer {
  public:
-  explicit CallTimer(RingStats* stats);
+  explicit CallTimer(CpStats* stats);
   ~CallTimer();
   CallTimer(const CallTimer&) = delete;
   CallTimer& operator=(const CallTimer&) = delete;
 
  private:
-  RingStats* stats_;
+  CpStats* stats_;
   double kernel0_ = 0, comm0_ = 0;
   Stopwatch watch_;
 };
@@ -148,7 +148,7 @@ class BlockSkip {
 };
 
 /// Who needs which k/v block and how it gets there (the document-aware routing,
-/// RingOptions::document_aware). Rank r needs block b unless BlockSkip hides it from r's queries.
+/// CpOptions::document_aware). Rank r needs block b unless BlockSkip hides it from r's queries.
 /// A block is routed one of two ways:
 ///  - relayed: it visits ranks b+1, b+2, ... (mod P) at steps 1, 2, ...; reach(b) is the step of
 ///    the last rank that needs it (0: none but its home), or P - 1 for the plain ring. Ranks up
@@ -203,13 +203,13 @@ class RelayPlan {
 /// in (with one rank nothing travels: its own views are the block and nothing is copied); a
 /// direct own block is packed into a buffer of its own, kept for the whole pass, and sent to the
 /// ranks that need it right away. One object per pass (forward, backward), each on its own
-/// message stream; a message for step s carries tag ring_tag(stream, s - 1) whatever its source.
+/// message stream; a message for step s carries tag stream_tag(stream, s - 1) whatever its source.
 class KvRelay {
  public:
   /// The block buffers come from `buffers` (kRelay0, kRelay1, kOwnKv), which must outlive the
   /// relay.
-  KvRelay(RingChannel& channel, WorkspaceLease& buffers, const RingDims& d, const BlockTable& kv,
-          const RelayPlan& plan, RingStream stream, ConstView k, ConstView v);
+  KvRelay(CpChannel& channel, WorkspaceLease& buffers, const CpDims& d, const BlockTable& kv,
+          const RelayPlan& plan, TagStream stream, ConstView k, ConstView v);
   /// Makes step `s`'s block current: waits for it to arrive (s > 0, when this rank is on its
   /// path), relays it if a later rank needs it, and posts the receive of the next block if this
   /// rank is on that block's path. Call for s = 0, 1, ..., P - 1 in order.
@@ -224,10 +224,10 @@ class KvRelay {
 
  private:
   bool alone() const { return world_ == 1; }
-  RingChannel& channel_;
+  CpChannel& channel_;
   const BlockTable& kv_;
   const RelayPlan& plan_;
-  RingStream stream_;
+  TagStream stream_;
   int rank_, world_;
   ConstView own_k_, own_v_;
   PackedKv pk_;
@@ -244,7 +244,7 @@ class KvRelay {
 /// message): dout and out [B, Sq_r, Hq, Dv] (any strides) and lse of B * Hq * Sq_r floats, else
 /// Error(kShapeMismatch) naming expected vs got; dout of q's dtype and out of it or fp32, else
 /// Error(kInvalidArgument) naming both dtypes.
-void check_backward_state(const RingDims& d, ConstView q, ConstView dout, ConstView out,
+void check_backward_state(const CpDims& d, ConstView q, ConstView dout, ConstView out,
                           std::span<const float> lse);
 
 /// D_i = <dout_i, out_i> in fp32, [B, H, S] (FlashAttention-2 backward, Alg. 2 line 4), for
@@ -257,10 +257,10 @@ Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, Memor
 /// cancellation and progress between work items: the caller's stop request (throw_if_set of
 /// options.stop_requested), Communicator::throw_if_group_failed, then Communicator::progress, so
 /// posted transfers move while the kernel runs.
-KernelOptions kernel_options(Communicator& comm, const RingOptions& options);
+KernelOptions kernel_options(Communicator& comm, const CpOptions& options);
 
 /// Throws Error(kInterrupted) "stopped by request" when `stop` is non-null and true: the one check
-/// of RingOptions::stop_requested.
+/// of CpOptions::stop_requested.
 void throw_if_set(const std::atomic<bool>* stop);
 
 /// Sets every element of `v` to 0 (any strides, any dtype).

@@ -6,15 +6,15 @@
 #include <utility>
 
 #include "cp/ring_core.h"
+#include "cpattn/detail/cp.h"
 #include "cpattn/error.h"
-#include "cpattn/ring.h"
 
 namespace cpattn {
 
 namespace detail {
 
-RingDims ring_dims(const Communicator& comm, const RingProblem& p) {
-  RingDims d;
+CpDims ring_dims(const Communicator& comm, const RingProblem& p) {
+  CpDims d;
   d.world = comm.size();
   d.rank = comm.rank();
   d.B = p.q.shape[0];
@@ -28,15 +28,15 @@ RingDims ring_dims(const Communicator& comm, const RingProblem& p) {
   return d;
 }
 
-void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& options, View out,
+void ring_forward(Communicator& comm, const RingProblem& p, const CpOptions& options, View out,
                   std::span<float> lse, WorkspaceLease* lease) {
-  const RingDims d = ring_dims(comm, p);
-  RingChannel channel(comm, options.stats);
+  const CpDims d = ring_dims(comm, p);
+  CpChannel channel(comm, options.stats);
   MemoryCounter* mem = &comm.memory();
   const RelayPlan plan(p.params, *p.q_blocks, *p.kv_blocks, options.document_aware);
   std::optional<WorkspaceLease> own_lease;
   WorkspaceLease& buffers = lease != nullptr ? *lease : own_lease.emplace(options.workspace, mem);
-  KvRelay relay(channel, buffers, d, *p.kv_blocks, plan, RingStream::kForwardKv, p.k, p.v);
+  KvRelay relay(channel, buffers, d, *p.kv_blocks, plan, TagStream::kForwardKv, p.k, p.v);
   if (options.stats != nullptr) {
     // The plain ring relays blocks r, r - 1, ..., r - P + 2 (every step but the last).
     const PackedKv pk{d.B, d.Hkv, d.Dqk, d.Dv, p.k.dtype};
@@ -106,42 +106,42 @@ void ring_forward(Communicator& comm, const RingProblem& p, const RingOptions& o
 
 }  // namespace detail
 
-namespace unchecked {
+namespace detail {
 
-void check_ring_arguments(const Communicator& comm, ConstView q, ConstView k, ConstView v,
-                          const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
-                          const AttentionParams& params, const RingOptions& options) {
-  detail::validate_ring_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
+void check_cp_arguments(const Communicator& comm, ConstView q, ConstView k, ConstView v,
+                        const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
+                        const AttentionParams& params, const CpOptions& options) {
+  detail::validate_cp_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
 }
 
 void check_backward_arguments(const Communicator& comm, ConstView dout, ConstView q, ConstView k,
                               ConstView v, ConstView out, std::span<const float> lse,
                               const SequenceSharding& q_sharding,
                               const SequenceSharding& kv_sharding, const AttentionParams& params,
-                              const RingOptions& options) {
-  const detail::RingDims d =
-      detail::validate_ring_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
+                              const CpOptions& options) {
+  const detail::CpDims d =
+      detail::validate_cp_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
   detail::check_backward_state(d, q, dout, out, lse);
 }
 
-RingForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
-                                         const SequenceSharding& q_sharding,
-                                         const SequenceSharding& kv_sharding,
-                                         const AttentionParams& params, RngState rng,
-                                         const RingOptions& options) {
-  const detail::RingDims d =
-      detail::validate_ring_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
+CpForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
+                                       const SequenceSharding& q_sharding,
+                                       const SequenceSharding& kv_sharding,
+                                       const AttentionParams& params, RngState rng,
+                                       const CpOptions& options) {
+  const detail::CpDims d =
+      detail::validate_cp_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
   const detail::CallTimer call_timer(options.stats);
   const detail::BlockTable q_blocks = detail::BlockTable::of(q_sharding);
   const detail::BlockTable kv_blocks = detail::BlockTable::of(kv_sharding);
   MemoryCounter* mem = &comm.memory();
-  RingForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, q.dtype, mem),
-                        Tensor({d.B, d.Hq, d.Sq}, mem), rng};
+  CpForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, q.dtype, mem), Tensor({d.B, d.Hq, d.Sq}, mem),
+                      rng};
   const detail::RingProblem p{q, k, v, &q_blocks, &kv_blocks, params, rng};
   detail::ring_forward(comm, p, options, res.out.view(), res.lse.span());
   return res;
 }
 
-}  // namespace unchecked
+}  // namespace detail
 
 }  // namespace cpattn

@@ -1,8 +1,8 @@
 // The ring schedule: a pure function (rank, world, step) -> what to compute and whom to talk to.
+#include "cpattn/detail/cp.h"
 #include "cpattn/error.h"
-#include "cpattn/ring.h"
 
-namespace cpattn {
+namespace cpattn::detail {
 
 namespace {
 int mod(int a, int p) { return ((a % p) + p) % p; }
@@ -29,4 +29,4 @@ RingStep ring_step(int rank, int world, int step) {
   return s;
 }
 
-}  // namespace cpattn
+}  // namespace cpattn::detail

@@ -1,12 +1,11 @@
-// Strategy names, the rules of check_strategy and the dispatch of strategy_attention_forward /
-// strategy_attention_backward (strategy.h).
-#include "cpattn/strategy.h"
-
+// Strategy names, the rules of check_strategy and the dispatch of cp_attention_forward /
+// cp_attention_backward (strategy.h).
 #include <charconv>
 #include <string>
 
 #include "cp/strategy_detail.h"
 #include "cp/transpose.h"
+#include "cpattn/cp_options.h"
 #include "cpattn/error.h"
 
 namespace cpattn {
@@ -94,16 +93,15 @@ void check_strategy_dtype(const Strategy& strategy, DType dtype) {
                " (bf16 and fp16 run on the ring strategy)");
 }
 
-namespace unchecked {
+namespace detail {
 
 namespace {
 
 detail::StrategyCall validated(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                const AttentionParams& params, RngState rng,
-                               const AttentionOptions& options) {
-  const detail::RingDims d =
-      detail::validate_ring_call(comm, q, k, v, q_seq, kv_seq, params, options);
+                               const CpOptions& options) {
+  const detail::CpDims d = detail::validate_cp_call(comm, q, k, v, q_seq, kv_seq, params, options);
   check_strategy(options.strategy, comm.size(), d.Hq, d.Hkv);
   check_strategy_dtype(options.strategy, q.dtype);
   return {comm, q, k, v, q_seq, kv_seq, params, rng, options, d};
@@ -111,11 +109,11 @@ detail::StrategyCall validated(Communicator& comm, ConstView q, ConstView k, Con
 
 }  // namespace
 
-RingForwardResult strategy_attention_forward(Communicator& comm, ConstView q, ConstView k,
-                                             ConstView v, const SequenceSharding& q_sharding,
-                                             const SequenceSharding& kv_sharding,
-                                             const AttentionParams& params, RngState rng,
-                                             const AttentionOptions& options) {
+CpForwardResult cp_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
+                                     const SequenceSharding& q_sharding,
+                                     const SequenceSharding& kv_sharding,
+                                     const AttentionParams& params, RngState rng,
+                                     const CpOptions& options) {
   const detail::StrategyCall c =
       validated(comm, q, k, v, q_sharding, kv_sharding, params, rng, options);
   switch (options.strategy.kind) {
@@ -131,13 +129,13 @@ RingForwardResult strategy_attention_forward(Communicator& comm, ConstView q, Co
   throw Error(ErrorCode::kInternal, "strategy: unknown kind");
 }
 
-AttentionGradients strategy_attention_backward(Communicator& comm, ConstView dout, ConstView q,
-                                               ConstView k, ConstView v, ConstView out,
-                                               std::span<const float> lse,
-                                               const SequenceSharding& q_sharding,
-                                               const SequenceSharding& kv_sharding,
-                                               const AttentionParams& params, RngState rng,
-                                               const AttentionOptions& options) {
+AttentionGradients cp_attention_backward(Communicator& comm, ConstView dout, ConstView q,
+                                         ConstView k, ConstView v, ConstView out,
+                                         std::span<const float> lse,
+                                         const SequenceSharding& q_sharding,
+                                         const SequenceSharding& kv_sharding,
+                                         const AttentionParams& params, RngState rng,
+                                         const CpOptions& options) {
   const detail::StrategyCall c =
       validated(comm, q, k, v, q_sharding, kv_sharding, params, rng, options);
   detail::check_backward_state(c.d, q, dout, out, lse);
@@ -156,6 +154,6 @@ AttentionGradients strategy_attention_backward(Communicator& comm, ConstView dou
   throw Error(ErrorCode::kInternal, "strategy: unknown kind");
 }
 
-}  // namespace unchecked
+}  // namespace detail
 
 }  // namespace cpattn

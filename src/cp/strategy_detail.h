@@ -1,11 +1,12 @@
-// The strategies behind strategy_attention_forward / strategy_attention_backward (strategy.h),
-// each on arguments the dispatcher validated (validate_ring_call, check_strategy).
+// The strategies behind cp_attention_forward / cp_attention_backward (strategy.h),
+// each on arguments the dispatcher validated (validate_cp_call, check_strategy).
 #pragma once
 
 #include <span>
 
 #include "cp/ring_detail.h"
-#include "cpattn/strategy.h"
+#include "cpattn/cp_options.h"
+#include "cpattn/detail/cp.h"
 
 namespace cpattn::detail {
 
@@ -17,8 +18,8 @@ struct StrategyCall {
   const SequenceSharding& kv_seq;
   const AttentionParams& params;
   RngState rng;
-  const AttentionOptions& options;
-  RingDims d;
+  const CpOptions& options;
+  CpDims d;
 };
 
 /// The state of a backward: dout, and the forward's out and lse of this rank's queries.
@@ -27,11 +28,11 @@ struct BackwardState {
   std::span<const float> lse;
 };
 
-unchecked::RingForwardResult allgather_forward(const StrategyCall& c);
+detail::CpForwardResult allgather_forward(const StrategyCall& c);
 AttentionGradients allgather_backward(const StrategyCall& c, const BackwardState& s);
-unchecked::RingForwardResult ulysses_forward(const StrategyCall& c);
+detail::CpForwardResult ulysses_forward(const StrategyCall& c);
 AttentionGradients ulysses_backward(const StrategyCall& c, const BackwardState& s);
-unchecked::RingForwardResult hybrid_forward(const StrategyCall& c);
+detail::CpForwardResult hybrid_forward(const StrategyCall& c);
 AttentionGradients hybrid_backward(const StrategyCall& c, const BackwardState& s);
 
 }  // namespace cpattn::detail

@@ -181,7 +181,7 @@ bool broadcast(std::span<const HeadPart> parts) {
 
 }  // namespace
 
-void to_heads(RingChannel& channel, WorkspaceLease& lease, int rank, int world, int phase,
+void to_heads(CpChannel& channel, WorkspaceLease& lease, int rank, int world, int phase,
               std::span<const HeadPart> parts) {
   // The own block (c == rank) moves straight across (move_rows); only the others are staged.
   std::vector<int64_t> send_sizes(static_cast<size_t>(world), 0), recv_sizes(send_sizes);
@@ -217,7 +217,7 @@ void to_heads(RingChannel& channel, WorkspaceLease& lease, int rank, int world, 
     send_blocks[static_cast<size_t>(rank)] = {};
   }
   const std::vector<std::span<float>> recv_blocks = cut(recv, recv_sizes);
-  exchange(channel, rank, world, RingStream::kHeadsIn, phase, send_blocks, recv_blocks,
+  exchange(channel, rank, world, TagStream::kHeadsIn, phase, send_blocks, recv_blocks,
            "heads exchange: floats of a block");
   const float* src = recv.data();
   for (int m = 0; m < world; ++m) {
@@ -234,7 +234,7 @@ void to_heads(RingChannel& channel, WorkspaceLease& lease, int rank, int world, 
   lease.done({WorkspaceBuffer::kStageSend, WorkspaceBuffer::kStageRecv});
 }
 
-void to_sequence(RingChannel& channel, WorkspaceLease& lease, int rank, int world, int phase,
+void to_sequence(CpChannel& channel, WorkspaceLease& lease, int rank, int world, int phase,
                  std::span<const HeadPart> parts) {
   // The own block (c == rank) moves straight across (move_rows); only the others are staged.
   std::vector<int64_t> send_sizes(static_cast<size_t>(world), 0), recv_sizes(send_sizes);
@@ -259,7 +259,7 @@ void to_sequence(RingChannel& channel, WorkspaceLease& lease, int rank, int worl
       }
     }
   }
-  exchange(channel, rank, world, RingStream::kHeadsOut, phase,
+  exchange(channel, rank, world, TagStream::kHeadsOut, phase,
            cut(std::span<const float>(send), send_sizes), cut(recv, recv_sizes),
            "heads exchange: floats of a block");
   for (const HeadPart& p : parts) {

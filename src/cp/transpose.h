@@ -75,13 +75,13 @@ ConstView rows_view(std::span<const float> x, int64_t B, int64_t H, int64_t S);
 /// [B, S_union, heads[rank].count, D], filled at the union rows of every member's tokens. The own
 /// block is copied straight across; the others are packed into and unpacked from staging buffers
 /// borrowed from `lease` (kStageSend, kStageRecv; done() when the call returns).
-void to_heads(RingChannel& channel, WorkspaceLease& lease, int rank, int world, int phase,
+void to_heads(CpChannel& channel, WorkspaceLease& lease, int rank, int world, int phase,
               std::span<const HeadPart> parts);
 
 /// Head side -> sequence side: every part's `from` is this rank's [B, S_union, heads[rank].count,
 /// D], its `to` this rank's [B, S_m, H, D] (overwritten; sum parts are the rank-order sums).
 /// Staging as to_heads.
-void to_sequence(RingChannel& channel, WorkspaceLease& lease, int rank, int world, int phase,
+void to_sequence(CpChannel& channel, WorkspaceLease& lease, int rank, int world, int phase,
                  std::span<const HeadPart> parts);
 
 }  // namespace cpattn::detail

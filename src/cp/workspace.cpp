@@ -1,4 +1,4 @@
-// AttentionWorkspace (cpattn/ring.h) and the per-call lease on its buffers (workspace.h).
+// AttentionWorkspace (cpattn/workspace.h) and the per-call lease on its buffers (workspace.h).
 #include "cp/workspace.h"
 
 #include "cpattn/error.h"
@@ -25,8 +25,9 @@ WorkspaceLease::WorkspaceLease(AttentionWorkspace* workspace, MemoryCounter* mem
     : workspace_(workspace), mem_(mem) {
   if (workspace_ == nullptr) return;
   CPATTN_CHECK(!workspace_->in_use_.exchange(true), ErrorCode::kInvalidArgument,
-               "RingOptions::workspace is in use by another call (one call at a time: give each "
+               "CpOptions::workspace is in use by another call (one call at a time: give each "
                "rank and each concurrent call its own AttentionWorkspace)");
+  workspace_->buffers_.resize(kWorkspaceBuffers);
 }
 
 WorkspaceLease::~WorkspaceLease() {

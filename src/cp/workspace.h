@@ -1,6 +1,6 @@
-// A call's lease on the buffers of an AttentionWorkspace (cpattn/ring.h): the ring's travelling
-// buffers and the whole-sequence / head-side operands of the other strategies' local kernel
-// calls, borrowed from the caller's workspace or, without one, allocated for the call.
+// A call's lease on the buffers of an AttentionWorkspace (cpattn/workspace.h): the ring's
+// travelling buffers and the whole-sequence / head-side operands of the other strategies' local
+// kernel calls, borrowed from the caller's workspace or, without one, allocated for the call.
 #pragma once
 
 #include <array>
@@ -9,8 +9,8 @@
 #include <span>
 
 #include "cpattn/memory.h"
-#include "cpattn/ring.h"
 #include "cpattn/tensor.h"
+#include "cpattn/workspace.h"
 
 namespace cpattn::detail {
 
@@ -40,6 +40,8 @@ enum class WorkspaceBuffer {
   kStageSend,
   kStageRecv,
 };
+/// The number of WorkspaceBuffer slots.
+inline constexpr size_t kWorkspaceBuffers = static_cast<size_t>(WorkspaceBuffer::kStageRecv) + 1;
 /// The call's lease on its buffers: with an AttentionWorkspace, that workspace's (marked in use
 /// for the lease's lifetime, grown as needed, contents left from earlier calls); without one,
 /// fresh zero-filled tensors charged to `mem`, freed by done() or with the lease. No caller may
@@ -61,10 +63,9 @@ class WorkspaceLease {
   void done(std::initializer_list<WorkspaceBuffer> buffers);
 
  private:
-  static_assert(static_cast<int>(WorkspaceBuffer::kStageRecv) + 1 == AttentionWorkspace::kBuffers);
   AttentionWorkspace* workspace_;
   MemoryCounter* mem_;
-  std::array<Tensor, AttentionWorkspace::kBuffers> own_;
+  std::array<Tensor, kWorkspaceBuffers> own_;
 };
 
 }  // namespace cpattn::detail

@@ -1,8 +1,8 @@
-// Picks the ISA copy of the kernel's hot code (kernel/plan.h: isa_kernels). Compiled without ISA
-// flags; resolve_isa (isa.cpp) has checked that the CPU runs the copy.
+// Picks the ISA copy of the kernel's hot code (kernel/tile_plan.h: isa_kernels). Compiled without
+// ISA flags; resolve_isa (isa.cpp) has checked that the CPU runs the copy.
 #include "cpattn/error.h"
 #include "kernel/isa/table.h"
-#include "kernel/plan.h"
+#include "kernel/tile_plan.h"
 
 namespace cpattn::detail {
 

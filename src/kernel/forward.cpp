@@ -9,8 +9,8 @@
 
 #include "cpattn/tensor.h"
 #include "kernel/parallel.h"
-#include "kernel/plan.h"
 #include "kernel/scratch.h"
+#include "kernel/tile_plan.h"
 #include "kernel/tiles.h"
 
 namespace cpattn::detail {

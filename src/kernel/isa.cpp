@@ -17,7 +17,7 @@
 #endif
 
 #include "cpattn/error.h"
-#include "kernel/plan.h"
+#include "kernel/tile_plan.h"
 
 namespace cpattn {
 

@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "cpattn/detail/cp.h"
 #include "cpattn/error.h"
 #include "state/state_detail.h"
 
@@ -68,7 +69,7 @@ std::string join_differences(std::string_view prefix, const std::vector<std::str
 std::optional<Fingerprint> fingerprint_or_refusal(
     const Communicator& comm, ConstView q, ConstView k, ConstView v, const SequenceSharding& q_seq,
     const SequenceSharding& kv_seq, const AttentionParams& params, RngState rng,
-    const AttentionOptions& options, std::optional<Error>& refusal) {
+    const CpOptions& options, std::optional<Error>& refusal) {
   try {
     return make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng,
                             options.strategy, options.isa);
@@ -80,11 +81,11 @@ std::optional<Fingerprint> fingerprint_or_refusal(
 
 std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                const AttentionParams& params, const AttentionOptions& options) {
+                                const AttentionParams& params, const CpOptions& options) {
   try {
     check_group(comm, q_seq, "the q SequenceSharding");
     check_group(comm, kv_seq, "the kv SequenceSharding");
-    unchecked::check_ring_arguments(comm, q, k, v, q_seq, kv_seq, params, options);
+    detail::check_cp_arguments(comm, q, k, v, q_seq, kv_seq, params, options);
     check_strategy(options.strategy, comm.size(), q.shape[2], k.shape[2]);
     check_strategy_dtype(options.strategy, q.dtype);
   } catch (const Error& e) {
@@ -95,38 +96,38 @@ std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView
 
 ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstView k, ConstView v,
                               const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                              const AttentionParams& params, RngState rng,
-                              const AttentionOptions& options, std::string_view call_site,
-                              std::optional<Fingerprint> fp, std::optional<Error> local_error) {
+                              const AttentionParams& params, RngState rng, const CpOptions& options,
+                              std::string_view call_site, std::optional<Fingerprint> fp,
+                              std::optional<Error> local_error) {
   if (!local_error) local_error = check_call(comm, q, k, v, q_seq, kv_seq, params, options);
   const uint64_t number =
       agree_or_throw(comm, op, fp ? &*fp : nullptr, options, call_site, std::nullopt, local_error);
   CPATTN_CHECK(fp.has_value(), ErrorCode::kInternal, "a checked forward without a fingerprint");
   fp->call_number = number;
-  unchecked::RingForwardResult r =
-      unchecked::strategy_attention_forward(comm, q, k, v, q_seq, kv_seq, params, rng, options);
+  detail::CpForwardResult r =
+      detail::cp_attention_forward(comm, q, k, v, q_seq, kv_seq, params, rng, options);
   return ForwardResult(std::move(r.out), std::move(r.lse), r.rng, std::move(*fp), comm.memory());
 }
 
 AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
                                     ConstView v, const ForwardStateView& state,
                                     const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                    const AttentionParams& params, const AttentionOptions& options,
+                                    const AttentionParams& params, const CpOptions& options,
                                     std::string_view call_site, const Fingerprint* called,
                                     std::optional<Error> local_error) {
   if (!local_error) local_error = check_call(comm, q, k, v, q_seq, kv_seq, params, options);
   if (!local_error) {  // what only a backward reads: dout, out, lse
     try {
-      unchecked::check_backward_arguments(comm, dout, q, k, v, state.out, state.lse, q_seq, kv_seq,
-                                          params, options);
+      detail::check_backward_arguments(comm, dout, q, k, v, state.out, state.lse, q_seq, kv_seq,
+                                       params, options);
     } catch (const Error& e) {
       local_error = e;
     }
   }
   agree_or_throw(comm, CallOp::kBackward, called, options, call_site, state.fingerprint.call_number,
                  local_error);
-  return unchecked::strategy_attention_backward(comm, dout, q, k, v, state.out, state.lse, q_seq,
-                                                kv_seq, params, state.rng, options);
+  return detail::cp_attention_backward(comm, dout, q, k, v, state.out, state.lse, q_seq, kv_seq,
+                                       params, state.rng, options);
 }
 
 }  // namespace detail
@@ -134,7 +135,7 @@ AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstVie
 ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                 const AttentionParams& params, RngState rng,
-                                const AttentionOptions& options, SourceLocation caller) {
+                                const CpOptions& options, SourceLocation caller) {
   std::optional<Error> refusal;
   std::optional<Fingerprint> fp =
       detail::fingerprint_or_refusal(comm, q, k, v, q_seq, kv_seq, params, rng, options, refusal);
@@ -185,8 +186,8 @@ AttentionGradients backward_with_refusal(Communicator& comm, ConstView dout, Con
                                          const SequenceSharding& q_seq,
                                          const SequenceSharding& kv_seq,
                                          const AttentionParams& params, RngState rng,
-                                         const AttentionOptions& options,
-                                         std::string_view call_site, std::optional<Error> refusal) {
+                                         const CpOptions& options, std::string_view call_site,
+                                         std::optional<Error> refusal) {
   // `rng` is the caller's: a state from another forward on the same inputs differs in it.
   const std::optional<Fingerprint> called =
       detail::fingerprint_or_refusal(comm, q, k, v, q_seq, kv_seq, params, rng, options, refusal);
@@ -201,7 +202,7 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                                       ConstView v, const ForwardStateView& state,
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params, RngState rng,
-                                      const AttentionOptions& options, SourceLocation caller) {
+                                      const CpOptions& options, SourceLocation caller) {
   return backward_with_refusal(comm, dout, q, k, v, state, q_seq, kv_seq, params, rng, options,
                                detail::call_site_text(options.call_site, caller), std::nullopt);
 }
@@ -210,7 +211,7 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
                                       ConstView v, const ForwardResult& state,
                                       const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                                       const AttentionParams& params, RngState rng,
-                                      const AttentionOptions& options, SourceLocation caller) {
+                                      const CpOptions& options, SourceLocation caller) {
   // A moved-from ForwardResult keeps its fingerprint (plain values) but no tensors.
   std::optional<Error> moved_from;
   if (state.out.shape().size() != 4 || state.lse.shape().size() != 3) {
@@ -227,7 +228,7 @@ AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstV
 }
 
 void refuse_attention_call(Communicator& comm, const Error& reason, RefusedCall kind,
-                           const AttentionOptions& options, SourceLocation caller) {
+                           const CpOptions& options, SourceLocation caller) {
   const auto op =
       kind == RefusedCall::kForward ? detail::CallOp::kForward : detail::CallOp::kBackward;
   detail::agree_or_throw(comm, op, nullptr, options,

@@ -130,7 +130,7 @@ std::string call_site_text(std::string_view named, const SourceLocation& caller)
 }
 
 CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number, int cp_size,
-                       const Fingerprint* described, const AttentionOptions& options,
+                       const Fingerprint* described, const CpOptions& options,
                        std::string_view call_site) {
   CallRecord r;
   r.op = static_cast<uint32_t>(op);
@@ -286,7 +286,7 @@ std::string site_difference(const std::vector<CallRecord>& all) {
 }  // namespace
 
 uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint* fp,
-                        const AttentionOptions& options, std::string_view call_site,
+                        const CpOptions& options, std::string_view call_site,
                         std::optional<uint64_t> forward_number,
                         const std::optional<Error>& local_error) {
   const uint64_t number = comm.take_call_number();

@@ -42,7 +42,7 @@ struct CallRecord {
   uint64_t rng_seed = 0, rng_offset = 0;
   int32_t strategy_kind = 0;  ///< Strategy::Kind
   int32_t ulysses_size = 0, ring_size = 0;
-  int32_t document_aware = 0;  ///< RingOptions::document_aware (ranks that differ would send
+  int32_t document_aware = 0;  ///< CpOptions::document_aware (ranks that differ would send
                                ///< and expect different messages)
   int32_t dtype = 0;           ///< DType of q, k, v (ranks that differ send other sizes)
   int32_t numerics = 0;        ///< KernelNumerics (ranks that differ would round differently)
@@ -59,7 +59,7 @@ struct CallRecord {
 };
 static_assert(sizeof(CallRecord) == 472, "CallRecord must have no padding");
 
-/// The call site a checked call reports: `named` (AttentionOptions::call_site) when it is not
+/// The call site a checked call reports: `named` (CpOptions::call_site) when it is not
 /// empty, else "file.cpp:123" of `caller` (the file name without its directory).
 std::string call_site_text(std::string_view named, const SourceLocation& caller);
 
@@ -68,8 +68,7 @@ std::string call_site_text(std::string_view named, const SourceLocation& caller)
 /// without a fingerprint (null: arguments this rank could not read) only the op, cp_size, call
 /// numbers and call site, marked not described.
 CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number, int cp_size,
-                       const Fingerprint* fp, const AttentionOptions& options,
-                       std::string_view call_site);
+                       const Fingerprint* fp, const CpOptions& options, std::string_view call_site);
 
 /// Exchanges `mine` with every rank of comm (one all_to_all of P records) and returns when all
 /// are equal. Otherwise throws, on every rank alike, Error(kRankDisagreement): when some rank
@@ -97,7 +96,7 @@ Error call_disagreement(const std::vector<CallRecord>& all);
 /// agreement anyway, marked as refusing, and then throws that error, so the other ranks throw
 /// at once too (their error names it) instead of waiting for it. Returns the call number.
 uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint* fp,
-                        const AttentionOptions& options, std::string_view call_site,
+                        const CpOptions& options, std::string_view call_site,
                         std::optional<uint64_t> forward_number,
                         const std::optional<Error>& local_error);
 

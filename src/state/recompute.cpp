@@ -76,14 +76,13 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
   // rank; otherwise a replay that differs from the recorded forward is.
   std::optional<Error> diverged;
   std::optional<Fingerprint> called = detail::fingerprint_or_refusal(
-      comm, q, k, v, q_seq, kv_seq, params, replayed, options.ring, diverged);
+      comm, q, k, v, q_seq, kv_seq, params, replayed, options.cp, diverged);
   if (!diverged) diverged = replay_error(recorded, *called, replayed);
   // `called` is this call's fingerprint already: q/k/v are hashed once per recompute.
   ForwardResult state = detail::checked_forward(
       comm, options.strict ? detail::CallOp::kStrictRecompute : detail::CallOp::kRecompute, q, k, v,
-      q_seq, kv_seq, params, replayed, options.ring,
-      detail::call_site_text(options.ring.call_site, caller), std::move(called),
-      std::move(diverged));
+      q_seq, kv_seq, params, replayed, options.cp,
+      detail::call_site_text(options.cp.call_site, caller), std::move(called), std::move(diverged));
   if (options.strict) check_output_on_every_rank(comm, state, checkpoint);
   return state;
 }
@@ -96,9 +95,9 @@ AttentionGradients recompute_backward(Communicator& comm, const AttentionCheckpo
   const ForwardResult state = recompute_forward(comm, checkpoint, replayed, q, k, v, q_seq, kv_seq,
                                                 params, options, caller);
   // The fresh state was made from these very arguments: its fingerprint is this call's.
-  return detail::checked_backward(
-      comm, dout, q, k, v, state.view(), q_seq, kv_seq, params, options.ring,
-      detail::call_site_text(options.ring.call_site, caller), &state.fingerprint, std::nullopt);
+  return detail::checked_backward(comm, dout, q, k, v, state.view(), q_seq, kv_seq, params,
+                                  options.cp, detail::call_site_text(options.cp.call_site, caller),
+                                  &state.fingerprint, std::nullopt);
 }
 
 }  // namespace cpattn

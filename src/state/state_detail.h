@@ -21,7 +21,7 @@ std::string join_differences(std::string_view prefix, const std::vector<std::str
 /// error instead of throwing it (nullopt when there is none).
 std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
                                 const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                const AttentionParams& params, const AttentionOptions& options);
+                                const AttentionParams& params, const CpOptions& options);
 
 /// make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng, strategy,
 /// isa) for a checked call, its errors turned into the call's refusal: when it throws, `refusal`
@@ -31,7 +31,7 @@ std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView
 std::optional<Fingerprint> fingerprint_or_refusal(
     const Communicator& comm, ConstView q, ConstView k, ConstView v, const SequenceSharding& q_seq,
     const SequenceSharding& kv_seq, const AttentionParams& params, RngState rng,
-    const AttentionOptions& options, std::optional<Error>& refusal);
+    const CpOptions& options, std::optional<Error>& refusal);
 
 /// A checked forward: agrees on the call (op kForward, kRecompute or kStrictRecompute;
 /// `local_error` is this rank's own reason to refuse it, see agree_or_throw), runs the strategy's
@@ -40,9 +40,9 @@ std::optional<Fingerprint> fingerprint_or_refusal(
 /// fingerprint gets the call's number. `call_site`: call_site_text of the public call.
 ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstView k, ConstView v,
                               const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                              const AttentionParams& params, RngState rng,
-                              const AttentionOptions& options, std::string_view call_site,
-                              std::optional<Fingerprint> fp, std::optional<Error> local_error);
+                              const AttentionParams& params, RngState rng, const CpOptions& options,
+                              std::string_view call_site, std::optional<Fingerprint> fp,
+                              std::optional<Error> local_error);
 
 /// A checked backward from `state`, whose fingerprint the caller matched to this call (`called`,
 /// or the mismatch in `local_error`; called is null only with a local_error): checks what the
@@ -50,7 +50,7 @@ ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstV
 AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,
                                     ConstView v, const ForwardStateView& state,
                                     const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                    const AttentionParams& params, const AttentionOptions& options,
+                                    const AttentionParams& params, const CpOptions& options,
                                     std::string_view call_site, const Fingerprint* called,
                                     std::optional<Error> local_error);
 

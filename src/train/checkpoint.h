@@ -13,7 +13,7 @@
 
 #include "cpattn/rng.h"
 #include "train/agreement.h"
-#include "train/config.h"
+#include "train/model_config.h"
 
 namespace cpattn::train {
 

@@ -44,7 +44,7 @@ std::vector<float> next_byte_logits(Communicator& comm, const ModelParams& param
   StepOptions options;
   options.seq = SequenceSharding::of(Layout::kContiguous, n, 1, 0);
   options.dropout = 0.0f;
-  options.ring.num_threads = threads;
+  options.cp.num_threads = threads;
   Generator unused(0);  // dropout is off
   const Tensor logits = forward_logits(comm, params, shard, options, unused);
   const float* last = logits.data() + (n - 1) * cfg.vocab;

@@ -115,8 +115,8 @@ using AttentionFn = std::function<ForwardResult(ConstView q, ConstView k, ConstV
 
 // The attention options of layer `layer`: the step's, with the layer as the call site, so the
 // call agreement names the layer and tells the layers' calls apart.
-AttentionOptions layer_options(const StepOptions& o, int64_t layer) {
-  AttentionOptions options = o.ring;
+CpOptions layer_options(const StepOptions& o, int64_t layer) {
+  CpOptions options = o.cp;
   options.call_site = "layer " + std::to_string(layer);
   return options;
 }
@@ -168,7 +168,7 @@ LayerActs layer_forward(const Context& c, const LayerTensors<const float>& w, co
 // intermediate of `a` as soon as it is consumed (the ForwardResult right after attention).
 void layer_backward(const Context& c, const LayerTensors<const float>& w,
                     const LayerTensors<float>& g, const Tensor& x, LayerActs& a, RngState rng,
-                    const AttentionOptions& attention_options, Tensor& grad) {
+                    const CpOptions& attention_options, Tensor& grad) {
   const ModelConfig& cfg = c.cfg;
   const int64_t d = cfg.d_model, hd = cfg.head_dim();
   // y = h + mlp(rmsnorm(h)): dh = dy + rmsnorm'(mlp'(dy)).
@@ -289,9 +289,9 @@ double forward_backward(Communicator& comm, const ModelParams& params, const Sha
   std::vector<std::optional<LayerActs>> acts(layers);
   std::vector<AttentionCheckpoint> checkpoints(layers);
   for (size_t l = 0; l < layers; ++l) {
-    throw_if_stop_requested(options.ring);  // between layers too: their GEMMs have no checks
+    throw_if_stop_requested(options.cp);  // between layers too: their GEMMs have no checks
     const RngState rng = generator.next();
-    const AttentionOptions layer_opts = layer_options(options, static_cast<int64_t>(l));
+    const CpOptions layer_opts = layer_options(options, static_cast<int64_t>(l));
     const AttentionFn first = [&](ConstView q, ConstView k, ConstView v) {
       return attention_forward(comm, q, k, v, options.seq, attn, rng, layer_opts);
     };
@@ -311,17 +311,17 @@ double forward_backward(Communicator& comm, const ModelParams& params, const Sha
   x = Tensor();
 
   for (size_t l = layers; l-- > 0;) {
-    throw_if_stop_requested(options.ring);
+    throw_if_stop_requested(options.cp);
     const auto li = static_cast<int64_t>(l);
     // Restore the step's generator and skip to layer l: the state layer l drew.
     Generator replay(first_rng.seed, first_rng.offset + l);
     const RngState replayed = replay.next();
-    const AttentionOptions layer_opts = layer_options(options, li);
+    const CpOptions layer_opts = layer_options(options, li);
     if (options.recompute) {
       // The replayed state must equal the one recorded in the checkpoint (recompute_forward
       // checks it, and that q, k, v are the same).
       RecomputeOptions ropts;
-      ropts.ring = layer_opts;
+      ropts.cp = layer_opts;
       const AttentionFn again = [&](ConstView q, ConstView k, ConstView v) {
         return recompute_forward(comm, checkpoints[l], replayed, q, k, v, options.seq, attn, ropts);
       };
@@ -350,7 +350,7 @@ Tensor forward_logits(Communicator& comm, const ModelParams& params, const Shard
   embedding_forward(cfg.vocab, cfg.d_model, shard.inputs, params.embed(), x.span());
   for (int64_t l = 0; l < cfg.layers; ++l) {
     const RngState rng = generator.next();
-    const AttentionOptions layer_opts = layer_options(options, l);
+    const CpOptions layer_opts = layer_options(options, l);
     const AttentionFn first = [&](ConstView q, ConstView k, ConstView v) {
       return attention_forward(comm, q, k, v, options.seq, attn, rng, layer_opts);
     };

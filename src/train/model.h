@@ -6,10 +6,11 @@
 #include <vector>
 
 #include "cpattn/communicator.h"
+#include "cpattn/cp_options.h"
 #include "cpattn/dtype.h"
 #include "cpattn/generator.h"
 #include "cpattn/layout.h"
-#include "cpattn/strategy.h"
+#include "cpattn/params.h"
 #include "train/data.h"
 #include "train/params.h"
 
@@ -44,7 +45,7 @@ struct StepOptions {
   /// dq, dk, dv; lse stays fp32. kBF16 / kF16 need the ring strategy. Weights, optimizer state,
   /// gradients and every other op stay fp32 (fp32 master weights).
   DType activations = DType::kF32;
-  AttentionOptions ring;  ///< kernel threads per rank and the CP strategy
+  CpOptions cp;  ///< kernel threads per rank and the CP strategy
 };
 
 /// Loss and gradients of one batch on rank comm.rank() of the CP group:

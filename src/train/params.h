@@ -11,7 +11,7 @@
 
 #include "cpattn/memory.h"
 #include "cpattn/tensor.h"
-#include "train/config.h"
+#include "train/model_config.h"
 
 namespace cpattn::train {
 

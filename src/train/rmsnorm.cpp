@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "train/check.h"
-#include "train/config.h"
+#include "train/model_config.h"
 
 namespace cpattn::train {
 

@@ -15,8 +15,8 @@ StepOptions step_options(const TrainConfig& config, int rank, bool recompute) {
   o.dropout = config.dropout;
   o.recompute = recompute;
   o.activations = config.dtype;
-  o.ring.num_threads = config.threads;
-  o.ring.strategy = config.strategy;
+  o.cp.num_threads = config.threads;
+  o.cp.strategy = config.strategy;
   return o;
 }
 

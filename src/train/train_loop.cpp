@@ -5,9 +5,9 @@
 #include <mutex>
 #include <optional>
 
+#include "cpattn/detail/cp.h"
 #include "cpattn/error.h"
 #include "cpattn/generator.h"
-#include "cpattn/ring.h"
 #include "cpattn/stopwatch.h"
 #include "train/data.h"
 #include "train/model.h"
@@ -79,11 +79,11 @@ TrainResult train(const TrainConfig& config, std::span<const uint8_t> text,
     // faults fresh memory in.
     AttentionWorkspace ring_workspace(&comm.memory());
     StepOptions options = step_options(config, comm.rank(), config.recompute);
-    options.ring.workspace = &ring_workspace;
+    options.cp.workspace = &ring_workspace;
     StepOptions eval_options = options;
     eval_options.dropout = 0.0f;
     // Only the training step stops inside itself: an evaluation runs after the update.
-    options.ring.stop_requested = hooks.stop_requested;
+    options.cp.stop_requested = hooks.stop_requested;
     std::optional<ShardBatch> eval_shard;
     if (config.eval_every > 0) {
       const Batch held_out = evenly_spaced_batch(

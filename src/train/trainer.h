@@ -16,7 +16,7 @@
 #include "cpattn/layout.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
+#include "train/model_config.h"
 #include "train/train_config.h"
 
 namespace cpattn::train {

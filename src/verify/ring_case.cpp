@@ -5,9 +5,9 @@
 #include <span>
 #include <vector>
 
+#include "cpattn/cp_options.h"
+#include "cpattn/detail/cp.h"
 #include "cpattn/error.h"
-#include "cpattn/ring.h"
-#include "cpattn/strategy.h"
 #include "cpattn/thread_communicator.h"
 
 namespace cpattn::reference {
@@ -69,14 +69,14 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
                       mem);
   };
   const Tensor q_r = local(whole.q), k_r = local(whole.k), v_r = local(whole.v);
-  AttentionOptions options;
+  CpOptions options;
   options.num_threads = run.num_threads;
   options.strategy = run.strategy;
   options.document_aware = run.document_aware;
   options.isa = run.isa;
   if (!run.stats.empty()) options.stats = &run.stats[static_cast<size_t>(r)];
   if (!run.workspaces.empty()) options.workspace = &run.workspaces[static_cast<size_t>(r)];
-  const unchecked::RingForwardResult fwd = unchecked::strategy_attention_forward(
+  const detail::CpForwardResult fwd = detail::cp_attention_forward(
       comm, q_r.view(m), k_r.view(m), v_r.view(m), qs, ks, p.params, p.rng, options);
   const std::vector<int64_t> q_idx = shard_token_indices(run.layout, d.Sq, run.cp_size, r);
   const std::vector<int64_t> k_idx = shard_token_indices(run.layout, d.Sk, run.cp_size, r);
@@ -88,7 +88,7 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
           fwd.lse.data()[bh * sr + i];
   if (!run.backward) return;
   const Tensor dout_r = local(whole.dout);
-  const AttentionGradients g = unchecked::strategy_attention_backward(
+  const AttentionGradients g = detail::cp_attention_backward(
       comm, dout_r.view(m), q_r.view(m), k_r.view(m), v_r.view(m), fwd.out.view(), fwd.lse.span(),
       qs, ks, p.params, fwd.rng, options);
   scatter_rows(g.dq.view(), q_idx, d.Sq, all.dq);

@@ -8,8 +8,9 @@
 #include <span>
 
 #include "cpattn/communicator.h"
+#include "cpattn/cp_options.h"
+#include "cpattn/detail/cp.h"
 #include "cpattn/layout.h"
-#include "cpattn/strategy.h"
 #include "cpattn/tensor.h"
 #include "verify/reference_case.h"
 
@@ -20,18 +21,18 @@ struct RingRun {
   int cp_size = 1;                            ///< P, must equal the communicator's size
   Layout layout = Layout::kContiguous;        ///< how the sequence is split over the ranks
   MemoryLayout memory = MemoryLayout::kBSHD;  ///< storage order of every rank's q/k/v/dout
-  int num_threads = 1;                        ///< kernel threads per rank (RingOptions)
+  int num_threads = 1;                        ///< kernel threads per rank (CpOptions)
   bool backward = true;                       ///< also run ring backward (dq, dk, dv)
   Strategy strategy{};                        ///< how the group splits the call (strategy.h)
-  bool document_aware = true;                 ///< RingOptions::document_aware
-  /// When not empty (one entry per rank), rank r adds its RingStats of the call to stats[r].
-  std::span<RingStats> stats{};
-  Isa isa = Isa::kAuto;  ///< the kernel's code path (RingOptions::isa)
+  bool document_aware = true;                 ///< CpOptions::document_aware
+  /// When not empty (one entry per rank), rank r adds its CpStats of the call to stats[r].
+  std::span<CpStats> stats{};
+  Isa isa = Isa::kAuto;  ///< the kernel's code path (CpOptions::isa)
   /// dtype of every rank's q, k, v, dout (and so of out, dq, dk, dv); the problem's inputs should
   /// already be rounded to it (make_problem of a spec with that dtype) so the copy is exact.
   DType dtype = DType::kF32;
   /// When not empty (one per rank), rank r's ring borrows its buffers from workspaces[r]
-  /// (RingOptions::workspace).
+  /// (CpOptions::workspace).
   std::span<AttentionWorkspace> workspaces{};
 };
 
@@ -42,7 +43,7 @@ Outputs zero_outputs(const Dims& d, bool backward);
 /// by the ranks) by run.layout (q by Sq, k/v by Sk; positions and
 /// documents from the problem, identity positions left implicit), restrides it to run.memory in
 /// run.dtype,
-/// runs run.strategy's forward (and backward) on `comm` (unchecked::strategy_attention_forward),
+/// runs run.strategy's forward (and backward) on `comm` (detail::cp_attention_forward),
 /// and writes this rank's rows of out, lse, dq, dk, dv into `all` (other rows untouched, so ranks
 /// may share `all` without a lock). Throws Error(kInvalidArgument) when run.cp_size != comm.size();
 /// ring errors propagate.

@@ -1,5 +1,5 @@
 # Checks of the build itself: the installed package works for a downstream project (static, and
-# as shared libraries), the include rule holds, and the sources are clang-formatted.
+# as shared libraries), the layer rule holds, and the sources are clang-formatted.
 if(CPATTN_HAVE_MPI)
   string(JOIN " " CPATTN_MPIRUN_LINE ${CPATTN_MPIRUN})
 endif()
@@ -18,13 +18,24 @@ set_tests_properties(build.consumer_static build.consumer_shared PROPERTIES
   LABELS build TIMEOUT 900 PASS_REGULAR_EXPRESSION "consumer: all ok")
 endif()
 
-# The include rule: only an area itself and its tests include its private headers; the CLI,
-# tests and benchmarks reach the internal targets through their interface headers only.
-add_test(NAME build.include_rule
-         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_includes.py ${PROJECT_SOURCE_DIR}
-                 --interface ${CPATTN_VERIFY_INTERFACE} ${CPATTN_TRAIN_INTERFACE})
-set_tests_properties(build.include_rule PROPERTIES LABELS build
-                     PASS_REGULAR_EXPRESSION ", 0 violations")
+# The layer rule (cmake/layers.cmake): the compiler refuses a header a target may not include.
+# Against the kernel layer's include root, a file that includes the kernel's own headers and
+# those of the layers below compiles; one that includes a higher layer's public header, or
+# another area's private header, does not.
+set(CPATTN_LAYER_FIXTURES ${CMAKE_CURRENT_LIST_DIR}/layer_fixture)
+set(CPATTN_LAYER_CHECK ${CMAKE_CXX_COMPILER} -std=c++20 -fsyntax-only -I${CPATTN_ROOT_kernel})
+add_test(NAME build.layer_rule_control
+         COMMAND ${CPATTN_LAYER_CHECK} ${CPATTN_LAYER_FIXTURES}/kernel_uses_its_layers.cpp)
+add_test(NAME build.layer_rule_higher_layer
+         COMMAND ${CPATTN_LAYER_CHECK} ${CPATTN_LAYER_FIXTURES}/kernel_includes_state.cpp)
+add_test(NAME build.layer_rule_private_header
+         COMMAND ${CPATTN_LAYER_CHECK} ${CPATTN_LAYER_FIXTURES}/kernel_includes_cp_private.cpp)
+set_tests_properties(build.layer_rule_control build.layer_rule_higher_layer
+                     build.layer_rule_private_header PROPERTIES LABELS build)
+set_tests_properties(build.layer_rule_higher_layer PROPERTIES
+                     PASS_REGULAR_EXPRESSION "cpattn/attention.h: No such file")
+set_tests_properties(build.layer_rule_private_header PROPERTIES
+                     PASS_REGULAR_EXPRESSION "cp/ring_detail.h: No such file")
 
 # Formatting: every C++ source is as clang-format (.clang-format) would write it.
 find_program(CPATTN_CLANG_FORMAT clang-format)

@@ -6,7 +6,7 @@ target_sources(test_comm PRIVATE ${CMAKE_CURRENT_LIST_DIR}/conformance.cpp)
 if(CPATTN_HAVE_MPI)
   add_executable(test_comm_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi_conformance_main.cpp
                                ${CMAKE_CURRENT_LIST_DIR}/conformance.cpp)
-  target_include_directories(test_comm_mpi PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_include_directories(test_comm_mpi PRIVATE ${CPATTN_ROOT_test_comm})
   target_link_libraries(test_comm_mpi PRIVATE cpattn_test_support cpattn_flags GTest::gtest)
   add_executable(test_comm_mpi_failure ${CMAKE_CURRENT_LIST_DIR}/mpi_failure_driver.cpp)
   target_link_libraries(test_comm_mpi_failure PRIVATE cpattn_mpi cpattn_flags)

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "cpattn/attention.h"
+#include "cpattn/detail/cp.h"
 #include "cpattn/error.h"
-#include "cpattn/ring.h"
 #include "cpattn/stopwatch.h"
 #include "cpattn/thread_communicator.h"
 #include "support/counting_communicator.h"
@@ -130,12 +130,12 @@ TEST(Cancellation, AStopRequestEndsALongCallOnEveryRank) {
                            const auto seq =
                                SequenceSharding::of(Layout::kZigzag, S, 2, comm.rank());
                            const Tensor xr = shard_tensor(x.view(), seq.layout, 2, comm.rank());
-                           RingOptions options;
+                           CpOptions options;
                            options.stop_requested = &stop;
                            computing.store(true);
                            try {
-                             unchecked::ring_attention_forward(
-                                 comm, xr.view(), xr.view(), xr.view(), seq, seq, {}, {}, options);
+                             detail::ring_attention_forward(comm, xr.view(), xr.view(), xr.view(),
+                                                            seq, seq, {}, {}, options);
                            } catch (const Error& e) {
                              codes[static_cast<size_t>(comm.rank())] = e.code();
                              throw;
@@ -154,7 +154,7 @@ TEST(Cancellation, AStopRequestEndsALongCallOnEveryRank) {
 TEST(Cancellation, AStopRequestedBeforeTheCallStopsIt) {
   Tensor x({1, 64, 2, 16});
   const std::atomic<bool> stop{true};
-  RingOptions options;
+  CpOptions options;
   options.stop_requested = &stop;
   try {
     throw_if_stop_requested(options);
@@ -171,7 +171,7 @@ TEST(Cancellation, AStopRequestedBeforeTheCallStopsIt) {
                            const Tensor xr = shard_tensor(x.view(), seq.layout, 2, comm.rank());
                            try {
                              attention_forward(comm, xr.view(), xr.view(), xr.view(), seq, {}, {},
-                                               AttentionOptions(options));
+                                               CpOptions(options));
                            } catch (const Error& e) {
                              codes[static_cast<size_t>(comm.rank())] = e.code();
                              throw;

@@ -1,9 +1,9 @@
-// The document-aware ring (RingOptions::document_aware): with packed documents, windows or causal
+// The document-aware ring (CpOptions::document_aware): with packed documents, windows or causal
 // masks on a contiguous layout, k/v blocks travel only as far as the last rank that needs them
 // and dk/dv accumulators return straight home, or (RelayPlan::direct) go straight from their home
 // to the few ranks that need them, whose dk/dv shares come straight back. Fewer bytes than the
 // plain ring, bitwise the same results, and the plain ring's byte count is what
-// RingStats::bytes_sent_plain_ring reports.
+// CpStats::bytes_sent_plain_ring reports.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -43,12 +43,12 @@ struct Traffic {
 };
 
 Traffic run(const reference::Problem& p, int P, Layout layout, bool document_aware) {
-  std::vector<RingStats> stats(static_cast<size_t>(P));
+  std::vector<CpStats> stats(static_cast<size_t>(P));
   RingRun r{P, layout};
   r.document_aware = document_aware;
   r.stats = stats;
   Traffic t{run_ring(p, r)};
-  for (const RingStats& s : stats) {
+  for (const CpStats& s : stats) {
     t.bytes += s.bytes_sent;
     t.plain += s.bytes_sent_plain_ring;
   }

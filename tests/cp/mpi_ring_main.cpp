@@ -14,9 +14,9 @@
 
 #include "cp/ring_harness.h"
 #include "cpattn/attention.h"
+#include "cpattn/cp_options.h"
 #include "cpattn/error.h"
 #include "cpattn/mpi_communicator.h"
-#include "cpattn/strategy.h"
 #include "support/metrics.h"
 #include "support/mpi_gtest_main.h"
 #include "verify/reference_case.h"
@@ -148,7 +148,7 @@ TEST(MpiCallAgreement, ARefusalAndASkippedCallFailEveryProcess) {
         << message;
   }
   params.dropout_p = 0.0f;
-  AttentionOptions eval, train;
+  CpOptions eval, train;
   eval.call_site = "eval";
   train.call_site = "train";
   std::tie(code, message) = outcome([&] {

@@ -1,4 +1,4 @@
-// The planner (plan.h): its bytes and messages per rank are what the strategies send (RingStats
+// The planner (plan.h): its bytes and messages per rank are what the strategies send (CpStats
 // of a real run), masks and documents shape its compute and the ring's traffic, impossible
 // strategies are flagged, and recommend() picks the fastest feasible one.
 #include "cpattn/plan.h"
@@ -37,18 +37,18 @@ PlanProblem plan_problem(int P, Layout layout, bool causal) {
 
 // The largest bytes and messages any rank sent in a real forward + backward of `run`.
 std::pair<int64_t, int64_t> busiest_traffic(const reference::Problem& p, RingRun run) {
-  std::vector<RingStats> stats(static_cast<size_t>(run.cp_size));
+  std::vector<CpStats> stats(static_cast<size_t>(run.cp_size));
   run.stats = stats;
   run_ring(p, run);
   int64_t bytes = 0, messages = 0;
-  for (const RingStats& s : stats) {
+  for (const CpStats& s : stats) {
     bytes = std::max(bytes, s.bytes_sent);
     messages = std::max(messages, s.messages_sent);
   }
   return {bytes, messages};
 }
 
-// The planner's busiest-rank bytes and messages equal the largest RingStats of a real forward +
+// The planner's busiest-rank bytes and messages equal the largest CpStats of a real forward +
 // backward (every layout, causal: the ring's relay is pruned on contiguous; even and uneven
 // shards).
 TEST(Plan, BytesAndMessagesAreWhatTheStrategiesSend) {

@@ -198,7 +198,7 @@ TEST(RingDtypeTraffic, KvBlocksTravelIn16BitsAndDkDvAccumulatorsInFp32) {
   s16.dtype = DType::kBF16;
   const int P = 4;
   const auto bytes = [&](const CaseSpec& c, bool backward) {
-    std::vector<RingStats> stats(P);
+    std::vector<CpStats> stats(P);
     reference::RingRun run{P, Layout::kContiguous, MemoryLayout::kBSHD, 1, backward};
     run.dtype = c.dtype;
     run.stats = stats;
@@ -219,7 +219,7 @@ TEST(RingDtypeTraffic, KvBlocksTravelIn16BitsAndDkDvAccumulatorsInFp32) {
 TEST(RingDtypeStrategies, NonRingStrategiesRefuse16BitTensors) {
   const Tensor x = dense_copy(Tensor({1, 8, 2, 8}).view(), DType::kBF16, MemoryLayout::kBSHD);
   for (Strategy s : {Strategy::allgather(), Strategy::ulysses()}) {
-    AttentionOptions options;
+    CpOptions options;
     options.strategy = s;
     std::atomic<int> failed{0};
     try {

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <span>
 
+#include "cpattn/detail/cp.h"
 #include "cpattn/layout.h"
 #include "cpattn/mask.h"
-#include "cpattn/ring.h"
 #include "cpattn/thread_communicator.h"
 #include "verify/reference.h"
 #include "verify/ring_case.h"

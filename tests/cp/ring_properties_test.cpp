@@ -156,7 +156,7 @@ TEST(RingArguments, ShapeErrorsNameExpectedAndGot) {
     const Tensor q({1, 5, 2, 8}), k({1, 4, 1, 8}), v({1, 5, 1, 8});
     CountingCommunicator counting(comm);
     try {
-      unchecked::ring_attention_forward(counting, q.view(), k.view(), v.view(), s, s, {}, {});
+      detail::ring_attention_forward(counting, q.view(), k.view(), v.view(), s, s, {}, {});
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kShapeMismatch);
       EXPECT_NE(std::string(e.what()).find("k must have shape [B, Sk_local, Hkv, Dqk] = "
@@ -169,13 +169,12 @@ TEST(RingArguments, ShapeErrorsNameExpectedAndGot) {
     SequenceSharding wrong = s;
     wrong.cp_rank = 1 - comm.rank();
     EXPECT_THROW(
-        unchecked::ring_attention_forward(comm, q.view(), v.view(), v.view(), wrong, wrong, {}, {}),
+        detail::ring_attention_forward(comm, q.view(), v.view(), v.view(), wrong, wrong, {}, {}),
         Error);
     AttentionParams bad;
     bad.dropout_p = 1.0f;
-    EXPECT_THROW(
-        unchecked::ring_attention_forward(comm, q.view(), v.view(), v.view(), s, s, bad, {}),
-        Error);
+    EXPECT_THROW(detail::ring_attention_forward(comm, q.view(), v.view(), v.view(), s, s, bad, {}),
+                 Error);
   });
   EXPECT_EQ(shape_errors.load(), 2);
 }

@@ -1,15 +1,14 @@
-// The ring schedule against a hand-written table, its invariants for every P, and the fp32 LSE
-// merge (identity, symmetry, agreement with a one-shot softmax).
+// The ring schedule against a hand-written table and its invariants for every P.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "cpattn/detail/cp.h"
 #include "cpattn/error.h"
-#include "cpattn/ring.h"
 
-namespace cpattn {
+namespace cpattn::detail {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -87,69 +86,5 @@ TEST(RingStep, RejectsOutOfRange) {
   EXPECT_THROW(ring_step(0, 0, 0), Error);
 }
 
-TEST(MergeLse, IdentityAndSymmetry) {
-  EXPECT_EQ(merge_lse(-kInf, -kInf), -kInf);
-  EXPECT_EQ(merge_lse(-kInf, 1.5f), 1.5f);
-  EXPECT_EQ(merge_lse(2.25f, -kInf), 2.25f);
-  EXPECT_EQ(merge_lse(0.3f, -7.0f), merge_lse(-7.0f, 0.3f));
-  EXPECT_NEAR(merge_lse(0.0f, 0.0f), std::log(2.0f), 1e-7);
-  // Far apart: the small term must not vanish into NaN or overflow.
-  EXPECT_FLOAT_EQ(merge_lse(80.0f, -80.0f), 80.0f);
-  EXPECT_FALSE(std::isnan(merge_lse(1e30f, 1e30f)));
-}
-
-// Two partials of a softmax over disjoint key sets merge into the softmax over their union.
-TEST(MergeAttentionPartials, EqualsOneShotSoftmaxAndHandlesEmptyRows) {
-  // [B=1, S=3, H=1, Dv=2]; row 0 sees keys in both halves, row 1 only in the second, row 2 none.
-  const std::vector<std::vector<double>> scores_a = {{0.5, -1.0}, {}, {}};
-  const std::vector<std::vector<double>> scores_b = {{2.0}, {0.25, 1.0, -3.0}, {}};
-  const std::vector<std::vector<double>> values_a = {{1.0, 2.0}, {-1.0, 0.5}};
-  const std::vector<std::vector<double>> values_b = {{3.0, -1.0}, {0.0, 1.0}, {2.0, 2.0}};
-  auto partial = [](const std::vector<double>& s, const std::vector<std::vector<double>>& v,
-                    float* out, float* lse) {
-    if (s.empty()) {
-      *lse = -kInf;
-      out[0] = out[1] = 0.0f;
-      return;
-    }
-    double sum = 0;
-    for (double x : s) sum += std::exp(x);
-    *lse = static_cast<float>(std::log(sum));
-    for (int d = 0; d < 2; ++d) {
-      double acc = 0;
-      for (size_t j = 0; j < s.size(); ++j)
-        acc += std::exp(s[j]) / sum * v[j][static_cast<size_t>(d)];
-      out[d] = static_cast<float>(acc);
-    }
-  };
-  Tensor out_a({1, 3, 1, 2}), out_b({1, 3, 1, 2}), lse_a({1, 1, 3}), lse_b({1, 1, 3});
-  for (int i = 0; i < 3; ++i) {
-    partial(scores_a[i], values_a, out_a.data() + 2 * i, lse_a.data() + i);
-    partial(scores_b[i], values_b, out_b.data() + 2 * i, lse_b.data() + i);
-  }
-  merge_attention_partials(out_a.view(), lse_a.span(), out_b.view(), lse_b.span());
-  for (int i = 0; i < 3; ++i) {
-    std::vector<double> s = scores_a[i];
-    std::vector<std::vector<double>> v(values_a.begin(), values_a.begin() + scores_a[i].size());
-    s.insert(s.end(), scores_b[i].begin(), scores_b[i].end());
-    v.insert(v.end(), values_b.begin(), values_b.begin() + scores_b[i].size());
-    float want_out[2], want_lse;
-    partial(s, v, want_out, &want_lse);
-    if (std::isinf(want_lse)) {
-      EXPECT_EQ(lse_a.data()[i], want_lse) << "row " << i;
-    } else {
-      EXPECT_NEAR(lse_a.data()[i], want_lse, 1e-6) << "row " << i;
-    }
-    for (int d = 0; d < 2; ++d) EXPECT_NEAR(out_a.data()[2 * i + d], want_out[d], 1e-6);
-  }
-  EXPECT_EQ(lse_a.data()[2], -kInf);
-  EXPECT_EQ(out_a.data()[4], 0.0f);
-}
-
-TEST(MergeAttentionPartials, RejectsShapeMismatch) {
-  Tensor a({1, 2, 1, 2}), b({1, 3, 1, 2}), la({1, 1, 2}), lb({1, 1, 3});
-  EXPECT_THROW(merge_attention_partials(a.view(), la.span(), b.view(), lb.span()), Error);
-}
-
 }  // namespace
-}  // namespace cpattn
+}  // namespace cpattn::detail

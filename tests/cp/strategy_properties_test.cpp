@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "cp/ring_harness.h"
+#include "cpattn/cp_options.h"
+#include "cpattn/detail/cp.h"
 #include "cpattn/error.h"
-#include "cpattn/strategy.h"
 #include "support/counting_communicator.h"
 #include "support/errors.h"
 #include "support/metrics.h"
@@ -117,7 +118,7 @@ TEST(StrategyTraffic, MessagesAndBytesPerRankMatchDocs) {
   const reference::Problem p = problem(MaskKind::kNone, S, Hq, Hkv, 0.0f, 73);
   for (const auto& [strategy, P] : kStrategies) {
     SCOPED_TRACE(strategy_name(strategy));
-    std::vector<RingStats> fwd(static_cast<size_t>(P)), both(static_cast<size_t>(P));
+    std::vector<CpStats> fwd(static_cast<size_t>(P)), both(static_cast<size_t>(P));
     RingRun run = run_of(strategy, P, Layout::kContiguous, false);
     run.stats = fwd;
     run_ring(p, run);
@@ -160,8 +161,8 @@ TEST(StrategyTraffic, MessagesAndBytesPerRankMatchDocs) {
       }
     }
     for (int r = 0; r < P; ++r) {
-      const RingStats& f = fwd[static_cast<size_t>(r)];
-      const RingStats& b = both[static_cast<size_t>(r)];
+      const CpStats& f = fwd[static_cast<size_t>(r)];
+      const CpStats& b = both[static_cast<size_t>(r)];
       EXPECT_EQ(f.messages_sent, sends_fwd) << "forward, rank " << r;
       EXPECT_EQ(b.messages_sent - f.messages_sent, sends_bwd) << "backward, rank " << r;
       EXPECT_EQ(f.bytes_sent, bytes_fwd) << "forward bytes, rank " << r;
@@ -186,17 +187,16 @@ TEST(StrategyFailure, OneRankFailingReleasesTheWholeGrid) {
       const Tensor q = shard_tensor(whole.q.view(), s.layout, 4, r, mem);
       const Tensor k = shard_tensor(whole.k.view(), s.layout, 4, r, mem);
       const Tensor v = shard_tensor(whole.v.view(), s.layout, 4, r, mem);
-      AttentionOptions options;
+      CpOptions options;
       options.strategy = Strategy::hybrid(2, 2);
       try {
         // A slower rank may still be in its forward when rank 3 fails: the forward's
         // cancellation checks (Communicator::throw_if_group_failed) release it there.
-        const unchecked::RingForwardResult f = unchecked::strategy_attention_forward(
+        const detail::CpForwardResult f = detail::cp_attention_forward(
             comm, q.view(), k.view(), v.view(), s, s, p.params, p.rng, options);
         if (r == 3) throw Error(ErrorCode::kInternal, "rank 3 gives up before its backward");
-        unchecked::strategy_attention_backward(comm, f.out.view(), q.view(), k.view(), v.view(),
-                                               f.out.view(), f.lse.span(), s, s, p.params, f.rng,
-                                               options);
+        detail::cp_attention_backward(comm, f.out.view(), q.view(), k.view(), v.view(),
+                                      f.out.view(), f.lse.span(), s, s, p.params, f.rng, options);
       } catch (const Error& err) {
         codes[static_cast<size_t>(r)] = err.code();
         throw;
@@ -227,12 +227,11 @@ TEST(StrategyArguments, ImpossibleStrategiesAreRejectedBeforeAnyMessage) {
     run_ranks(4, [&](Communicator& comm) {
       const SequenceSharding s = SequenceSharding::of(Layout::kZigzag, 16, 4, comm.rank());
       const Tensor q({1, 4, b.hq, 8}), k({1, 4, b.hkv, 8});
-      AttentionOptions options;
+      CpOptions options;
       options.strategy = b.strategy;
       CountingCommunicator counting(comm);
       try {
-        unchecked::strategy_attention_forward(counting, q.view(), k.view(), k.view(), s, s, {}, {},
-                                              options);
+        detail::cp_attention_forward(counting, q.view(), k.view(), k.view(), s, s, {}, {}, options);
       } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
         EXPECT_NE(std::string(e.what()).find(b.says), std::string::npos) << e.what();

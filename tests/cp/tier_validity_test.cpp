@@ -64,7 +64,7 @@ RankOutcomes cp_outcomes(int64_t sq, bool q_docs, const Strategy& strategy) {
     const Tensor q({1, q_seq.local_length(), kH, kD}), kv({1, kv_seq.local_length(), kH, kD});
     AttentionParams params;
     params.causal = true;
-    AttentionOptions options;
+    CpOptions options;
     options.strategy = strategy;
     const ForwardResult f = attention_forward(comm, q.view(), kv.view(), kv.view(), q_seq, kv_seq,
                                               params, {1, 0}, options);

@@ -119,7 +119,7 @@ TEST(AttentionWorkspace, ASecondConcurrentCallIsRefused) {
       ADD_FAILURE() << "a second lease was granted";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-      EXPECT_THAT(e.what(), ::testing::HasSubstr("RingOptions::workspace is in use"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("CpOptions::workspace is in use"));
     }
     EXPECT_THROW(workspace.release(), Error);
     EXPECT_EQ(lease.get(detail::WorkspaceBuffer::kRelay0, 50).size(),

@@ -9,7 +9,9 @@ set(CPATTN_FUZZ_TARGETS train/checkpoint train/settings cli/specs cp/plan state/
 foreach(target ${CPATTN_FUZZ_TARGETS})
   get_filename_component(name ${target} NAME)
   add_executable(fuzz_${name} ${PROJECT_SOURCE_DIR}/tests/${target}_fuzz.cpp)
-  target_include_directories(fuzz_${name} PRIVATE ${PROJECT_SOURCE_DIR}/src
+  get_filename_component(area ${target} DIRECTORY)
+  cpattn_include_root(fuzz_${name} ALL_LAYERS PRIVATE ${area})
+  target_include_directories(fuzz_${name} PRIVATE ${CPATTN_ROOT_fuzz_${name}}
                              ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(fuzz_${name} PRIVATE cpattn cpattn_train cpattn_flags)
   set(corpus ${CMAKE_CURRENT_LIST_DIR}/corpus/${name})

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cpattn/isa.h"
-#include "kernel/plan.h"
+#include "kernel/tile_plan.h"
 
 namespace cpattn::detail {
 namespace {

@@ -19,7 +19,7 @@
 #include "cpattn/error.h"
 #include "cpattn/isa.h"
 #include "cpattn/kernel.h"
-#include "kernel/plan.h"
+#include "kernel/tile_plan.h"
 #include "support/metrics.h"
 #include "verify/reference_case.h"
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cpattn/detail/cp.h"
 #include "cpattn/error.h"
 #include "state/stack_harness.h"
 #include "support/counting_communicator.h"
@@ -201,11 +202,11 @@ TEST(CallAgreement, CostsOneRecordExchangePerCall) {
     CountingCommunicator counting(comm);
     const ForwardResult f =
         attention_forward(counting, x.view(), x.view(), x.view(), seq, c.params, {1, 0});
-    RingStats stats;
-    RingOptions options;
+    CpStats stats;
+    CpOptions options;
     options.stats = &stats;
-    const auto r = unchecked::ring_attention_forward(comm, x.view(), x.view(), x.view(), seq, seq,
-                                                     c.params, {1, 0}, options);
+    const auto r = detail::ring_attention_forward(comm, x.view(), x.view(), x.view(), seq, seq,
+                                                  c.params, {1, 0}, options);
     const std::lock_guard<std::mutex> lock(mu);
     extra.push_back(counting.collectives);
     EXPECT_EQ(counting.sends, stats.messages_sent) << "the k/v relay is unchanged";

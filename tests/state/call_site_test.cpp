@@ -1,5 +1,5 @@
 // Calls know where they come from: the call agreement compares each call's site (the caller's
-// AttentionOptions::call_site, else the source location of the call), so a rank that skips a
+// CpOptions::call_site, else the source location of the call), so a rank that skips a
 // call fails at the call that follows, on every rank, naming both sites, even when the two calls
 // are otherwise identical (an evaluation forward without dropout).
 #include <gmock/gmock.h>
@@ -69,7 +69,7 @@ TEST(CallSite, ASkippedLayerIsNamedByTheCallersSites) {
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, kRanks, r, &comm.memory());
     for (int layer = 0; layer < 3; ++layer) {
       if (r == 1 && layer == 1) continue;
-      AttentionOptions options;
+      CpOptions options;
       options.call_site = "layer " + std::to_string(layer);
       attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {9, 0}, options);
     }
@@ -85,7 +85,7 @@ TEST(CallSite, ASkippedBackwardNamesTheFieldThenTheSites) {
     const int r = comm.rank();
     const SequenceSharding seq = c.p.sharding(kRanks, r);
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, kRanks, r, &comm.memory());
-    AttentionOptions layer0, layer1;
+    CpOptions layer0, layer1;
     layer0.call_site = "layer 0";
     layer1.call_site = "layer 1";
     const ForwardResult f0 =
@@ -120,7 +120,7 @@ TEST(CallSite, CallsFromOneSiteAgree) {
       const ForwardResult f =
           attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {3, step});
       RecomputeOptions ropts;
-      ropts.ring.call_site = "attention";
+      ropts.cp.call_site = "attention";
       recompute_backward(comm, make_checkpoint(f), {3, step}, x.view(), x.view(), x.view(),
                          x.view(), seq, c.params, ropts);
     }
@@ -143,7 +143,7 @@ TEST(CallSite, ASkipBetweenIdenticalCallsOfOneSiteIsCaughtOnlyWhereTheSitesPart)
       attention_forward(comm, x.view(), x.view(), x.view(), seq, eval, {3, 0});
       ++calls_before_failure[r];
     }
-    AttentionOptions last;
+    CpOptions last;
     last.call_site = "the last call";
     attention_forward(comm, x.view(), x.view(), x.view(), seq, eval, {3, 0}, last);
   });
@@ -163,7 +163,7 @@ TEST(CallSite, TextOfASite) {
   EXPECT_EQ(detail::call_site_text("model.layers.3.attn", here), "model.layers.3.attn");
   const std::string long_a(80, 'a');
   const std::string long_b = std::string(79, 'a') + "b";
-  const AttentionOptions options;
+  const CpOptions options;
   const detail::CallRecord a =
       detail::call_record(detail::CallOp::kForward, 0, 0, 2, nullptr, options, long_a);
   const detail::CallRecord b =

@@ -34,12 +34,12 @@ class RecomputePerStrategy : public ::testing::TestWithParam<Strategy> {};
 TEST_P(RecomputePerStrategy, GradientsEqualNoRecomputeBitwiseAndMatchCp1) {
   const StackProblem p(1, 61, 4, 16, 11);
   StackConfig config = causal_dropout_config(4);
-  config.ring.strategy = GetParam();
+  config.cp.strategy = GetParam();
   const std::vector<float> with = stack_input_grad(p, config, 4, /*recompute=*/true);
   const std::vector<float> without = stack_input_grad(p, config, 4, /*recompute=*/false);
   EXPECT_EQ(with, without) << "recompute must replay the very same kernels in the same order";
   StackConfig one = config;
-  one.ring.strategy = Strategy::ring();
+  one.cp.strategy = Strategy::ring();
   const std::vector<float> single = stack_input_grad(p, one, 1, /*recompute=*/false);
   // Different ring sizes sum the softmax in different orders: fp32 rounding only.
   EXPECT_LT(relative_difference(with, single), 2e-5);
@@ -74,7 +74,7 @@ TEST_P(MicrobatchOrder, EveryMicrobatchGetsItsOwnGradients) {
   const auto& [order, recompute, strategy] = GetParam();
   constexpr int kCp = 2;
   StackConfig config = causal_dropout_config(3);
-  config.ring.strategy = strategy;
+  config.cp.strategy = strategy;
   const std::vector<StackProblem> mbs = [] {
     std::vector<StackProblem> v;
     for (uint64_t m = 0; m < 3; ++m) v.emplace_back(1, 23, 2, 8, 100 + 10 * m);

@@ -27,8 +27,8 @@ bool available(Isa isa) {
 
 using Case = CausalDropoutCase;
 
-AttentionOptions on(Isa isa) {
-  AttentionOptions options;
+CpOptions on(Isa isa) {
+  CpOptions options;
   options.isa = isa;
   return options;
 }
@@ -80,7 +80,7 @@ TEST(NumericsAgreement, ARecomputeOnTheOtherBf16PathDiverges) {
     const AttentionCheckpoint ckpt = make_checkpoint(attention_forward(
         comm, x16.view(), x16.view(), x16.view(), seq, c.params, {1, 0}, on(Isa::kAvx512Bf16)));
     RecomputeOptions widened;
-    widened.ring.isa = Isa::kAvx512;
+    widened.cp.isa = Isa::kAvx512;
     recompute_forward(comm, ckpt, {1, 0}, x16.view(), x16.view(), x16.view(), seq, c.params,
                       widened);
   });

@@ -87,7 +87,7 @@ TEST(Refusal, AForwardRefusedByAnyRankFailsEveryRankForEveryStrategy) {
           AttentionParams params = c.params;
           ConstView k = x.view();
           if (comm.rank() == refusing) bad.apply(params, k);
-          AttentionOptions options;
+          CpOptions options;
           options.strategy = strategy;
           attention_forward(comm, x.view(), k, x.view(), c.p.sharding(kRanks, comm.rank()), params,
                             {1, 0}, options);

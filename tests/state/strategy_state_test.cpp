@@ -24,7 +24,7 @@ TEST(StrategyAgreement, ARankWithAnotherStrategyFailsEveryRankNamingIt) {
   const Case c;
   const RankOutcomes o = run_all(4, [&](Communicator& comm) {
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
-    AttentionOptions options;
+    CpOptions options;
     if (comm.rank() == 2) options.strategy = Strategy::ulysses();
     attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(4, comm.rank()), c.params,
                       {1, 0}, options);
@@ -42,7 +42,7 @@ TEST(StrategyAgreement, ARankWithAnotherRelayFailsEveryRankNamingIt) {
   const Case c;
   const RankOutcomes o = run_all(4, [&](Communicator& comm) {
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
-    AttentionOptions options;
+    CpOptions options;
     options.document_aware = comm.rank() != 3;
     attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(4, comm.rank()), c.params,
                       {1, 0}, options);
@@ -75,12 +75,12 @@ TEST(StrategyAgreement, AStateOfAnotherStrategyIsRefused) {
   const RankOutcomes o = run_all(2, [&](Communicator& comm) {
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
     const SequenceSharding seq = c.p.sharding(2, comm.rank());
-    AttentionOptions ulysses;
+    CpOptions ulysses;
     ulysses.strategy = Strategy::ulysses();
     const ForwardResult state =
         attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {1, 0}, ulysses);
     attention_backward(comm, x.view(), x.view(), x.view(), x.view(), state, seq, c.params, {1, 0},
-                       AttentionOptions{});
+                       CpOptions{});
   });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kStateMismatch) << r;
@@ -93,7 +93,7 @@ TEST(StrategyAgreement, AStrategyThatCannotRunTheCallFailsOnEveryRank) {
   const Case c;  // 4 heads
   const RankOutcomes o = run_all(3, [&](Communicator& comm) {
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 3, comm.rank(), &comm.memory());
-    AttentionOptions options;
+    CpOptions options;
     options.strategy = Strategy::ulysses();
     attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(3, comm.rank()), c.params,
                       {1, 0}, options);
@@ -110,7 +110,7 @@ TEST(StrategyAgreement, RecomputeWithAnotherStrategyDiverges) {
   const RankOutcomes o = run_all(2, [&](Communicator& comm) {
     const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
     const SequenceSharding seq = c.p.sharding(2, comm.rank());
-    AttentionOptions hybrid;
+    CpOptions hybrid;
     hybrid.strategy = Strategy::hybrid(2, 1);
     const AttentionCheckpoint ckpt = make_checkpoint(
         attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {1, 0}, hybrid));

@@ -34,7 +34,7 @@ StackActivations stack_forward(Communicator& comm, const StackConfig& config, Co
   for (int l = 0; l < config.layers; ++l) {
     const ConstView xl = current.view();
     ForwardResult state =
-        attention_forward(comm, xl, xl, xl, seq, config.params, generator.next(), config.ring);
+        attention_forward(comm, xl, xl, xl, seq, config.params, generator.next(), config.cp);
     Tensor next = current.clone();
     add_into(next, state.out);
     if (recompute) {
@@ -62,13 +62,13 @@ Tensor stack_backward(Communicator& comm, const StackConfig& config, StackActiva
         RngState{acts.first_rng.seed, acts.first_rng.offset + static_cast<uint64_t>(l)});
     if (recompute) {
       RecomputeOptions options = config.recompute_options;
-      options.ring = config.ring;
+      options.cp = config.cp;
       g = recompute_backward(comm, acts.checkpoints[static_cast<size_t>(l)], replay, grad.view(),
                              xl, xl, xl, seq, config.params, options);
     } else {
       auto& state = acts.states[static_cast<size_t>(l)];
       g = attention_backward(comm, grad.view(), xl, xl, xl, *state, seq, config.params, replay,
-                             config.ring);
+                             config.cp);
       state.reset();
     }
     // x_{l+1} = x_l + attn(x_l, x_l, x_l): the residual passes grad through; q, k, v all read x_l.

@@ -16,7 +16,7 @@ namespace cpattn::testing {
 struct StackConfig {
   int layers = 4;
   AttentionParams params;
-  AttentionOptions ring;  ///< threads, statistics and the CP strategy of every call
+  CpOptions cp;  ///< threads, statistics and the CP strategy of every call
   RecomputeOptions recompute_options;
 };
 

@@ -9,11 +9,11 @@
 #include <numeric>
 
 #include "grad_check.h"
-#include "train/config.h"
 #include "train/cross_entropy.h"
 #include "train/embedding.h"
 #include "train/linear.h"
 #include "train/mlp.h"
+#include "train/model_config.h"
 #include "train/params.h"
 #include "train/rmsnorm.h"
 #include "train/rope.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "train/config.h"
+#include "train/model_config.h"
 #include "train/random.h"
 
 namespace cpattn::train::testing {

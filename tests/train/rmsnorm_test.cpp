@@ -8,7 +8,7 @@
 
 #include "cpattn/error.h"
 #include "grad_check.h"
-#include "train/config.h"
+#include "train/model_config.h"
 
 namespace cpattn::train {
 namespace {

@@ -1,4 +1,5 @@
-// The entry points of this ISA copy (kernel/plan.h: IsaKernels), looked up by kernel/dispatch.cpp.
+// The entry points of this ISA copy (kernel/tile_plan.h: IsaKernels), looked up by
+// kernel/dispatch.cpp.
 #include "kernel/isa/table.h"
 
 #include "kernel/isa/backward.h"

@@ -3,7 +3,7 @@
 // function per copy and defines nothing.
 #pragma once
 
-#include "kernel/plan.h"
+#include "kernel/tile_plan.h"
 
 namespace cpattn::detail {
 namespace generic {

@@ -1,6 +1,8 @@
-// Collectives built from point-to-point messages, for implementers of a Communicator backend
-// (docs/design.md section 7): a backend supplies send/recv on a channel its users' tags can never
-// match, and gets allreduce_sum, all_to_all and barrier with the contract's semantics. Every
+// What an implementer of a Communicator backend needs besides communicator.h (docs/design.md
+// section 7; docs/communicators.md): collectives built from point-to-point messages (a backend
+// supplies send/recv on a channel its users' tags can never match, and gets allreduce_sum,
+// all_to_all and barrier with the contract's semantics) and the backend-independent half of
+// Communicator::split. Every
 // backend of cpattn (in-process ranks, OpenMPI, torch.distributed) uses these, so allreduce_sum is
 // the same fixed-order sum, with the same bits, on all of them.
 #pragma once
@@ -8,10 +10,11 @@
 #include <cstddef>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "cpattn/communicator.h"
 
-namespace cpattn::p2p {
+namespace cpattn::backend {
 
 /// The point-to-point primitives a collective needs. send/recv must use a channel that user
 /// isend/irecv can never match (an internal tag or a duplicated MPI communicator), and their
@@ -41,4 +44,16 @@ void all_to_all(const CollectiveChannel& ch, std::span<const std::byte> send,
 /// round k signals rank + 2^k and waits for rank - 2^k.
 void barrier(const CollectiveChannel& ch);
 
-}  // namespace cpattn::p2p
+/// This rank's sub-group of a split: the parent ranks of its color in the new order (by key,
+/// then parent rank) and its rank among them.
+struct SplitGroup {
+  std::vector<int> members;
+  int rank = 0;
+};
+
+/// Collective over `parent`: exchanges (color, key) with every rank and returns this rank's
+/// sub-group. Throws Error(kInvalidArgument) on every rank when any rank passed color < 0
+/// (naming the ranks), and the parent's communication errors.
+SplitGroup plan_split(Communicator& parent, int color, int key);
+
+}  // namespace cpattn::backend

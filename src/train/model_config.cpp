@@ -1,5 +1,5 @@
 // Validation of ModelConfig: one place that turns a bad shape into a message naming its values.
-#include "train/config.h"
+#include "train/model_config.h"
 
 #include <cmath>
 
