@@ -136,7 +136,6 @@ class Communicator {
   /// (docs/design.md section 6, "Call sites"). A backend object that lives for one call only (the
   /// torch binding) carries the count over with set_next_call_number.
   uint64_t take_call_number() { return next_call_++; }
-  uint64_t next_call_number() const { return next_call_; }
   void set_next_call_number(uint64_t next) { next_call_ = next; }
 
   /// The counter this rank's cpattn allocations are charged to (per rank for in-process ranks;

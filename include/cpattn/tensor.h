@@ -78,14 +78,6 @@ float read_element(StridedView<const float> view, int64_t b, int64_t s, int64_t 
 /// and fp16 (dtype.h: store_from_float); no bounds check.
 void write_element(StridedView<float> view, int64_t b, int64_t s, int64_t h, int64_t d, float x);
 
-/// A view of a bf16 or fp16 (or fp32) buffer: `data` is the buffer of 2-byte (4-byte) elements,
-/// strides in elements. The way to hand cpattn 16-bit tensors held elsewhere (e.g. PyTorch).
-StridedView<float> typed_view(void* data, DType dtype, const std::array<int64_t, 4>& shape,
-                              const std::array<int64_t, 4>& stride);
-StridedView<const float> typed_view(const void* data, DType dtype,
-                                    const std::array<int64_t, 4>& shape,
-                                    const std::array<int64_t, 4>& stride);
-
 /// Copies every element of src into dst (same shape, any strides on either side; they must not
 /// overlap), converting between dtypes: exact when dst is as wide as src, rounded to nearest even
 /// (dtype.h) when dst is bf16 or fp16 and src is wider or another 16-bit type. Throws

@@ -87,16 +87,6 @@ void write_element(View view, int64_t b, int64_t s, int64_t h, int64_t d, float 
                    const_cast<std::byte*>(element_address(view, view.offset(b, s, h, d))), x);
 }
 
-View typed_view(void* data, DType dtype, const std::array<int64_t, 4>& shape,
-                const std::array<int64_t, 4>& stride) {
-  return {static_cast<float*>(data), shape, stride, dtype};
-}
-
-ConstView typed_view(const void* data, DType dtype, const std::array<int64_t, 4>& shape,
-                     const std::array<int64_t, 4>& stride) {
-  return {static_cast<const float*>(data), shape, stride, dtype};
-}
-
 void copy_view(ConstView src, View dst) {
   CPATTN_CHECK(src.shape == dst.shape, ErrorCode::kShapeMismatch, "copy_view: shapes ",
                shape_string(src.shape), " and ", shape_string(dst.shape), " differ");

@@ -23,8 +23,8 @@ std::vector<int> everyone(int world) {
 using WB = WorkspaceBuffer;
 
 // Every rank's k and v, all heads, into kw/vw [B, Sk, Hkv, D] (global token order).
-void gather_kv(CpChannel& ch, WorkspaceLease& lease, const StrategyCall& c, const TokenUnion& ku,
-               View kw, View vw, int phase) {
+void gather_kv(CpChannel& ch, WorkspaceLease& lease, const CpCall& c, const TokenUnion& ku, View kw,
+               View vw, int phase) {
   const std::vector<HeadRange> all(static_cast<size_t>(c.d.world), HeadRange{0, c.d.Hkv});
   const HeadPart parts[] = {{&ku, all, c.k, kw, false}, {&ku, all, c.v, vw, false}};
   to_heads(ch, lease, c.d.rank, c.d.world, phase, parts);
@@ -32,7 +32,7 @@ void gather_kv(CpChannel& ch, WorkspaceLease& lease, const StrategyCall& c, cons
 
 }  // namespace
 
-detail::CpForwardResult allgather_forward(const StrategyCall& c) {
+detail::CpForwardResult allgather_forward(const CpCall& c) {
   const CpDims& d = c.d;
   CpStats* stats = c.options.stats;
   const CallTimer timer(stats);
@@ -57,7 +57,7 @@ detail::CpForwardResult allgather_forward(const StrategyCall& c) {
   return res;
 }
 
-AttentionGradients allgather_backward(const StrategyCall& c, const BackwardState& s) {
+AttentionGradients allgather_backward(const CpCall& c, const BackwardState& s) {
   const CpDims& d = c.d;
   CpStats* stats = c.options.stats;
   const CallTimer timer(stats);

@@ -34,7 +34,7 @@ struct HeadSide {
   HeadRange qh, kvh;
 };
 
-HeadSide head_side(const StrategyCall& c, const HeadGroup& g) {
+HeadSide head_side(const CpCall& c, const HeadGroup& g) {
   const int r = g.comm.rank();
   return {token_union(c.q_seq, g.members), token_union(c.kv_seq, g.members), g.split.q(r),
           g.split.kv(r)};
@@ -52,7 +52,7 @@ using BackwardCompute =
 
 using WB = WorkspaceBuffer;
 
-detail::CpForwardResult heads_forward(const StrategyCall& c, const HeadGroup& g,
+detail::CpForwardResult heads_forward(const CpCall& c, const HeadGroup& g,
                                       const ForwardCompute& compute) {
   const CpDims& d = c.d;
   const int r = g.comm.rank(), n = g.comm.size();
@@ -85,7 +85,7 @@ detail::CpForwardResult heads_forward(const StrategyCall& c, const HeadGroup& g,
   return res;
 }
 
-AttentionGradients heads_backward(const StrategyCall& c, const BackwardState& s, const HeadGroup& g,
+AttentionGradients heads_backward(const CpCall& c, const BackwardState& s, const HeadGroup& g,
                                   const BackwardCompute& compute) {
   const CpDims& d = c.d;
   const int r = g.comm.rank(), n = g.comm.size();
@@ -149,7 +149,7 @@ struct Grid {
   BlockTable q_rows, kv_rows;
 };
 
-Grid make_grid(const StrategyCall& c) {
+Grid make_grid(const CpCall& c) {
   Grid g;
   g.u = c.options.strategy.ulysses_size;
   g.rows = c.options.strategy.ring_size;
@@ -172,7 +172,7 @@ Grid make_grid(const StrategyCall& c) {
 
 }  // namespace
 
-detail::CpForwardResult ulysses_forward(const StrategyCall& c) {
+detail::CpForwardResult ulysses_forward(const CpCall& c) {
   const CallTimer timer(c.options.stats);
   const std::string what = ulysses_what(c.d.world);
   const HeadGroup g{c.comm, everyone(c.d.world),
@@ -190,7 +190,7 @@ detail::CpForwardResult ulysses_forward(const StrategyCall& c) {
       });
 }
 
-AttentionGradients ulysses_backward(const StrategyCall& c, const BackwardState& s) {
+AttentionGradients ulysses_backward(const CpCall& c, const BackwardState& s) {
   const CallTimer timer(c.options.stats);
   const std::string what = ulysses_what(c.d.world);
   const HeadGroup g{c.comm, everyone(c.d.world),
@@ -213,7 +213,7 @@ AttentionGradients ulysses_backward(const StrategyCall& c, const BackwardState& 
       });
 }
 
-detail::CpForwardResult hybrid_forward(const StrategyCall& c) {
+detail::CpForwardResult hybrid_forward(const CpCall& c) {
   const CallTimer timer(c.options.stats);
   Grid grid = make_grid(c);
   const std::string what = ulysses_what(grid.u);
@@ -228,7 +228,7 @@ detail::CpForwardResult hybrid_forward(const StrategyCall& c) {
                        });
 }
 
-AttentionGradients hybrid_backward(const StrategyCall& c, const BackwardState& s) {
+AttentionGradients hybrid_backward(const CpCall& c, const BackwardState& s) {
   const CallTimer timer(c.options.stats);
   Grid grid = make_grid(c);
   const std::string what = ulysses_what(grid.u);

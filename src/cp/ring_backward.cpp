@@ -208,6 +208,22 @@ void ring_backward(Communicator& comm, const RingProblem& p, const CpOptions& op
 
 namespace detail {
 
+AttentionGradients ring_call_backward(const CpCall& c, const BackwardState& s) {
+  const CpDims& d = c.d;
+  const CallTimer call_timer(c.options.stats);
+  MemoryCounter* mem = &c.comm.memory();
+  const BlockTable q_blocks = BlockTable::of(c.q_seq);
+  const BlockTable kv_blocks = BlockTable::of(c.kv_seq);
+  AttentionGradients g{Tensor({d.B, d.Sq, d.Hq, d.Dqk}, c.q.dtype, mem),
+                       Tensor({d.B, d.Sk, d.Hkv, d.Dqk}, c.q.dtype, mem),
+                       Tensor({d.B, d.Sk, d.Hkv, d.Dv}, c.q.dtype, mem)};
+  const Tensor delta = row_dot(s.dout, s.out, kernel_options(c.comm, c.options), mem);
+  const RingProblem p{c.q, c.k, c.v, &q_blocks, &kv_blocks, c.params, c.rng};
+  ring_backward(c.comm, p, c.options, s.dout, s.lse, delta.span(), g.dq.view(), g.dk.view(),
+                g.dv.view());
+  return g;
+}
+
 AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q,
                                            ConstView k, ConstView v, ConstView out,
                                            std::span<const float> lse,
@@ -215,21 +231,11 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
                                            const SequenceSharding& kv_sharding,
                                            const AttentionParams& params, RngState rng,
                                            const CpOptions& options) {
-  const detail::CpDims d =
-      detail::validate_cp_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
-  detail::check_backward_state(d, q, dout, out, lse);
-  const detail::CallTimer call_timer(options.stats);
-  MemoryCounter* mem = &comm.memory();
-  const detail::BlockTable q_blocks = detail::BlockTable::of(q_sharding);
-  const detail::BlockTable kv_blocks = detail::BlockTable::of(kv_sharding);
-  AttentionGradients g{Tensor({d.B, d.Sq, d.Hq, d.Dqk}, q.dtype, mem),
-                       Tensor({d.B, d.Sk, d.Hkv, d.Dqk}, q.dtype, mem),
-                       Tensor({d.B, d.Sk, d.Hkv, d.Dv}, q.dtype, mem)};
-  const Tensor delta = detail::row_dot(dout, out, detail::kernel_options(comm, options), mem);
-  const detail::RingProblem p{q, k, v, &q_blocks, &kv_blocks, params, rng};
-  detail::ring_backward(comm, p, options, dout, lse, delta.span(), g.dq.view(), g.dk.view(),
-                        g.dv.view());
-  return g;
+  const CpOptions ring = as_ring(options);
+  const CpCall call = validate_cp_call(comm, q, k, v, q_sharding, kv_sharding, params, rng, ring);
+  const BackwardState state{dout, out, lse};
+  check_backward_state(call, state);
+  return ring_call_backward(call, state);
 }
 
 }  // namespace detail

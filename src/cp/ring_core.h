@@ -25,6 +25,16 @@ struct RingProblem {
   int64_t head_offset = 0, total_heads = 0;
 };
 
+/// `options` with the ring strategy: what ring_attention_forward / _backward run whatever
+/// options.strategy says.
+CpOptions as_ring(const CpOptions& options);
+
+/// The ring's forward and backward of a validated call (cp_forward / cp_backward of kRing):
+/// block tables of the call's shardings, the results allocated from comm.memory(), the call's
+/// time added to options.stats.
+CpForwardResult ring_call_forward(const CpCall& call);
+AttentionGradients ring_call_backward(const CpCall& call, const BackwardState& state);
+
 /// The sizes of a ring problem on `comm` (trusted: the caller validated the arguments).
 CpDims ring_dims(const Communicator& comm, const RingProblem& p);
 

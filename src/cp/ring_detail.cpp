@@ -8,22 +8,20 @@
 
 namespace cpattn::detail {
 
-CpDims validate_cp_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
+CpCall validate_cp_call(Communicator& comm, ConstView q, ConstView k, ConstView v,
                         const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
-                        const AttentionParams& params, const CpOptions& options) {
+                        const AttentionParams& params, RngState rng, const CpOptions& options) {
   q_sharding.validate();
   kv_sharding.validate();
   CpDims d;
   d.world = comm.size();
   d.rank = comm.rank();
-  CPATTN_CHECK_EQ(q_sharding.cp_size, d.world, ErrorCode::kInvalidArgument,
-                  "q sharding cp_size (communicator size)");
-  CPATTN_CHECK_EQ(kv_sharding.cp_size, d.world, ErrorCode::kInvalidArgument,
-                  "kv sharding cp_size (communicator size)");
-  CPATTN_CHECK_EQ(q_sharding.cp_rank, d.rank, ErrorCode::kInvalidArgument,
-                  "q sharding cp_rank (communicator rank)");
-  CPATTN_CHECK_EQ(kv_sharding.cp_rank, d.rank, ErrorCode::kInvalidArgument,
-                  "kv sharding cp_rank (communicator rank)");
+  for (const auto& [seq, name] : {std::pair{&q_sharding, "the q SequenceSharding"},
+                                  std::pair{&kv_sharding, "the kv SequenceSharding"}}) {
+    CPATTN_CHECK(seq->cp_size == d.world && seq->cp_rank == d.rank, ErrorCode::kInvalidArgument,
+                 name, " is for cp_rank ", seq->cp_rank, " of ", seq->cp_size,
+                 " but the communicator is rank ", d.rank, " of ", d.world);
+  }
   check_documents_together(q_sharding.docs.size(), kv_sharding.docs.size(), q_sharding.seq_len,
                            kv_sharding.seq_len, "the q and kv SequenceShardings");
   CPATTN_CHECK(options.num_threads >= 1, ErrorCode::kInvalidArgument,
@@ -53,7 +51,9 @@ CpDims validate_cp_call(const Communicator& comm, ConstView q, ConstView k, Cons
   for (int r = 0; r < d.world; ++r) {
     d.max_block = std::max(d.max_block, kv_sharding.local_length(r));
   }
-  return d;
+  check_strategy(options.strategy, d.world, d.Hq, d.Hkv);
+  check_strategy_dtype(options.strategy, q.dtype);
+  return {comm, q, k, v, q_sharding, kv_sharding, params, rng, options, d};
 }
 
 Request CpChannel::send(std::span<const float> data, int dest, int tag) {
@@ -226,8 +226,10 @@ void KvRelay::finish() {
   for (Request& r : direct_sends_) channel_.wait_if_pending(r);
 }
 
-void check_backward_state(const CpDims& d, ConstView q, ConstView dout, ConstView out,
-                          std::span<const float> lse) {
+void check_backward_state(const CpCall& call, const BackwardState& state) {
+  const CpDims& d = call.d;
+  const ConstView q = call.q, dout = state.dout, out = state.out;
+  const std::span<const float> lse = state.lse;
   check_view(dout, "dout", "[B, Sq_local, Hq, Dv]", {d.B, d.Sq, d.Hq, d.Dv});
   check_view(out, "out", "[B, Sq_local, Hq, Dv]", {d.B, d.Sq, d.Hq, d.Dv});
   CPATTN_CHECK_EQ(static_cast<int64_t>(lse.size()), d.B * d.Hq * d.Sq, ErrorCode::kShapeMismatch,

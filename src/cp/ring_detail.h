@@ -1,4 +1,4 @@
-// Private pieces of the ring forward and backward: argument validation, message tags, the
+// Private pieces of the ring forward and backward: message tags, the
 // channel that times and counts messages, the packed k/v block and the k/v relay both passes use.
 #pragma once
 
@@ -15,21 +15,6 @@
 #include "cpattn/stopwatch.h"
 
 namespace cpattn::detail {
-
-/// Sizes of one ring call, checked once by validate_cp_call (kernels and helpers trust them).
-struct CpDims {
-  int64_t B = 0, Sq = 0, Sk = 0, Hq = 0, Hkv = 0, Dqk = 0, Dv = 0;
-  int64_t max_block = 0;  ///< the largest Sk_r over all ranks (buffer size of a travelling block)
-  int rank = 0, world = 1;
-};
-
-/// The single validation layer of the ring: group vs shardings, shapes vs local lengths,
-/// resolve_params and the options (resolve_isa included), and one dtype for q, k, v. Throws
-/// Error(kShapeMismatch | kInvalidArgument) naming expected vs got. Every rank checks the same
-/// things, so a bad call fails on every rank before any message.
-CpDims validate_cp_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
-                        const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
-                        const AttentionParams& params, const CpOptions& options);
 
 /// Message tags: one kind per stream, the step in the low bits (readable in timeout messages:
 /// "tag 8194" = k/v of the backward, step 2). Every CP strategy's streams are listed here, so no
@@ -239,13 +224,6 @@ class KvRelay {
   const float* current_ = nullptr;
   int64_t len_ = 0;
 };
-
-/// The backward's extra arguments against the call (every rank checks them before any
-/// message): dout and out [B, Sq_r, Hq, Dv] (any strides) and lse of B * Hq * Sq_r floats, else
-/// Error(kShapeMismatch) naming expected vs got; dout of q's dtype and out of it or fp32, else
-/// Error(kInvalidArgument) naming both dtypes.
-void check_backward_state(const CpDims& d, ConstView q, ConstView dout, ConstView out,
-                          std::span<const float> lse);
 
 /// D_i = <dout_i, out_i> in fp32, [B, H, S] (FlashAttention-2 backward, Alg. 2 line 4), for
 /// dout/out [B, S, H, Dv] (any strides), charged to `mem`: attention_kernel_delta, the sums the

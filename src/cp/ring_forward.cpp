@@ -108,20 +108,23 @@ void ring_forward(Communicator& comm, const RingProblem& p, const CpOptions& opt
 
 namespace detail {
 
-void check_cp_arguments(const Communicator& comm, ConstView q, ConstView k, ConstView v,
-                        const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
-                        const AttentionParams& params, const CpOptions& options) {
-  detail::validate_cp_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
+CpOptions as_ring(const CpOptions& options) {
+  CpOptions ring = options;
+  ring.strategy = Strategy::ring();
+  return ring;
 }
 
-void check_backward_arguments(const Communicator& comm, ConstView dout, ConstView q, ConstView k,
-                              ConstView v, ConstView out, std::span<const float> lse,
-                              const SequenceSharding& q_sharding,
-                              const SequenceSharding& kv_sharding, const AttentionParams& params,
-                              const CpOptions& options) {
-  const detail::CpDims d =
-      detail::validate_cp_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
-  detail::check_backward_state(d, q, dout, out, lse);
+CpForwardResult ring_call_forward(const CpCall& c) {
+  const CpDims& d = c.d;
+  const CallTimer call_timer(c.options.stats);
+  const BlockTable q_blocks = BlockTable::of(c.q_seq);
+  const BlockTable kv_blocks = BlockTable::of(c.kv_seq);
+  MemoryCounter* mem = &c.comm.memory();
+  CpForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, c.q.dtype, mem),
+                      Tensor({d.B, d.Hq, d.Sq}, mem), c.rng};
+  const RingProblem p{c.q, c.k, c.v, &q_blocks, &kv_blocks, c.params, c.rng};
+  ring_forward(c.comm, p, c.options, res.out.view(), res.lse.span());
+  return res;
 }
 
 CpForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
@@ -129,17 +132,9 @@ CpForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstVie
                                        const SequenceSharding& kv_sharding,
                                        const AttentionParams& params, RngState rng,
                                        const CpOptions& options) {
-  const detail::CpDims d =
-      detail::validate_cp_call(comm, q, k, v, q_sharding, kv_sharding, params, options);
-  const detail::CallTimer call_timer(options.stats);
-  const detail::BlockTable q_blocks = detail::BlockTable::of(q_sharding);
-  const detail::BlockTable kv_blocks = detail::BlockTable::of(kv_sharding);
-  MemoryCounter* mem = &comm.memory();
-  CpForwardResult res{Tensor({d.B, d.Sq, d.Hq, d.Dv}, q.dtype, mem), Tensor({d.B, d.Hq, d.Sq}, mem),
-                      rng};
-  const detail::RingProblem p{q, k, v, &q_blocks, &kv_blocks, params, rng};
-  detail::ring_forward(comm, p, options, res.out.view(), res.lse.span());
-  return res;
+  const CpOptions ring = as_ring(options);
+  return ring_call_forward(
+      validate_cp_call(comm, q, k, v, q_sharding, kv_sharding, params, rng, ring));
 }
 
 }  // namespace detail

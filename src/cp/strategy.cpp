@@ -1,8 +1,9 @@
-// Strategy names, the rules of check_strategy and the dispatch of cp_attention_forward /
-// cp_attention_backward (strategy.h).
+// Strategy names, the rules of check_strategy and the dispatch of cp_forward / cp_backward
+// (strategy.h, cpattn/detail/cp.h).
 #include <charconv>
 #include <string>
 
+#include "cp/ring_core.h"
 #include "cp/strategy_detail.h"
 #include "cp/transpose.h"
 #include "cpattn/cp_options.h"
@@ -95,38 +96,40 @@ void check_strategy_dtype(const Strategy& strategy, DType dtype) {
 
 namespace detail {
 
-namespace {
-
-detail::StrategyCall validated(Communicator& comm, ConstView q, ConstView k, ConstView v,
-                               const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                               const AttentionParams& params, RngState rng,
-                               const CpOptions& options) {
-  const detail::CpDims d = detail::validate_cp_call(comm, q, k, v, q_seq, kv_seq, params, options);
-  check_strategy(options.strategy, comm.size(), d.Hq, d.Hkv);
-  check_strategy_dtype(options.strategy, q.dtype);
-  return {comm, q, k, v, q_seq, kv_seq, params, rng, options, d};
+CpForwardResult cp_forward(const CpCall& c) {
+  switch (c.options.strategy.kind) {
+    case Strategy::Kind::kRing:
+      return ring_call_forward(c);
+    case Strategy::Kind::kAllGather:
+      return allgather_forward(c);
+    case Strategy::Kind::kUlysses:
+      return ulysses_forward(c);
+    case Strategy::Kind::kHybrid:
+      return hybrid_forward(c);
+  }
+  throw Error(ErrorCode::kInternal, "strategy: unknown kind");
 }
 
-}  // namespace
+AttentionGradients cp_backward(const CpCall& c, const BackwardState& s) {
+  switch (c.options.strategy.kind) {
+    case Strategy::Kind::kRing:
+      return ring_call_backward(c, s);
+    case Strategy::Kind::kAllGather:
+      return allgather_backward(c, s);
+    case Strategy::Kind::kUlysses:
+      return ulysses_backward(c, s);
+    case Strategy::Kind::kHybrid:
+      return hybrid_backward(c, s);
+  }
+  throw Error(ErrorCode::kInternal, "strategy: unknown kind");
+}
 
 CpForwardResult cp_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                      const SequenceSharding& q_sharding,
                                      const SequenceSharding& kv_sharding,
                                      const AttentionParams& params, RngState rng,
                                      const CpOptions& options) {
-  const detail::StrategyCall c =
-      validated(comm, q, k, v, q_sharding, kv_sharding, params, rng, options);
-  switch (options.strategy.kind) {
-    case Strategy::Kind::kRing:
-      return ring_attention_forward(comm, q, k, v, q_sharding, kv_sharding, params, rng, options);
-    case Strategy::Kind::kAllGather:
-      return detail::allgather_forward(c);
-    case Strategy::Kind::kUlysses:
-      return detail::ulysses_forward(c);
-    case Strategy::Kind::kHybrid:
-      return detail::hybrid_forward(c);
-  }
-  throw Error(ErrorCode::kInternal, "strategy: unknown kind");
+  return cp_forward(validate_cp_call(comm, q, k, v, q_sharding, kv_sharding, params, rng, options));
 }
 
 AttentionGradients cp_attention_backward(Communicator& comm, ConstView dout, ConstView q,
@@ -136,22 +139,11 @@ AttentionGradients cp_attention_backward(Communicator& comm, ConstView dout, Con
                                          const SequenceSharding& kv_sharding,
                                          const AttentionParams& params, RngState rng,
                                          const CpOptions& options) {
-  const detail::StrategyCall c =
-      validated(comm, q, k, v, q_sharding, kv_sharding, params, rng, options);
-  detail::check_backward_state(c.d, q, dout, out, lse);
-  const detail::BackwardState s{dout, out, lse};
-  switch (options.strategy.kind) {
-    case Strategy::Kind::kRing:
-      return ring_attention_backward(comm, dout, q, k, v, out, lse, q_sharding, kv_sharding, params,
-                                     rng, options);
-    case Strategy::Kind::kAllGather:
-      return detail::allgather_backward(c, s);
-    case Strategy::Kind::kUlysses:
-      return detail::ulysses_backward(c, s);
-    case Strategy::Kind::kHybrid:
-      return detail::hybrid_backward(c, s);
-  }
-  throw Error(ErrorCode::kInternal, "strategy: unknown kind");
+  const CpCall call =
+      validate_cp_call(comm, q, k, v, q_sharding, kv_sharding, params, rng, options);
+  const BackwardState state{dout, out, lse};
+  check_backward_state(call, state);
+  return cp_backward(call, state);
 }
 
 }  // namespace detail

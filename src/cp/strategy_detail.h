@@ -1,5 +1,5 @@
-// The strategies behind cp_attention_forward / cp_attention_backward (strategy.h),
-// each on arguments the dispatcher validated (validate_cp_call, check_strategy).
+// The strategies behind cp_forward / cp_backward (cpattn/detail/cp.h) other than the ring
+// (cp/ring_core.h), each on a validated call (validate_cp_call).
 #pragma once
 
 #include <span>
@@ -10,29 +10,11 @@
 
 namespace cpattn::detail {
 
-/// The arguments every strategy's forward and backward share, validated once.
-struct StrategyCall {
-  Communicator& comm;
-  ConstView q, k, v;
-  const SequenceSharding& q_seq;
-  const SequenceSharding& kv_seq;
-  const AttentionParams& params;
-  RngState rng;
-  const CpOptions& options;
-  CpDims d;
-};
-
-/// The state of a backward: dout, and the forward's out and lse of this rank's queries.
-struct BackwardState {
-  ConstView dout, out;
-  std::span<const float> lse;
-};
-
-detail::CpForwardResult allgather_forward(const StrategyCall& c);
-AttentionGradients allgather_backward(const StrategyCall& c, const BackwardState& s);
-detail::CpForwardResult ulysses_forward(const StrategyCall& c);
-AttentionGradients ulysses_backward(const StrategyCall& c, const BackwardState& s);
-detail::CpForwardResult hybrid_forward(const StrategyCall& c);
-AttentionGradients hybrid_backward(const StrategyCall& c, const BackwardState& s);
+detail::CpForwardResult allgather_forward(const CpCall& c);
+AttentionGradients allgather_backward(const CpCall& c, const BackwardState& s);
+detail::CpForwardResult ulysses_forward(const CpCall& c);
+AttentionGradients ulysses_backward(const CpCall& c, const BackwardState& s);
+detail::CpForwardResult hybrid_forward(const CpCall& c);
+AttentionGradients hybrid_backward(const CpCall& c, const BackwardState& s);
 
 }  // namespace cpattn::detail

@@ -52,13 +52,6 @@ StateMemoryStats memory_stats(const MemoryCounter& counter) {
 }
 
 namespace detail {
-namespace {
-void check_group(const Communicator& comm, const SequenceSharding& seq, const char* name) {
-  CPATTN_CHECK(seq.cp_size == comm.size() && seq.cp_rank == comm.rank(),
-               ErrorCode::kInvalidArgument, name, " is for cp_rank ", seq.cp_rank, " of ",
-               seq.cp_size, " but the communicator is rank ", comm.rank(), " of ", comm.size());
-}
-}  // namespace
 
 std::string join_differences(std::string_view prefix, const std::vector<std::string>& diffs) {
   std::string message(prefix);
@@ -79,17 +72,17 @@ std::optional<Fingerprint> fingerprint_or_refusal(
   return std::nullopt;
 }
 
-std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
-                                const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                const AttentionParams& params, const CpOptions& options) {
+std::optional<CpCall> validated_or_refusal(Communicator& comm, ConstView q, ConstView k,
+                                           ConstView v, const SequenceSharding& q_seq,
+                                           const SequenceSharding& kv_seq,
+                                           const AttentionParams& params, RngState rng,
+                                           const CpOptions& options,
+                                           std::optional<Error>& refusal) {
+  if (refusal) return std::nullopt;
   try {
-    check_group(comm, q_seq, "the q SequenceSharding");
-    check_group(comm, kv_seq, "the kv SequenceSharding");
-    detail::check_cp_arguments(comm, q, k, v, q_seq, kv_seq, params, options);
-    check_strategy(options.strategy, comm.size(), q.shape[2], k.shape[2]);
-    check_strategy_dtype(options.strategy, q.dtype);
+    return validate_cp_call(comm, q, k, v, q_seq, kv_seq, params, rng, options);
   } catch (const Error& e) {
-    return e;
+    refusal = e;
   }
   return std::nullopt;
 }
@@ -99,13 +92,14 @@ ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstV
                               const AttentionParams& params, RngState rng, const CpOptions& options,
                               std::string_view call_site, std::optional<Fingerprint> fp,
                               std::optional<Error> local_error) {
-  if (!local_error) local_error = check_call(comm, q, k, v, q_seq, kv_seq, params, options);
+  const std::optional<CpCall> call =
+      validated_or_refusal(comm, q, k, v, q_seq, kv_seq, params, rng, options, local_error);
   const uint64_t number =
       agree_or_throw(comm, op, fp ? &*fp : nullptr, options, call_site, std::nullopt, local_error);
-  CPATTN_CHECK(fp.has_value(), ErrorCode::kInternal, "a checked forward without a fingerprint");
+  CPATTN_CHECK(fp.has_value() && call.has_value(), ErrorCode::kInternal,
+               "a checked forward without a fingerprint or a validated call");
   fp->call_number = number;
-  detail::CpForwardResult r =
-      detail::cp_attention_forward(comm, q, k, v, q_seq, kv_seq, params, rng, options);
+  CpForwardResult r = cp_forward(*call);
   return ForwardResult(std::move(r.out), std::move(r.lse), r.rng, std::move(*fp), comm.memory());
 }
 
@@ -115,19 +109,21 @@ AttentionGradients checked_backward(Communicator& comm, ConstView dout, ConstVie
                                     const AttentionParams& params, const CpOptions& options,
                                     std::string_view call_site, const Fingerprint* called,
                                     std::optional<Error> local_error) {
-  if (!local_error) local_error = check_call(comm, q, k, v, q_seq, kv_seq, params, options);
+  const std::optional<CpCall> call =
+      validated_or_refusal(comm, q, k, v, q_seq, kv_seq, params, state.rng, options, local_error);
+  const BackwardState backward_state{dout, state.out, state.lse};
   if (!local_error) {  // what only a backward reads: dout, out, lse
     try {
-      detail::check_backward_arguments(comm, dout, q, k, v, state.out, state.lse, q_seq, kv_seq,
-                                       params, options);
+      check_backward_state(*call, backward_state);
     } catch (const Error& e) {
       local_error = e;
     }
   }
   agree_or_throw(comm, CallOp::kBackward, called, options, call_site, state.fingerprint.call_number,
                  local_error);
-  return detail::cp_attention_backward(comm, dout, q, k, v, state.out, state.lse, q_seq, kv_seq,
-                                       params, state.rng, options);
+  CPATTN_CHECK(call.has_value(), ErrorCode::kInternal,
+               "a checked backward without a validated call");
+  return cp_backward(*call, backward_state);
 }
 
 }  // namespace detail

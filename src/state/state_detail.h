@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpattn/attention.h"
+#include "cpattn/detail/cp.h"
 #include "state/call_agreement.h"
 
 namespace cpattn::detail {
@@ -16,12 +17,15 @@ namespace cpattn::detail {
 /// "<prefix><diff 1>; <diff 2>; ..." for an error message.
 std::string join_differences(std::string_view prefix, const std::vector<std::string>& diffs);
 
-/// The checks every checked call makes before it agrees with the group: the shardings are for
-/// this rank of comm, the ring accepts the arguments and the strategy can run them. Returns the
-/// error instead of throwing it (nullopt when there is none).
-std::optional<Error> check_call(const Communicator& comm, ConstView q, ConstView k, ConstView v,
-                                const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                                const AttentionParams& params, const CpOptions& options);
+/// The one validation of a checked call (validate_cp_call), made before it agrees with the group;
+/// its error becomes the call's refusal: when it throws, `refusal` (if still empty) takes the
+/// error and the result is nullopt. A call that is refused already (`refusal` set) is not
+/// validated.
+std::optional<CpCall> validated_or_refusal(Communicator& comm, ConstView q, ConstView k,
+                                           ConstView v, const SequenceSharding& q_seq,
+                                           const SequenceSharding& kv_seq,
+                                           const AttentionParams& params, RngState rng,
+                                           const CpOptions& options, std::optional<Error>& refusal);
 
 /// make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng, strategy,
 /// isa) for a checked call, its errors turned into the call's refusal: when it throws, `refusal`

@@ -54,20 +54,60 @@ struct CpForwardResult {
   RngState rng;
 };
 
-/// Checks the arguments of a ring call the way ring_attention_forward does before any message
-/// (group vs shardings, shapes vs local lengths, parameters, options); throws the same errors.
-void check_cp_arguments(const Communicator& comm, ConstView q, ConstView k, ConstView v,
-                        const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
-                        const AttentionParams& params, const CpOptions& options = {});
+/// The sizes of one CP call on this rank, as validate_cp_call found them (every strategy, the
+/// kernels and the helpers trust them).
+struct CpDims {
+  int64_t B = 0, Sq = 0, Sk = 0, Hq = 0, Hkv = 0, Dqk = 0, Dv = 0;
+  int64_t max_block = 0;  ///< the largest Sk_r over all ranks (buffer size of a travelling block)
+  int rank = 0, world = 1;
+};
 
-/// check_cp_arguments plus what a backward reads besides: dout and out of shape [B, Sq_local,
-/// Hq, Dv] and readable, dout in q's dtype, out in q's dtype or fp32, lse of B * Hq * Sq_local
-/// floats. Every strategy's backward makes these checks; throws the same errors.
-void check_backward_arguments(const Communicator& comm, ConstView dout, ConstView q, ConstView k,
-                              ConstView v, ConstView out, std::span<const float> lse,
-                              const SequenceSharding& q_sharding,
-                              const SequenceSharding& kv_sharding, const AttentionParams& params,
-                              const CpOptions& options = {});
+/// The arguments of one CP call, validated once (validate_cp_call): what every strategy's
+/// forward and backward take. It refers to the caller's arguments, so it lives only as long as
+/// they do (within the call).
+struct CpCall {
+  Communicator& comm;
+  ConstView q, k, v;
+  const SequenceSharding& q_seq;
+  const SequenceSharding& kv_seq;
+  const AttentionParams& params;
+  RngState rng;
+  const CpOptions& options;
+  CpDims d;
+};
+
+/// The state a backward reads besides the call's inputs: dout [B, Sq_r, Hq, Dv], this rank's
+/// forward out [B, Sq_r, Hq, Dv] (any strides) and lse fp32 [B, Hq, Sq_r] of the whole key set.
+struct BackwardState {
+  ConstView dout, out;
+  std::span<const float> lse;
+};
+
+/// The one validation of a CP call's arguments, made at the entry of every call (the safe API's
+/// and this tier's): group vs shardings (cp_size and cp_rank equal the communicator's), the
+/// shardings themselves, shapes vs local lengths (q [B, Sq_r, Hq, Dqk], k [B, Sk_r, Hkv, Dqk],
+/// v [B, Sk_r, Hkv, Dv], Hq a multiple of Hkv >= 1, head dims >= 1), one dtype for q, k and v,
+/// the documents rule of both shardings, resolve_params, the options (num_threads >= 1,
+/// resolve_isa) and options.strategy for this group, heads and dtype (check_strategy,
+/// check_strategy_dtype). Every rank checks the same things, so a bad call fails on every rank
+/// before any message. Throws Error(kShapeMismatch | kInvalidArgument) naming expected vs got.
+CpCall validate_cp_call(Communicator& comm, ConstView q, ConstView k, ConstView v,
+                        const SequenceSharding& q_sharding, const SequenceSharding& kv_sharding,
+                        const AttentionParams& params, RngState rng, const CpOptions& options);
+
+/// The backward's extra arguments against the validated call: dout and out [B, Sq_r, Hq, Dv]
+/// (any strides, readable) and lse of B * Hq * Sq_r floats, else Error(kShapeMismatch) naming
+/// expected vs got; dout of q's dtype and out of it or fp32, else Error(kInvalidArgument) naming
+/// both dtypes.
+void check_backward_state(const CpCall& call, const BackwardState& state);
+
+/// Forward of call.options.strategy on a validated call (no check repeated): out
+/// [B, Sq_r, Hq, Dv] and lse fp32 [B, Hq, Sq_r] of this rank's queries in its sharding.
+CpForwardResult cp_forward(const CpCall& call);
+
+/// Backward of call.options.strategy on a validated call and a checked state (no check
+/// repeated): dq, dk, dv of this rank's shard.
+AttentionGradients cp_backward(const CpCall& call, const BackwardState& state);
 
 /// Ring forward of rank comm.rank(). Computes exactly the attention of the whole sequence
 /// (docs/design.md section 1) for this rank's queries:
@@ -114,20 +154,22 @@ AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, C
                                            const AttentionParams& params, RngState rng,
                                            const CpOptions& options = {});
 
-/// Forward of `options.strategy` on rank comm.rank() (ring_attention_forward for the arguments;
-/// kRing is ring_attention_forward). Returns out [B, Sq_r, Hq, Dv] and lse fp32 [B, Hq, Sq_r] of
-/// this rank's queries in its sharding, whatever the strategy. Messages per rank: ring P - 1;
-/// allgather P - 1; ulysses 2 (P - 1) (inputs in, results out); hybrid 2 (U - 1) + R - 1.
-/// Throws like ring_attention_forward, plus Error(kInvalidArgument) from check_strategy.
+/// Forward of `options.strategy` on rank comm.rank(): validate_cp_call, then cp_forward
+/// (ring_attention_forward for the arguments; kRing is ring_attention_forward). Returns out [B,
+/// Sq_r, Hq, Dv] and lse fp32 [B, Hq, Sq_r] of this rank's queries in its sharding, whatever the
+/// strategy. Messages per rank: ring P - 1; allgather P - 1; ulysses 2 (P - 1) (inputs in, results
+/// out); hybrid 2 (U - 1) + R - 1. Throws like ring_attention_forward, plus Error(kInvalidArgument)
+/// from check_strategy.
 CpForwardResult cp_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
                                      const SequenceSharding& q_sharding,
                                      const SequenceSharding& kv_sharding,
                                      const AttentionParams& params, RngState rng,
                                      const CpOptions& options = {});
 
-/// Backward of `options.strategy` from this rank's forward out and lse (ring_attention_backward
-/// for the arguments). Returns dq, dk, dv of this rank's shard, dk/dv summed over every rank's
-/// queries in a fixed order (bitwise deterministic). Throws like the forward.
+/// Backward of `options.strategy` from this rank's forward out and lse: validate_cp_call,
+/// check_backward_state, then cp_backward (ring_attention_backward for the arguments). Returns dq,
+/// dk, dv of this rank's shard, dk/dv summed over every rank's queries in a fixed order (bitwise
+/// deterministic). Throws like the forward.
 AttentionGradients cp_attention_backward(Communicator& comm, ConstView dout, ConstView q,
                                          ConstView k, ConstView v, ConstView out,
                                          std::span<const float> lse,
