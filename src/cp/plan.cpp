@@ -161,225 +161,287 @@ std::vector<Strategy> candidate_strategies(int cp_size) {
   return s;
 }
 
-std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkModel& link,
-                                              const KernelModel& kernel) {
-  check_problem(p, link, kernel);
-  const int P = p.cp_size;
+namespace {
+
+// What every strategy's estimate reads, computed once per problem: the sizes, the mask rule,
+// each rank's shard, tokens and tiles, the computed pairs of the ring (each rank's queries
+// against every block) and of allgather (against the whole sequence), and the busiest rank.
+struct PlanContext {
+  const PlanProblem& p;
+  const LinkModel& link;
+  const KernelModel& kernel;
+  int P = 1;
+  std::vector<int64_t> docs;
+  MaskRule rule;
+  double slowdown = 1;  // the kernel rate's share each rank gets (concurrent_ranks)
+  double flops_per_pair_head = 0;
+  double B = 0, Hq = 0, Hkv = 0, Dqk = 0, Dv = 0, S = 0;
+  std::vector<SequenceSharding> shards{};
+  std::vector<double> tokens{};
+  std::vector<Tiles> shard_tiles{};
+  Tiles whole_tiles{};
+  std::vector<double> pairs{}, gathered{};
+  int hot = 0;                                      // the rank with the most computed ring pairs
+  double Sr = 0;                                    // its tokens
+  double kv_token = 0;                              // bytes of one token's k|v
+  double q_local = 0, o_local = 0, rows_local = 0;  // its q, out, one float per row and head
+};
+
+std::vector<int64_t> document_ids(const PlanProblem& p) {
   std::vector<int64_t> docs;
   for (size_t d = 0; d < p.doc_lengths.size(); ++d) {
     docs.insert(docs.end(), static_cast<size_t>(p.doc_lengths[d]), static_cast<int64_t>(d));
   }
+  return docs;
+}
+
+PlanContext plan_context(const PlanProblem& p, const LinkModel& link, const KernelModel& kernel) {
+  std::vector<int64_t> docs = document_ids(p);
   const MaskRule rule(p.params, !docs.empty());
-  const double slowdown = kernel.concurrent_ranks == 0 || kernel.concurrent_ranks >= P
-                              ? 1.0
-                              : static_cast<double>(kernel.concurrent_ranks) / P;
-  const double flops_per_pair_head = 7.0 * static_cast<double>(p.B * (p.Dqk + p.Dv));
-  const double B = static_cast<double>(p.B), Hq = static_cast<double>(p.Hq),
-               Hkv = static_cast<double>(p.Hkv), Dqk = static_cast<double>(p.Dqk),
-               Dv = static_cast<double>(p.Dv);
-  // Per rank: tokens and the tiles of its shard (local order); the whole sequence's tiles.
-  std::vector<SequenceSharding> shards;
-  std::vector<double> tokens;
-  std::vector<Tiles> shard_tiles;
+  PlanContext c{p, link, kernel, p.cp_size, std::move(docs), rule};
+  const int P = c.P;
+  c.slowdown = kernel.concurrent_ranks == 0 || kernel.concurrent_ranks >= P
+                   ? 1.0
+                   : static_cast<double>(kernel.concurrent_ranks) / P;
+  c.flops_per_pair_head = 7.0 * static_cast<double>(p.B * (p.Dqk + p.Dv));
+  c.B = static_cast<double>(p.B);
+  c.Hq = static_cast<double>(p.Hq);
+  c.Hkv = static_cast<double>(p.Hkv);
+  c.Dqk = static_cast<double>(p.Dqk);
+  c.Dv = static_cast<double>(p.Dv);
+  c.S = static_cast<double>(p.S);
   for (int r = 0; r < P; ++r) {
-    shards.push_back(sharding(p, docs, r));
-    tokens.push_back(static_cast<double>(shards.back().local_length()));
-    shard_tiles.push_back(tiles_of(shards.back().local_positions(), shards.back().local_docs()));
+    c.shards.push_back(sharding(p, c.docs, r));
+    c.tokens.push_back(static_cast<double>(c.shards.back().local_length()));
+    c.shard_tiles.push_back(
+        tiles_of(c.shards.back().local_positions(), c.shards.back().local_docs()));
   }
   std::vector<int> all(static_cast<size_t>(P));
   std::iota(all.begin(), all.end(), 0);
-  const detail::TokenUnion whole = detail::token_union(shards[0], all);
-  const Tiles whole_tiles = tiles_of(whole.pos, whole.doc);
-  // Computed pairs per rank: the ring (its queries against every block, one call each) and
-  // allgather (its queries against the whole sequence, one call).
-  std::vector<double> pairs, gathered;
+  const detail::TokenUnion whole = detail::token_union(c.shards[0], all);
+  c.whole_tiles = tiles_of(whole.pos, whole.doc);
   for (int r = 0; r < P; ++r) {
     double n = 0;
     for (int b = 0; b < P; ++b) {
-      n += computed_pairs(rule, shard_tiles[static_cast<size_t>(r)],
-                          shard_tiles[static_cast<size_t>(b)]);
+      n += computed_pairs(rule, c.shard_tiles[static_cast<size_t>(r)],
+                          c.shard_tiles[static_cast<size_t>(b)]);
     }
-    pairs.push_back(n);
-    gathered.push_back(computed_pairs(rule, shard_tiles[static_cast<size_t>(r)], whole_tiles));
+    c.pairs.push_back(n);
+    c.gathered.push_back(
+        computed_pairs(rule, c.shard_tiles[static_cast<size_t>(r)], c.whole_tiles));
   }
-  const int hot = busiest(pairs);
-  const double S = static_cast<double>(p.S), Sr = tokens[static_cast<size_t>(hot)];
-  const double kv_token = B * Hkv * (Dqk + Dv) * kFloat;  // bytes of one token's k|v
+  c.hot = busiest(c.pairs);
+  c.Sr = c.tokens[static_cast<size_t>(c.hot)];
+  c.kv_token = c.B * c.Hkv * (c.Dqk + c.Dv) * kFloat;
+  c.q_local = c.B * c.Sr * c.Hq * c.Dqk * kFloat;
+  c.o_local = c.B * c.Sr * c.Hq * c.Dv * kFloat;
+  c.rows_local = c.B * c.Sr * c.Hq * kFloat;
+  return c;
+}
 
+// How an estimate's time is made of its compute and its transfers: `hidden_s` of transfer that
+// overlaps the compute as far as the link does, `exposed_s` that does not; `overlapped_s`, when
+// set, is the compute-with-hidden-transfer time already taken rank by rank (the ring: the
+// slowest rank's), instead of overlapped(compute, hidden_s).
+struct Timing {
+  double hidden_s = 0;
+  double exposed_s = 0;
+  std::optional<double> overlapped_s;
+};
+
+// The estimate of the ring: each rank's queries against every block, the busiest rank's sends.
+StrategyEstimate estimate_ring(const PlanContext& c, Timing& timing) {
+  StrategyEstimate e;
+  const detail::BlockTable table = detail::BlockTable::of(c.shards[0]);
+  // The slowest rank: its own compute or its own sends (the relay is pruned unevenly).
+  RingTraffic t;
+  t.max_block = table.max_length();
+  const std::optional<detail::RelayPlan> plan =
+      c.P > 1 ? std::optional<detail::RelayPlan>(std::in_place, c.p.params, table, table, true)
+              : std::nullopt;
+  double slowest = 0;
+  for (int r = 0; r < c.P; ++r) {
+    const RingTraffic tr = plan ? rank_traffic(c.p, *plan, table, c.p.Hkv, r) : RingTraffic{};
+    take_max(t, tr);
+    const double compute = c.pairs[static_cast<size_t>(r)] * c.Hq * c.flops_per_pair_head /
+                           (c.kernel.flops_per_s * c.slowdown);
+    slowest =
+        std::max(slowest, overlapped(compute, tr.bytes / c.link.bandwidth_bytes_per_s, c.link));
+  }
+  e.flops = c.pairs[static_cast<size_t>(c.hot)] * c.Hq * c.flops_per_pair_head;
+  e.bytes_sent = t.bytes;
+  e.messages = t.messages;
+  const double block = static_cast<double>(t.max_block) * c.kv_token;
+  // Backward: dq, dk|dv, delta, 2 relay buffers, 2 accumulators, home (and a direct own
+  // block's buffers); the state.
+  const double ring_blocks = kRingBlocks + static_cast<double>(t.direct_buffers);
+  e.peak_bytes = c.q_local + c.Sr * c.kv_token + c.rows_local +
+                 (c.P > 1 ? ring_blocks * block : 0) + c.o_local + c.rows_local;
+  e.copy_seconds = c.P > 1 ? ring_copy_seconds(block, c.kernel) : 0;
+  timing.hidden_s = e.bytes_sent / c.link.bandwidth_bytes_per_s;
+  timing.overlapped_s = slowest;
+  return e;
+}
+
+// The estimate of allgather: the busiest rank's queries against the whole sequence.
+StrategyEstimate estimate_allgather(const PlanContext& c, Timing& timing) {
+  StrategyEstimate e;
+  const int P = c.P;
+  e.flops = *std::max_element(c.gathered.begin(), c.gathered.end()) * c.Hq * c.flops_per_pair_head;
+  // Grows with the own shard: the largest shard's rank sends the most.
+  const double S_max = *std::max_element(c.tokens.begin(), c.tokens.end());
+  e.bytes_sent = (2 * (P - 1) * S_max + (c.S - S_max)) * c.kv_token;
+  e.messages = 3 * (P - 1);
+  // Backward: gathered k|v, the staging it arrives in, dk|dv of every key; the state.
+  e.peak_bytes = 3 * c.S * c.kv_token + c.q_local + c.Sr * c.kv_token + c.o_local + c.rows_local;
+  e.copy_seconds = 2 * (3 * c.S + c.Sr) * c.kv_token / c.kernel.copy_bytes_per_s;
+  timing.exposed_s = e.bytes_sent / c.link.bandwidth_bytes_per_s;
+  return e;
+}
+
+// The block tables of a hybrid's rows: row j holds the tokens of ranks j U .. j U + U - 1.
+detail::BlockTable row_table(const PlanContext& c, int U, int rows) {
+  detail::BlockTable t;
+  for (int j = 0; j < rows; ++j) {
+    std::vector<int> m(static_cast<size_t>(U));
+    std::iota(m.begin(), m.end(), j * U);
+    detail::TokenUnion u = detail::token_union(c.shards[0], m);
+    t.pos.push_back(std::move(u.pos));
+    t.doc.push_back(std::move(u.doc));
+  }
+  return t;
+}
+
+// The estimate of Ulysses (U = P, one row) and of the U x R hybrid (Ulysses in rows of U ranks,
+// the ring across the R rows on the head-sharded rows).
+StrategyEstimate estimate_heads(const PlanContext& c, const Strategy& strategy, Timing& timing) {
+  StrategyEstimate e;
+  const int P = c.P;
+  const bool hybrid = strategy.kind == Strategy::Kind::kHybrid;
+  const int U = hybrid ? strategy.ulysses_size : P;
+  const int R = hybrid ? strategy.ring_size : 1;
+  const double hq = c.Hq / U;
+  const double kvl = c.p.Hkv % U == 0 ? c.Hkv / U : 1.0;
+  const double kv_head_token = c.B * kvl * (c.Dqk + c.Dv) * kFloat;
+  // The rank's row (the whole group for ulysses): its tokens; the busiest row's computed pairs
+  // (ulysses: one call over the whole sequence; hybrid: its row against every row).
+  const int row = hybrid ? c.hot / U : 0;
+  double row_tokens = 0, row_pairs = 0;
+  for (int m = row * U; m < row * U + U; ++m) row_tokens += c.tokens[static_cast<size_t>(m)];
+  const detail::BlockTable rows = row_table(c, U, R);
+  if (hybrid) {
+    std::vector<Tiles> row_tiles;
+    for (int j = 0; j < R; ++j) {
+      row_tiles.push_back(
+          tiles_of(rows.pos[static_cast<size_t>(j)], rows.doc[static_cast<size_t>(j)]));
+    }
+    for (const Tiles& q : row_tiles) {
+      double n = 0;
+      for (const Tiles& k : row_tiles) n += computed_pairs(c.rule, q, k);
+      row_pairs = std::max(row_pairs, n);
+    }
+  } else {
+    row_pairs = computed_pairs(c.rule, c.whole_tiles, c.whole_tiles);
+  }
+  e.flops = row_pairs * hq * c.flops_per_pair_head;
+  // A rank's all-to-all bytes, for its own tokens and its row's: to each peer the inputs of its
+  // own tokens (forward q heads and kv heads; backward q, k|v, dout, lse, delta), and back to
+  // each peer the results of that peer's tokens (out + lse; dq, dk|dv).
+  const double in_per_token = c.B * hq * (2 * c.Dqk + c.Dv + 2) * kFloat + 2 * kv_head_token;
+  const double out_per_token = c.B * hq * (c.Dv + 1 + c.Dqk) * kFloat + kv_head_token;
+  std::vector<double> rank_a2a(static_cast<size_t>(P));
+  for (int m = 0; m < P; ++m) {
+    double row_total = 0;
+    for (int x = m / U * U; x < m / U * U + U; ++x) row_total += c.tokens[static_cast<size_t>(x)];
+    const double own = c.tokens[static_cast<size_t>(m)];
+    rank_a2a[static_cast<size_t>(m)] =
+        (U - 1) * own * in_per_token + (row_total - own) * out_per_token;
+  }
+  const double a2a_max = *std::max_element(rank_a2a.begin(), rank_a2a.end());
+  e.bytes_sent = a2a_max;
+  e.messages = 4 * (U - 1);
+  const double q_h = c.B * row_tokens * hq * c.Dqk * kFloat, kv_h = row_tokens * kv_head_token,
+               o_h = c.B * row_tokens * hq * c.Dv * kFloat, r_h = c.B * row_tokens * hq * kFloat;
+  // The backward's peak, the largest of its phases, each with the head side's dq, dk|dv and the
+  // forward's out and lse (the state; delta too until the heads have it):
+  //  - in: the head-side q, k|v, dout, lse, delta and the all-to-all's staging (what the rank
+  //    sends and what it receives, the other members' share of each: the own block moves
+  //    straight across);
+  //  - compute (hybrid with R > 1): the head-side inputs and the row ring's buffers;
+  //  - out: the sequence-side dq, dk|dv and the staging of the head-side gradients.
+  const double staged = 2 * static_cast<double>(U - 1) / static_cast<double>(U);
+  const double head_inputs = q_h + kv_h + o_h + 2 * r_h, head_grads = q_h + kv_h;
+  const double state = c.o_local + c.rows_local;
+  const double in_phase = head_inputs + staged * head_inputs + c.rows_local;
+  const double out_phase = c.q_local + c.Sr * c.kv_token + staged * head_grads;
+  double ring_phase = 0;
+  e.copy_seconds = 2 * (e.bytes_sent + 2 * (q_h + kv_h + o_h)) / c.kernel.copy_bytes_per_s;
+  timing.exposed_s = a2a_max / c.link.bandwidth_bytes_per_s;
+  if (R > 1) {
+    // Each rank's all-to-all in its row plus its row ring's traffic (the busiest rank); t: the
+    // busiest row ring's, for the time.
+    PlanProblem row_problem = c.p;
+    row_problem.Hkv = static_cast<int64_t>(kvl);
+    RingTraffic t;
+    t.max_block = rows.max_length();
+    const detail::RelayPlan plan(row_problem.params, rows, rows, true);
+    double busiest_total = 0;
+    int64_t busiest_messages = 0;
+    for (int m = 0; m < P; ++m) {
+      const RingTraffic tr = rank_traffic(row_problem, plan, rows, row_problem.Hkv, m / U);
+      take_max(t, tr);
+      busiest_total = std::max(busiest_total, rank_a2a[static_cast<size_t>(m)] + tr.bytes);
+      busiest_messages = std::max(busiest_messages, tr.messages);
+    }
+    e.bytes_sent = busiest_total;
+    e.messages += busiest_messages;
+    const double block = static_cast<double>(t.max_block) * kv_head_token;
+    ring_phase = head_inputs + (kRingBlocks + static_cast<double>(t.direct_buffers)) * block;
+    e.copy_seconds += ring_copy_seconds(block, c.kernel);
+    // The ring's transfers hide under compute as far as the link overlaps; the row all-to-alls
+    // do not.
+    timing.hidden_s = t.bytes / c.link.bandwidth_bytes_per_s;
+  }
+  e.peak_bytes = head_grads + state + std::max({in_phase, ring_phase, out_phase});
+  return e;
+}
+
+// The times every estimate derives the same way from its flops, messages, copies and Timing.
+void finish_times(const PlanContext& c, const Timing& timing, StrategyEstimate& e) {
+  e.compute_seconds = e.flops / (c.kernel.flops_per_s * c.slowdown);
+  const double latency = static_cast<double>(e.messages) * c.link.latency_s;
+  e.comm_seconds = timing.hidden_s + timing.exposed_s + latency;
+  const double with_hidden = timing.overlapped_s
+                                 ? *timing.overlapped_s
+                                 : overlapped(e.compute_seconds, timing.hidden_s, c.link);
+  e.seconds = timing.exposed_s + with_hidden + latency + e.copy_seconds;
+}
+
+}  // namespace
+
+std::vector<StrategyEstimate> plan_strategies(const PlanProblem& p, const LinkModel& link,
+                                              const KernelModel& kernel) {
+  check_problem(p, link, kernel);
+  const PlanContext c = plan_context(p, link, kernel);
   std::vector<StrategyEstimate> out;
-  for (const Strategy& strategy : candidate_strategies(P)) {
-    StrategyEstimate e;
-    e.strategy = strategy;
+  for (const Strategy& strategy : candidate_strategies(c.P)) {
     try {
-      check_strategy(strategy, P, p.Hq, p.Hkv);
+      check_strategy(strategy, c.P, p.Hq, p.Hkv);
     } catch (const Error& err) {
+      StrategyEstimate e;
+      e.strategy = strategy;
       e.feasible = false;
       e.reason = err.what();
       out.push_back(e);
       continue;
     }
-    const double q_local = B * Sr * Hq * Dqk * kFloat, o_local = B * Sr * Hq * Dv * kFloat;
-    const double rows_local = B * Sr * Hq * kFloat;  // one float per query row and head
-    double ring_slowest = -1;  // the ring: max over ranks of max(compute, transfer)
-    switch (strategy.kind) {
-      case Strategy::Kind::kRing: {
-        const detail::BlockTable table = detail::BlockTable::of(shards[0]);
-        // The slowest rank: its own compute or its own sends (the relay is pruned unevenly).
-        RingTraffic t;
-        t.max_block = table.max_length();
-        const std::optional<detail::RelayPlan> plan =
-            P > 1 ? std::optional<detail::RelayPlan>(std::in_place, p.params, table, table, true)
-                  : std::nullopt;
-        for (int r = 0; r < P; ++r) {
-          const RingTraffic tr = plan ? rank_traffic(p, *plan, table, p.Hkv, r) : RingTraffic{};
-          take_max(t, tr);
-          const double compute = pairs[static_cast<size_t>(r)] * Hq * flops_per_pair_head /
-                                 (kernel.flops_per_s * slowdown);
-          ring_slowest = std::max(ring_slowest,
-                                  overlapped(compute, tr.bytes / link.bandwidth_bytes_per_s, link));
-        }
-        e.flops = pairs[static_cast<size_t>(hot)] * Hq * flops_per_pair_head;
-        e.bytes_sent = t.bytes;
-        e.messages = t.messages;
-        const double block = static_cast<double>(t.max_block) * kv_token;
-        // Backward: dq, dk|dv, delta, 2 relay buffers, 2 accumulators, home (and a direct own
-        // block's buffers); the state.
-        const double ring_blocks = kRingBlocks + static_cast<double>(t.direct_buffers);
-        e.peak_bytes = q_local + Sr * kv_token + rows_local + (P > 1 ? ring_blocks * block : 0) +
-                       o_local + rows_local;
-        e.copy_seconds = P > 1 ? ring_copy_seconds(block, kernel) : 0;
-        break;
-      }
-      case Strategy::Kind::kAllGather: {
-        e.flops = *std::max_element(gathered.begin(), gathered.end()) * Hq * flops_per_pair_head;
-        // Grows with the own shard: the largest shard's rank sends the most.
-        const double S_max = *std::max_element(tokens.begin(), tokens.end());
-        e.bytes_sent = (2 * (P - 1) * S_max + (S - S_max)) * kv_token;
-        e.messages = 3 * (P - 1);
-        // Backward: gathered k|v, the staging it arrives in, dk|dv of every key; the state.
-        e.peak_bytes = 3 * S * kv_token + q_local + Sr * kv_token + o_local + rows_local;
-        e.copy_seconds = 2 * (3 * S + Sr) * kv_token / kernel.copy_bytes_per_s;
-        break;
-      }
-      case Strategy::Kind::kUlysses:
-      case Strategy::Kind::kHybrid: {
-        const bool hybrid = strategy.kind == Strategy::Kind::kHybrid;
-        const int U = hybrid ? strategy.ulysses_size : P;
-        const double hq = Hq / U;
-        const double kvl = p.Hkv % U == 0 ? Hkv / U : 1.0;
-        const double kv_head_token = B * kvl * (Dqk + Dv) * kFloat;
-        // The rank's row (the whole group for ulysses): its tokens; the busiest row's computed
-        // pairs (ulysses: one call over the whole sequence; hybrid: its row against every row).
-        const int row = hybrid ? hot / U : 0;
-        double row_tokens = 0, row_pairs = 0;
-        for (int m = row * U; m < row * U + U; ++m) row_tokens += tokens[static_cast<size_t>(m)];
-        if (hybrid) {
-          std::vector<Tiles> row_tiles;
-          for (int j = 0; j < strategy.ring_size; ++j) {
-            std::vector<int> m(static_cast<size_t>(U));
-            std::iota(m.begin(), m.end(), j * U);
-            const detail::TokenUnion u = detail::token_union(shards[0], m);
-            row_tiles.push_back(tiles_of(u.pos, u.doc));
-          }
-          for (const Tiles& q : row_tiles) {
-            double n = 0;
-            for (const Tiles& k : row_tiles) n += computed_pairs(rule, q, k);
-            row_pairs = std::max(row_pairs, n);
-          }
-        } else {
-          row_pairs = computed_pairs(rule, whole_tiles, whole_tiles);
-        }
-        e.flops = row_pairs * hq * flops_per_pair_head;
-        // A rank's all-to-all bytes, for its own tokens and its row's: to each peer the inputs of
-        // its own tokens (forward q heads and kv heads; backward q, k|v, dout, lse, delta), and
-        // back to each peer the results of that peer's tokens (out + lse; dq, dk|dv).
-        const double in_per_token = B * hq * (2 * Dqk + Dv + 2) * kFloat + 2 * kv_head_token;
-        const double out_per_token = B * hq * (Dv + 1 + Dqk) * kFloat + kv_head_token;
-        const auto a2a_bytes = [&](double own, double row_total) {
-          return (U - 1) * own * in_per_token + (row_total - own) * out_per_token;
-        };
-        std::vector<double> rank_a2a(static_cast<size_t>(P));
-        for (int m = 0; m < P; ++m) {
-          double row_total = 0;
-          for (int x = m / U * U; x < m / U * U + U; ++x) {
-            row_total += tokens[static_cast<size_t>(x)];
-          }
-          rank_a2a[static_cast<size_t>(m)] = a2a_bytes(tokens[static_cast<size_t>(m)], row_total);
-        }
-        e.bytes_sent = *std::max_element(rank_a2a.begin(), rank_a2a.end());
-        e.messages = 4 * (U - 1);
-        const double q_h = B * row_tokens * hq * Dqk * kFloat, kv_h = row_tokens * kv_head_token,
-                     o_h = B * row_tokens * hq * Dv * kFloat, r_h = B * row_tokens * hq * kFloat;
-        // The backward's peak, the largest of its phases, each with the head side's dq, dk|dv
-        // and the forward's out and lse (the state; delta too until the heads have it):
-        //  - in: the head-side q, k|v, dout, lse, delta and the all-to-all's staging (what the
-        //    rank sends and what it receives, the other members' share of each: the own block
-        //    moves straight across);
-        //  - compute (hybrid): the head-side inputs and the row ring's buffers;
-        //  - out: the sequence-side dq, dk|dv and the staging of the head-side gradients.
-        const double staged = 2 * static_cast<double>(U - 1) / static_cast<double>(U);
-        const double head_inputs = q_h + kv_h + o_h + 2 * r_h, head_grads = q_h + kv_h;
-        const double state = o_local + rows_local;
-        const double in_phase = head_inputs + staged * head_inputs + rows_local;
-        const double out_phase = q_local + Sr * kv_token + staged * head_grads;
-        e.peak_bytes = head_grads + state + std::max(in_phase, out_phase);
-        e.copy_seconds = 2 * (e.bytes_sent + 2 * (q_h + kv_h + o_h)) / kernel.copy_bytes_per_s;
-        if (hybrid) {
-          detail::BlockTable q_rows, kv_rows;
-          for (int j = 0; j < strategy.ring_size; ++j) {
-            std::vector<int> m(static_cast<size_t>(U));
-            std::iota(m.begin(), m.end(), j * U);
-            detail::TokenUnion u = detail::token_union(shards[0], m);
-            q_rows.pos.push_back(u.pos);
-            q_rows.doc.push_back(u.doc);
-          }
-          kv_rows = q_rows;
-          PlanProblem rows = p;
-          rows.Hkv = static_cast<int64_t>(kvl);
-          // Each rank's all-to-all in its row plus its row ring's traffic (the busiest rank);
-          // t: the busiest row ring's, for the time.
-          RingTraffic t;
-          t.max_block = kv_rows.max_length();
-          const double a2a_max = e.bytes_sent;
-          if (strategy.ring_size > 1) {
-            const detail::RelayPlan plan(rows.params, q_rows, kv_rows, true);
-            double busiest_total = 0;
-            int64_t busiest_messages = 0;
-            for (int m = 0; m < P; ++m) {
-              const RingTraffic tr = rank_traffic(rows, plan, kv_rows, rows.Hkv, m / U);
-              take_max(t, tr);
-              busiest_total = std::max(busiest_total, rank_a2a[static_cast<size_t>(m)] + tr.bytes);
-              busiest_messages = std::max(busiest_messages, tr.messages);
-            }
-            e.bytes_sent = busiest_total;
-            e.messages += busiest_messages;
-          }
-          const double block = static_cast<double>(t.max_block) * kv_head_token;
-          if (strategy.ring_size > 1) {
-            const double ring_phase =
-                head_inputs + (kRingBlocks + static_cast<double>(t.direct_buffers)) * block;
-            e.peak_bytes = head_grads + state + std::max({in_phase, ring_phase, out_phase});
-            e.copy_seconds += ring_copy_seconds(block, kernel);
-          }
-          // The ring's transfers hide under compute as far as the link overlaps; the row
-          // all-to-alls do not.
-          const double ring_comm = t.bytes / link.bandwidth_bytes_per_s;
-          const double a2a = a2a_max / link.bandwidth_bytes_per_s;
-          e.compute_seconds = e.flops / (kernel.flops_per_s * slowdown);
-          e.comm_seconds = ring_comm + a2a + static_cast<double>(e.messages) * link.latency_s;
-          e.seconds = a2a + overlapped(e.compute_seconds, ring_comm, link) + e.copy_seconds +
-                      static_cast<double>(e.messages) * link.latency_s;
-          out.push_back(e);
-          continue;
-        }
-        break;
-      }
-    }
-    e.compute_seconds = e.flops / (kernel.flops_per_s * slowdown);
-    const double transfer = e.bytes_sent / link.bandwidth_bytes_per_s;
-    e.comm_seconds = transfer + static_cast<double>(e.messages) * link.latency_s;
-    e.seconds = (ring_slowest >= 0 ? ring_slowest : e.compute_seconds + transfer) +
-                static_cast<double>(e.messages) * link.latency_s + e.copy_seconds;
+    Timing timing;
+    StrategyEstimate e = strategy.kind == Strategy::Kind::kRing ? estimate_ring(c, timing)
+                         : strategy.kind == Strategy::Kind::kAllGather
+                             ? estimate_allgather(c, timing)
+                             : estimate_heads(c, strategy, timing);
+    e.strategy = strategy;
+    finish_times(c, timing, e);
     out.push_back(e);
   }
   return out;
