@@ -11,8 +11,8 @@
 
 namespace cpattn {
 
-/// Where one call's time went on this rank (filled when CpOptions.stats is set), for the ring
-/// and every other CP strategy (strategy.h).
+/// Where one call's time went on this rank (filled when CpOptions::stats is set), for every CP
+/// strategy (strategy.h).
 struct CpStats {
   double kernel_seconds = 0;  ///< inside attention kernel calls
   double comm_seconds = 0;    ///< inside isend/irecv/wait (blocked or copying: not hidden)

@@ -1,10 +1,10 @@
 // Ways to split one attention call over a CP group (docs/strategies.md): the ring (k/v blocks
-// travel, ring.h), all-gather k/v, Ulysses (all-to-all from sequence shards to head shards) and a
-// U x R hybrid (Ulysses inside rows of U ranks, the ring across R rows). Every strategy computes
-// exactly the attention of docs/design.md section 1 with the dropout masks of cp = 1, takes the
-// same sequence-sharded q/k/v and returns the same sequence-sharded out/lse/gradients; only the
-// traffic, the memory and the rounding of partial sums differ. The safe API (attention.h) takes
-// the strategy in CpOptions (cp_options.h); cpattn/detail/cp.h has its building blocks.
+// travel, docs/ring.md), all-gather k/v, Ulysses (all-to-all from sequence shards to head shards)
+// and a U x R hybrid (Ulysses inside rows of U ranks, the ring across R rows). Every strategy
+// computes exactly the attention of docs/design.md section 1 with the dropout masks of cp = 1,
+// takes the same sequence-sharded q/k/v and returns the same sequence-sharded out/lse/gradients;
+// only the traffic, the memory and the rounding of partial sums differ. The safe API (attention.h)
+// takes the strategy in CpOptions (cp_options.h); cpattn/detail/cp.h has its building blocks.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,7 @@ namespace cpattn {
 struct Strategy {
   enum class Kind : int32_t {
     /// k/v blocks travel round the ring while each rank computes its queries against them
-    /// (ring.h); memory O(S/P), traffic (P - 1) k/v blocks per rank.
+    /// (docs/ring.md); memory O(S/P), traffic (P - 1) k/v blocks per rank.
     kRing = 0,
     /// Every rank gathers all of k/v once and computes its queries against the whole sequence;
     /// backward reduce-scatters dk/dv in rank order. Memory O(S) for k/v.

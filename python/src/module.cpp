@@ -182,7 +182,8 @@ PYBIND11_MODULE(_cpattn, m) {
 
   py::class_<cpattn::AttentionWorkspace, std::shared_ptr<cpattn::AttentionWorkspace>>(
       m, "Workspace",
-      "Reusable scratch buffers for ring_attention calls (cpattn::AttentionWorkspace, ring.h): "
+      "Reusable scratch buffers for ring_attention calls (cpattn::AttentionWorkspace, "
+      "workspace.h): "
       "pass one to every call of a training loop (one call at a time) and only the first call "
       "faults its memory in. It holds no results and no state.")
       .def(py::init([] { return std::make_shared<cpattn::AttentionWorkspace>(); }))

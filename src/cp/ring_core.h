@@ -1,6 +1,7 @@
 // The ring passes themselves, on block tables rather than shardings and writing into the caller's
-// views: ring_attention_forward / ring_attention_backward (ring.h) run them on the shards of a
-// SequenceSharding, the hybrid strategy on the row blocks of its grid with head-sharded views.
+// views: ring_attention_forward / ring_attention_backward (cpattn/detail/cp.h) run them on the
+// shards of a SequenceSharding, the hybrid strategy on the row blocks of its grid with head-sharded
+// views.
 #pragma once
 
 #include <cstdint>
@@ -38,16 +39,16 @@ AttentionGradients ring_call_backward(const CpCall& call, const BackwardState& s
 /// The sizes of a ring problem on `comm` (trusted: the caller validated the arguments).
 CpDims ring_dims(const Communicator& comm, const RingProblem& p);
 
-/// Ring forward (ring.h) into out [B, Sq_r, Hq, Dv] (any strides) and lse fp32 [B, Hq, Sq_r].
-/// Adds kernel and communication time to options.stats (the caller's CallTimer adds the rest).
-/// The ring's buffers come from `lease` (the hybrid's call) or, when null, from a lease of its own
-/// on options.workspace.
+/// Ring forward (cpattn/detail/cp.h) into out [B, Sq_r, Hq, Dv] (any strides) and lse fp32 [B, Hq,
+/// Sq_r]. Adds kernel and communication time to options.stats (the caller's CallTimer adds the
+/// rest). The ring's buffers come from `lease` (the hybrid's call) or, when null, from a lease of
+/// its own on options.workspace.
 void ring_forward(Communicator& comm, const RingProblem& p, const CpOptions& options, View out,
                   std::span<float> lse, WorkspaceLease* lease = nullptr);
 
-/// Ring backward (ring.h) from dout [B, Sq_r, Hq, Dv], the merged lse and delta = D_i (both fp32
-/// [B, Hq, Sq_r], delta from row_dot of dout and the forward's out), into dq, dk, dv (shaped like
-/// q, k, v, any strides; overwritten). Buffers as ring_forward's.
+/// Ring backward (cpattn/detail/cp.h) from dout [B, Sq_r, Hq, Dv], the merged lse and delta = D_i
+/// (both fp32 [B, Hq, Sq_r], delta from row_dot of dout and the forward's out), into dq, dk, dv
+/// (shaped like q, k, v, any strides; overwritten). Buffers as ring_forward's.
 void ring_backward(Communicator& comm, const RingProblem& p, const CpOptions& options,
                    ConstView dout, std::span<const float> lse, std::span<const float> delta,
                    View dq, View dk, View dv, WorkspaceLease* lease = nullptr);

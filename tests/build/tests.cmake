@@ -37,6 +37,20 @@ set_tests_properties(build.layer_rule_higher_layer PROPERTIES
 set_tests_properties(build.layer_rule_private_header PROPERTIES
                      PASS_REGULAR_EXPRESSION "cp/ring_detail.h: No such file")
 
+# The contract document against the build (docs/design.md sections 2 and 5.7): layers, headers,
+# subcommands and tag streams; and the check fires on a copy whose layer table misses a header.
+add_test(NAME build.design_contract
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_design.py ${PROJECT_SOURCE_DIR}
+                 $<TARGET_FILE:cpattn_cli>)
+set_tests_properties(build.design_contract PROPERTIES LABELS build
+                     PASS_REGULAR_EXPRESSION ", 0 differences")
+add_test(NAME build.design_contract_fires
+         COMMAND sh -c "sed 's/`plan.h`, //' \"$0\"/docs/design.md > \"$2\" && /usr/bin/python3 \"$0\"/tests/build/check_design.py \"$0\" \"$1\" --design \"$2\""
+                 ${PROJECT_SOURCE_DIR} $<TARGET_FILE:cpattn_cli>
+                 ${CMAKE_CURRENT_BINARY_DIR}/design_without_plan_h.md)
+set_tests_properties(build.design_contract_fires PROPERTIES LABELS build
+                     PASS_REGULAR_EXPRESSION "include/cpattn/plan.h is in no layer")
+
 # Formatting: every C++ source is as clang-format (.clang-format) would write it.
 find_program(CPATTN_CLANG_FORMAT clang-format)
 if(CPATTN_CLANG_FORMAT)

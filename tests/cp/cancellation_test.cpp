@@ -107,7 +107,7 @@ TEST(Cancellation, TheRingHasInterruptionPointsAtEveryStepAndKernelItem) {
 }
 
 // A caller's stop request (a signal handler's flag) reaches the same interruption points: a
-// long ring call on every rank stops within a work item with kInterrupted. (The unchecked tier:
+// long ring call on every rank stops within a work item with kInterrupted. (The detail tier:
 // the checked one first hashes q, k and v for the fingerprint, which has no interruption point
 // and takes seconds under a sanitizer at this size.)
 TEST(Cancellation, AStopRequestEndsALongCallOnEveryRank) {

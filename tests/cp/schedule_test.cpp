@@ -14,8 +14,8 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 TEST(RingStep, MatchesTheWorkedExampleOfRingH) {
-  // P = 4, rank 1 (ring.h and docs/ring.md). Fields: kv_block, kv_send_to, kv_recv_from,
-  // next_kv_block, grad_recv_from, grad_send_to, home_grad_recv_from.
+  // P = 4, rank 1 (cpattn/detail/cp.h and docs/ring.md). Fields: kv_block, kv_send_to,
+  // kv_recv_from, next_kv_block, grad_recv_from, grad_send_to, home_grad_recv_from.
   const std::vector<RingStep> want = {
       {1, 2, 0, 0, -1, 2, -1},
       {0, 2, 0, 3, 0, 2, -1},

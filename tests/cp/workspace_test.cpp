@@ -1,4 +1,4 @@
-// AttentionWorkspace (cpattn/ring.h): a call of any strategy that borrows its buffers from a
+// AttentionWorkspace (cpattn/workspace.h): a call of any strategy that borrows its buffers from a
 // caller-owned workspace gives bitwise the results of one that allocates them, whatever the
 // workspace held from earlier calls (other shapes, dtypes, strategies); the workspace grows to the
 // largest call, is charged to its own counter, refuses a second concurrent call and release()

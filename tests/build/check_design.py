@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""The contract document against the build (docs/design.md sections 2 and 5.7).
+
+Checks that
+  - the layer table of section 2 (layer | uses | contents | public headers) names exactly the
+    layers, dependencies and public headers of cmake/layers.cmake;
+  - every header in include/cpattn/ (version.h from version.h.in) is in that table;
+  - the "**Subcommands:**" line of section 2 names exactly the subcommands `cpattn --help` lists;
+  - the tag-stream table of section 5.7 has exactly the values of enum TagStream
+    (src/cp/ring_detail.h).
+Prints each difference and exits 1 if there is any.
+Usage: check_design.py SOURCE_DIR CPATTN_BINARY [--design FILE]  (FILE instead of docs/design.md)
+"""
+import pathlib
+import re
+import subprocess
+import sys
+
+
+def cmake_list(text, name):
+    m = re.search(r"set\(" + re.escape(name) + r"((?:\s+[^\s()]+)*)\s*\)", text)
+    if m is None:
+        return None
+    return m.group(1).split()
+
+
+def section(text, title):
+    start = text.index(title)
+    end = text.find("\n## ", start + len(title))
+    return text[start:end if end >= 0 else len(text)]
+
+
+def ticked(cell):
+    return re.findall(r"`([^`]+)`", cell)
+
+
+def main(argv):
+    root = pathlib.Path(argv[1])
+    cpattn = argv[2]
+    design_path = pathlib.Path(argv[argv.index("--design") + 1]) if "--design" in argv \
+        else root / "docs/design.md"
+    design = design_path.read_text()
+    layers_cmake = (root / "cmake/layers.cmake").read_text()
+    problems = []
+
+    # Section 2: the layer table.
+    sec2 = section(design, "## 2. ")
+    table = {}
+    for line in sec2.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and re.fullmatch(r"`[a-z]+`", cells[0]):
+            layer = cells[0].strip("`")
+            table[layer] = (sorted(ticked(cells[1])), sorted(ticked(cells[3])))
+    layers = cmake_list(layers_cmake, "CPATTN_LAYERS") or []
+    if sorted(table) != sorted(layers):
+        problems.append(f"design.md section 2 lists layers {sorted(table)}, "
+                        f"cmake/layers.cmake {sorted(layers)}")
+    for layer in layers:
+        deps = sorted(cmake_list(layers_cmake, f"CPATTN_LAYER_{layer}_DEPS") or [])
+        headers = sorted(cmake_list(layers_cmake, f"CPATTN_LAYER_{layer}_HEADERS") or [])
+        doc_deps, doc_headers = table.get(layer, ([], []))
+        if doc_deps != deps:
+            problems.append(f"layer {layer}: design.md says it uses {doc_deps}, "
+                            f"cmake/layers.cmake {deps}")
+        if doc_headers != headers:
+            problems.append(f"layer {layer}: design.md lists headers {doc_headers}, "
+                            f"cmake/layers.cmake {headers}")
+    listed = {h for _, hs in table.values() for h in hs}
+    include = root / "include/cpattn"
+    on_disk = {str(p.relative_to(include)).removesuffix(".in")
+               for p in include.rglob("*") if p.name.endswith((".h", ".h.in"))}
+    for h in sorted(on_disk - listed):
+        problems.append(f"include/cpattn/{h} is in no layer of design.md section 2")
+    for h in sorted(listed - on_disk):
+        problems.append(f"design.md section 2 lists {h}, which is not in include/cpattn/")
+
+    # Section 2: the subcommands.
+    m = re.search(r"\*\*Subcommands:\*\*((?:\s*`[a-z]+`,?)+)", sec2)
+    documented = sorted(ticked(m.group(1))) if m else []
+    help_text = subprocess.run([cpattn, "--help"], capture_output=True, text=True,
+                               check=False).stdout
+    listing = help_text.split("Subcommands:", 1)[1] if "Subcommands:" in help_text else ""
+    actual = sorted(re.findall(r"^  ([a-z]+)\s", listing, re.MULTILINE))
+    if not actual:
+        problems.append("`cpattn --help` lists no subcommands")
+    if documented != actual:
+        problems.append(f"design.md section 2 names subcommands {documented}, "
+                        f"`cpattn --help` {actual}")
+
+    # Section 5.7: the tag streams.
+    sec57 = section(design, "### 5.7 ")
+    doc_streams = sorted(int(x) for x in re.findall(r"^\| (\d+) \|", sec57, re.MULTILINE))
+    ring_detail = (root / "src/cp/ring_detail.h").read_text()
+    enum = re.search(r"enum class TagStream \{(.*?)\};", ring_detail, re.DOTALL)
+    code_streams = sorted(int(x) for x in re.findall(r"= (\d+),", enum.group(1))) if enum else []
+    if not code_streams:
+        problems.append("src/cp/ring_detail.h: no enum TagStream found")
+    if doc_streams != code_streams:
+        problems.append(f"design.md section 5.7 lists tag streams {doc_streams}, "
+                        f"TagStream has {code_streams}")
+
+    for p in problems:
+        print(p)
+    print(f"check_design: {len(table)} layers, {len(listed)} headers, {len(actual)} subcommands, "
+          f"{len(code_streams)} tag streams checked, {len(problems)} differences")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
