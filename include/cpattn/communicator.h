@@ -66,32 +66,44 @@ class Request {
 
 /// A group of `size()` ranks. Thread-compatible: one rank's communicator is used by one thread at a
 /// time (the ring's compute thread); different ranks run concurrently.
+///
+/// A non-virtual interface: the public functions state the contract and call the protected
+/// virtual hooks (do_*) that a backend implements (backend.h has the collectives and the split
+/// planning a backend can build its hooks from); the typed conveniences sit on top, so a backend
+/// declares nothing but its hooks. The shared conformance suite (tests/comm/conformance.h) states
+/// the contract as tests; the in-process and MPI backends run it.
 class Communicator {
  public:
   virtual ~Communicator() = default;
 
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
+  int rank() const { return do_rank(); }
+  int size() const { return do_size(); }
 
   /// Sends `data` to rank `dest` with `tag` (>= 0). The buffer must stay alive and unchanged until
   /// the Request completes. Sending to oneself is allowed (matched by an irecv from self).
   /// Messages between one (source, destination, tag) are received in the order they were sent.
   /// Completion may require the matching irecv to be posted (rendezvous, like MPI_Ssend): post
   /// the irecv of an exchange before waiting on its isend.
-  [[nodiscard]] virtual Request isend(std::span<const std::byte> data, int dest, int tag) = 0;
+  [[nodiscard]] Request isend(std::span<const std::byte> data, int dest, int tag) {
+    return do_isend(data, dest, tag);
+  }
   /// Receives a message from rank `src` with `tag` into `data`. A message larger than `data`
   /// fails with Error(kCommunication) naming the buffer size (and the message size where the
   /// backend knows it; never a truncated result).
-  [[nodiscard]] virtual Request irecv(std::span<std::byte> data, int src, int tag) = 0;
+  [[nodiscard]] Request irecv(std::span<std::byte> data, int src, int tag) {
+    return do_irecv(data, src, tag);
+  }
 
   /// Elementwise sum over all ranks, in place; every rank gets bitwise the same result.
-  virtual void allreduce_sum(std::span<float> data) = 0;
-  virtual void allreduce_sum(std::span<double> data) = 0;
+  void allreduce_sum(std::span<float> data) { do_allreduce_sum(data); }
+  void allreduce_sum(std::span<double> data) { do_allreduce_sum(data); }
   /// Block i of `send` (send.size() / size() bytes) goes to rank i; block j of `recv` comes from
   /// rank j. send.size() must equal recv.size() and be divisible by size().
-  virtual void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) = 0;
+  void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) {
+    do_all_to_all(send, recv);
+  }
   /// Returns once every rank has entered it (or throws on timeout / peer failure).
-  virtual void barrier() = 0;
+  void barrier() { do_barrier(); }
 
   /// Splits this group into sub-groups (MPI_Comm_split semantics). Collective: every rank of
   /// this communicator calls it. Ranks passing the same `color` (>= 0) form one new group, in
@@ -103,8 +115,8 @@ class Communicator {
   /// The (color, key) pairs are first exchanged with this communicator's all_to_all (under its
   /// deadline), so a rank that does not take part times out instead of blocking. Throws
   /// Error(kInvalidArgument) on every rank when any rank passed color < 0, and when the backend
-  /// cannot split (the default implementation: a backend without sub-groups).
-  virtual std::unique_ptr<Communicator> split(int color, int key);
+  /// cannot split (a backend without sub-groups keeps the default hook).
+  std::unique_ptr<Communicator> split(int color, int key) { return do_split(color, key); }
 
   /// Deadline applied to every wait of this communicator (default 300 s).
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
@@ -114,7 +126,7 @@ class Communicator {
   /// the group is known to have failed (in-process ranks know at once; other backends learn of a
   /// failure at their next message, and do nothing here). Long computations call it between
   /// pieces of work, so that a rank busy computing stops within one piece of a group failure.
-  virtual void throw_if_group_failed() const {}
+  void throw_if_group_failed() const { do_throw_if_group_failed(); }
 
   /// Lets this rank's posted transfers move on without blocking, for backends that move data
   /// only inside their own calls: an MPI without an asynchronous progress thread matches and
@@ -125,7 +137,7 @@ class Communicator {
   /// in the same kernel call (concurrent calls skip the work instead of waiting for each other).
   /// Never throws: an error is kept by its request and thrown by that request's wait. Does
   /// nothing by default (in-process ranks copy inside wait(); gloo has threads of its own).
-  virtual void progress() noexcept {}
+  void progress() noexcept { do_progress(); }
 
   /// The number of this rank's next checked attention call on this group (0, 1, 2, ...). The safe
   /// API (attention.h) takes one per call and all ranks compare it, with the rest of the call's
@@ -140,10 +152,9 @@ class Communicator {
 
   /// The counter this rank's cpattn allocations are charged to (per rank for in-process ranks;
   /// the process counter under MPI).
-  virtual MemoryCounter& memory() = 0;
+  MemoryCounter& memory() { return do_memory(); }
 
-  /// Typed conveniences over the byte interface (T trivially copyable). Derived classes need
-  /// `using Communicator::isend; using Communicator::irecv;` to keep them visible.
+  /// Typed conveniences over the byte interface (T trivially copyable).
   template <typename T>
   [[nodiscard]] Request isend(std::span<const T> data, int dest, int tag) {
     static_assert(std::is_trivially_copyable_v<T>);
@@ -162,6 +173,22 @@ class Communicator {
   }
 
  protected:
+  /// The hooks of a backend: each does what its public function above states. do_split,
+  /// do_throw_if_group_failed and do_progress have defaults (no sub-groups; nothing known of
+  /// failures between messages; nothing to advance).
+  virtual int do_rank() const = 0;
+  virtual int do_size() const = 0;
+  virtual Request do_isend(std::span<const std::byte> data, int dest, int tag) = 0;
+  virtual Request do_irecv(std::span<std::byte> data, int src, int tag) = 0;
+  virtual void do_allreduce_sum(std::span<float> data) = 0;
+  virtual void do_allreduce_sum(std::span<double> data) = 0;
+  virtual void do_all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) = 0;
+  virtual void do_barrier() = 0;
+  virtual std::unique_ptr<Communicator> do_split(int color, int key);
+  virtual void do_throw_if_group_failed() const {}
+  virtual void do_progress() noexcept {}
+  virtual MemoryCounter& do_memory() = 0;
+
   std::chrono::milliseconds timeout_{kDefaultCommTimeout};
 
  private:

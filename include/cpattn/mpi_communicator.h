@@ -64,33 +64,31 @@ class MpiCommunicator final : public Communicator {
   explicit MpiCommunicator(MPI_Comm comm = MPI_COMM_WORLD, const MpiOptions& options = {});
   ~MpiCommunicator() override;
 
-  int rank() const override;
-  int size() const override;
-
-  using Communicator::all_to_all;
-  using Communicator::irecv;
-  using Communicator::isend;
+  // The Communicator hooks (communicator.h).
+ protected:
+  int do_rank() const override;
+  int do_size() const override;
   /// Tags must be in [0, MPI_TAG_UB] (2^31 - 1 with OpenMPI).
-  Request isend(std::span<const std::byte> data, int dest, int tag) override;
+  Request do_isend(std::span<const std::byte> data, int dest, int tag) override;
   /// A message larger than `data` throws Error(kCommunication) from wait() (MPI_ERR_TRUNCATE:
   /// MPI reports only the buffer size).
-  Request irecv(std::span<std::byte> data, int src, int tag) override;
+  Request do_irecv(std::span<std::byte> data, int src, int tag) override;
   /// Same reduction order and bits as ThreadCommunicator (reduce-scatter in rank order).
-  void allreduce_sum(std::span<float> data) override;
-  void allreduce_sum(std::span<double> data) override;
-  void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
-  void barrier() override;
+  void do_allreduce_sum(std::span<float> data) override;
+  void do_allreduce_sum(std::span<double> data) override;
+  void do_all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
+  void do_barrier() override;
   /// Advances every pending receive of this communicator (matching each (source, tag) queue's
   /// receives in posting order, as wait() does) and lets MPI's progress engine move the posted
   /// sends. Without blocking: a call finding another thread inside this communicator, or MPI
   /// finalized, returns at once; below MPI_THREAD_SERIALIZED only the main thread calls MPI.
-  void progress() noexcept override;
+  void do_progress() noexcept override;
   /// MPI_Comm_split of this communicator (after the (color, key) exchange of communicator.h),
   /// wrapped in a new MpiCommunicator with this one's timeout and chunk size. MPI_Comm_split has
   /// no deadline of its own; the exchange before it makes sure every rank has arrived.
-  std::unique_ptr<Communicator> split(int color, int key) override;
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
   /// The process counter: one rank per process.
-  MemoryCounter& memory() override;
+  MemoryCounter& do_memory() override;
 
  private:
   backend::CollectiveChannel channel();

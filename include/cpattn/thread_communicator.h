@@ -36,26 +36,24 @@ class ThreadCommunicator final : public Communicator {
   ThreadCommunicator(detail::ThreadGroup& group, int rank);
   ~ThreadCommunicator() override;
 
-  int rank() const override { return rank_; }
-  int size() const override;
+  // The Communicator hooks (communicator.h).
+ protected:
+  int do_rank() const override { return rank_; }
+  int do_size() const override;
   /// A sub-group over the same ThreadGroup (communicator.h): its messages live in a context of
   /// their own, its ranks keep this rank's MemoryCounter, and errors name ranks as the
   /// sub-group numbers them. The ThreadGroup (run_ranks) must outlive it.
-  std::unique_ptr<Communicator> split(int color, int key) override;
-
-  using Communicator::all_to_all;
-  using Communicator::irecv;
-  using Communicator::isend;
-  Request isend(std::span<const std::byte> data, int dest, int tag) override;
-  Request irecv(std::span<std::byte> data, int src, int tag) override;
-  void allreduce_sum(std::span<float> data) override;
-  void allreduce_sum(std::span<double> data) override;
-  void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
-  void barrier() override;
-  void throw_if_group_failed() const override;
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
+  Request do_isend(std::span<const std::byte> data, int dest, int tag) override;
+  Request do_irecv(std::span<std::byte> data, int src, int tag) override;
+  void do_allreduce_sum(std::span<float> data) override;
+  void do_allreduce_sum(std::span<double> data) override;
+  void do_all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
+  void do_barrier() override;
+  void do_throw_if_group_failed() const override;
   /// This rank's own counter, a child of process_memory(). It stays valid for as long as anything
   /// charged to it lives (results kept after run_ranks returned), even past this object.
-  MemoryCounter& memory() override { return *memory_; }
+  MemoryCounter& do_memory() override { return *memory_; }
 
  private:
   // A member of a sub-group: `members` are the group ranks of the sub-group, in its order.
@@ -83,22 +81,21 @@ class SingleRankCommunicator final : public Communicator {
   SingleRankCommunicator();
   ~SingleRankCommunicator() override;
 
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  using Communicator::all_to_all;
-  using Communicator::irecv;
-  using Communicator::isend;
-  Request isend(std::span<const std::byte> data, int dest, int tag) override;
-  Request irecv(std::span<std::byte> data, int src, int tag) override;
-  void allreduce_sum(std::span<float> data) override;
-  void allreduce_sum(std::span<double> data) override;
-  void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
-  void barrier() override;
-  void throw_if_group_failed() const override { rank_->throw_if_group_failed(); }
+  // The Communicator hooks (communicator.h).
+ protected:
+  int do_rank() const override { return 0; }
+  int do_size() const override { return 1; }
+  Request do_isend(std::span<const std::byte> data, int dest, int tag) override;
+  Request do_irecv(std::span<std::byte> data, int src, int tag) override;
+  void do_allreduce_sum(std::span<float> data) override;
+  void do_allreduce_sum(std::span<double> data) override;
+  void do_all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
+  void do_barrier() override;
+  void do_throw_if_group_failed() const override { rank_->throw_if_group_failed(); }
   /// A group of one again (every color makes a group of this rank alone); must not outlive this
   /// object.
-  std::unique_ptr<Communicator> split(int color, int key) override;
-  MemoryCounter& memory() override;
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
+  MemoryCounter& do_memory() override;
 
  private:
   std::unique_ptr<detail::ThreadGroup> group_;

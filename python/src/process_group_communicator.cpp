@@ -123,7 +123,7 @@ int ProcessGroupCommunicator::wire_tag(int tag) const {
   return tag_namespace_ == 0 ? t : kCollectiveTag + tag_namespace_ * kSubGroupTags + t;
 }
 
-std::unique_ptr<Communicator> ProcessGroupCommunicator::split(int color, int key) {
+std::unique_ptr<Communicator> ProcessGroupCommunicator::do_split(int color, int key) {
   CPATTN_CHECK(tag_namespace_ == 0, ErrorCode::kInvalidArgument,
                "split: a sub-group of a ProcessGroup cannot be split again");
   const backend::SplitGroup sub = backend::plan_split(*this, color, key);
@@ -171,14 +171,14 @@ Request ProcessGroupCommunicator::post(bool is_send, std::byte* data, size_t byt
                  timeout_);
 }
 
-Request ProcessGroupCommunicator::isend(std::span<const std::byte> data, int dest, int tag) {
+Request ProcessGroupCommunicator::do_isend(std::span<const std::byte> data, int dest, int tag) {
   CPATTN_CHECK(tag >= 0 && tag < max_tag(), ErrorCode::kInvalidArgument,
                "isend: tag must be in [0, ", max_tag(), "), got ", tag);
   // The ProcessGroup only reads a send's buffer.
   return post(true, const_cast<std::byte*>(data.data()), data.size(), dest, tag);
 }
 
-Request ProcessGroupCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
+Request ProcessGroupCommunicator::do_irecv(std::span<std::byte> data, int src, int tag) {
   CPATTN_CHECK(tag >= 0 && tag < max_tag(), ErrorCode::kInvalidArgument,
                "irecv: tag must be in [0, ", max_tag(), "), got ", tag);
   return post(false, data.data(), data.size(), src, tag);
@@ -198,17 +198,17 @@ backend::CollectiveChannel ProcessGroupCommunicator::channel() {
   return ch;
 }
 
-void ProcessGroupCommunicator::allreduce_sum(std::span<float> data) {
+void ProcessGroupCommunicator::do_allreduce_sum(std::span<float> data) {
   backend::allreduce_sum(channel(), data);
 }
-void ProcessGroupCommunicator::allreduce_sum(std::span<double> data) {
+void ProcessGroupCommunicator::do_allreduce_sum(std::span<double> data) {
   backend::allreduce_sum(channel(), data);
 }
-void ProcessGroupCommunicator::all_to_all(std::span<const std::byte> send,
-                                          std::span<std::byte> recv) {
+void ProcessGroupCommunicator::do_all_to_all(std::span<const std::byte> send,
+                                             std::span<std::byte> recv) {
   backend::all_to_all(channel(), send, recv);
 }
-void ProcessGroupCommunicator::barrier() { backend::barrier(channel()); }
-MemoryCounter& ProcessGroupCommunicator::memory() { return process_memory(); }
+void ProcessGroupCommunicator::do_barrier() { backend::barrier(channel()); }
+MemoryCounter& ProcessGroupCommunicator::do_memory() { return process_memory(); }
 
 }  // namespace cpattn::torch_binding

@@ -10,8 +10,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <vector>
 
-#include "cpattn/communicator.h"
 #include "cpattn/backend.h"
+#include "cpattn/communicator.h"
 
 namespace cpattn::torch_binding {
 
@@ -36,26 +36,25 @@ class ProcessGroupCommunicator final : public Communicator {
   ProcessGroupCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group,
                            std::chrono::milliseconds timeout);
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  using Communicator::all_to_all;
-  using Communicator::irecv;
-  using Communicator::isend;
+  // The Communicator hooks (communicator.h).
+ protected:
+  int do_rank() const override { return rank_; }
+  int do_size() const override { return size_; }
   /// tag must be in [0, kCollectiveTag).
-  Request isend(std::span<const std::byte> data, int dest, int tag) override;
-  Request irecv(std::span<std::byte> data, int src, int tag) override;
-  void allreduce_sum(std::span<float> data) override;
-  void allreduce_sum(std::span<double> data) override;
-  void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
-  void barrier() override;
+  Request do_isend(std::span<const std::byte> data, int dest, int tag) override;
+  Request do_irecv(std::span<std::byte> data, int src, int tag) override;
+  void do_allreduce_sum(std::span<float> data) override;
+  void do_allreduce_sum(std::span<double> data) override;
+  void do_all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override;
+  void do_barrier() override;
   /// A sub-group over the same ProcessGroup (no new ProcessGroup is made): its ranks are the
   /// members' ProcessGroup ranks, its messages travel in a tag namespace of its own, numbered
-  /// 1 + (this communicator's split count) * size() + (the members' lowest rank here), so
+  /// 1 + (this communicator's split count) * do_size() + (the members' lowest rank here), so
   /// sub-groups never match each other's or this group's messages. Collective (communicator.h).
   /// Throws Error(kInvalidArgument) for a split of a sub-group (one level only: the hybrid
   /// strategy's rows and columns) and past kSubGroupNamespaces namespaces.
-  std::unique_ptr<Communicator> split(int color, int key) override;
-  MemoryCounter& memory() override;
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
+  MemoryCounter& do_memory() override;
 
  private:
   // A sub-group: `members` are its ProcessGroup ranks, in its rank order.

@@ -42,9 +42,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const MpiOptions& options)
 
 MpiCommunicator::~MpiCommunicator() = default;
 
-int MpiCommunicator::rank() const { return state_->rank; }
-int MpiCommunicator::size() const { return state_->size; }
-MemoryCounter& MpiCommunicator::memory() { return process_memory(); }
+int MpiCommunicator::do_rank() const { return state_->rank; }
+int MpiCommunicator::do_size() const { return state_->size; }
+MemoryCounter& MpiCommunicator::do_memory() { return process_memory(); }
 
 namespace {
 void check_peer_and_tag(const detail::MpiState& s, const char* op, int peer, int tag) {
@@ -55,7 +55,7 @@ void check_peer_and_tag(const detail::MpiState& s, const char* op, int peer, int
 }
 }  // namespace
 
-Request MpiCommunicator::isend(std::span<const std::byte> data, int dest, int tag) {
+Request MpiCommunicator::do_isend(std::span<const std::byte> data, int dest, int tag) {
   check_peer_and_tag(*state_, "isend", dest, tag);
   return Request(
       std::make_unique<detail::MpiRequest>(
@@ -64,7 +64,7 @@ Request MpiCommunicator::isend(std::span<const std::byte> data, int dest, int ta
       timeout_);
 }
 
-Request MpiCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
+Request MpiCommunicator::do_irecv(std::span<std::byte> data, int src, int tag) {
   check_peer_and_tag(*state_, "irecv", src, tag);
   return Request(
       std::make_unique<detail::MpiRequest>(
@@ -95,21 +95,21 @@ backend::CollectiveChannel MpiCommunicator::channel() {
   return ch;
 }
 
-void MpiCommunicator::allreduce_sum(std::span<float> data) {
+void MpiCommunicator::do_allreduce_sum(std::span<float> data) {
   backend::allreduce_sum(channel(), data);
 }
 
-void MpiCommunicator::allreduce_sum(std::span<double> data) {
+void MpiCommunicator::do_allreduce_sum(std::span<double> data) {
   backend::allreduce_sum(channel(), data);
 }
 
-void MpiCommunicator::all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) {
+void MpiCommunicator::do_all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) {
   backend::all_to_all(channel(), send, recv);
 }
 
-void MpiCommunicator::barrier() { backend::barrier(channel()); }
+void MpiCommunicator::do_barrier() { backend::barrier(channel()); }
 
-void MpiCommunicator::progress() noexcept {
+void MpiCommunicator::do_progress() noexcept {
   if (!detail::mpi_active()) return;
   if (state_->thread_level < MPI_THREAD_SERIALIZED) {
     int main = 0;
@@ -120,7 +120,7 @@ void MpiCommunicator::progress() noexcept {
   if (lock.owns()) detail::MpiRequest::progress_all(*state_);
 }
 
-std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key) {
   const backend::SplitGroup sub = backend::plan_split(*this, color, key);
   MPI_Comm part = MPI_COMM_NULL;
   {

@@ -9,7 +9,7 @@
 
 namespace cpattn {
 
-std::unique_ptr<Communicator> Communicator::split(int /*color*/, int /*key*/) {
+std::unique_ptr<Communicator> Communicator::do_split(int /*color*/, int /*key*/) {
   throw Error(ErrorCode::kInvalidArgument,
               "Communicator::split: this communicator backend cannot make sub-groups");
 }

@@ -68,7 +68,7 @@ ThreadCommunicator::~ThreadCommunicator() {
   if (context_ != 0) group_.release_context(context_);
 }
 
-int ThreadCommunicator::size() const {
+int ThreadCommunicator::do_size() const {
   return members_.empty() ? group_.size() : static_cast<int>(members_.size());
 }
 
@@ -76,7 +76,7 @@ int ThreadCommunicator::group_rank(int rank) const {
   return members_.empty() ? rank : members_[static_cast<size_t>(rank)];
 }
 
-std::unique_ptr<Communicator> ThreadCommunicator::split(int color, int key) {
+std::unique_ptr<Communicator> ThreadCommunicator::do_split(int color, int key) {
   const backend::SplitGroup sub = backend::plan_split(*this, color, key);
   // Every member asks for (this context, this split's number, color): one new context.
   const uint64_t context = group_.acquire_context(context_, splits_++, color);
@@ -111,12 +111,12 @@ Request ThreadCommunicator::post(bool is_send, const std::byte* message, std::by
   return Request(std::move(impl), timeout_);
 }
 
-Request ThreadCommunicator::isend(std::span<const std::byte> data, int dest, int tag) {
+Request ThreadCommunicator::do_isend(std::span<const std::byte> data, int dest, int tag) {
   CPATTN_CHECK(tag >= 0, ErrorCode::kInvalidArgument, "isend: tag must be >= 0, got ", tag);
   return post(true, data.data(), nullptr, data.size(), dest, tag);
 }
 
-Request ThreadCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
+Request ThreadCommunicator::do_irecv(std::span<std::byte> data, int src, int tag) {
   CPATTN_CHECK(tag >= 0, ErrorCode::kInvalidArgument, "irecv: tag must be >= 0, got ", tag);
   return post(false, nullptr, data.data(), data.size(), src, tag);
 }
@@ -135,23 +135,23 @@ backend::CollectiveChannel ThreadCommunicator::channel() {
   return ch;
 }
 
-void ThreadCommunicator::allreduce_sum(std::span<float> data) {
+void ThreadCommunicator::do_allreduce_sum(std::span<float> data) {
   backend::allreduce_sum(channel(), data);
 }
 
-void ThreadCommunicator::allreduce_sum(std::span<double> data) {
+void ThreadCommunicator::do_allreduce_sum(std::span<double> data) {
   backend::allreduce_sum(channel(), data);
 }
 
-void ThreadCommunicator::all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) {
+void ThreadCommunicator::do_all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) {
   backend::all_to_all(channel(), send, recv);
 }
 
-void ThreadCommunicator::barrier() { backend::barrier(channel()); }
+void ThreadCommunicator::do_barrier() { backend::barrier(channel()); }
 
-void ThreadCommunicator::throw_if_group_failed() const { group_.throw_if_failed(rank_); }
+void ThreadCommunicator::do_throw_if_group_failed() const { group_.throw_if_failed(rank_); }
 
-std::unique_ptr<Communicator> SingleRankCommunicator::split(int color, int key) {
+std::unique_ptr<Communicator> SingleRankCommunicator::do_split(int color, int key) {
   rank_->set_timeout(timeout_);
   return rank_->split(color, key);
 }
@@ -162,22 +162,24 @@ SingleRankCommunicator::SingleRankCommunicator()
 
 SingleRankCommunicator::~SingleRankCommunicator() = default;
 
-Request SingleRankCommunicator::isend(std::span<const std::byte> data, int dest, int tag) {
+Request SingleRankCommunicator::do_isend(std::span<const std::byte> data, int dest, int tag) {
   rank_->set_timeout(timeout_);
   return rank_->isend(data, dest, tag);
 }
-Request SingleRankCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
+Request SingleRankCommunicator::do_irecv(std::span<std::byte> data, int src, int tag) {
   rank_->set_timeout(timeout_);
   return rank_->irecv(data, src, tag);
 }
-void SingleRankCommunicator::allreduce_sum(std::span<float> data) { rank_->allreduce_sum(data); }
-void SingleRankCommunicator::allreduce_sum(std::span<double> data) { rank_->allreduce_sum(data); }
-void SingleRankCommunicator::all_to_all(std::span<const std::byte> send,
-                                        std::span<std::byte> recv) {
+void SingleRankCommunicator::do_allreduce_sum(std::span<float> data) { rank_->allreduce_sum(data); }
+void SingleRankCommunicator::do_allreduce_sum(std::span<double> data) {
+  rank_->allreduce_sum(data);
+}
+void SingleRankCommunicator::do_all_to_all(std::span<const std::byte> send,
+                                           std::span<std::byte> recv) {
   rank_->all_to_all(send, recv);
 }
-void SingleRankCommunicator::barrier() { rank_->barrier(); }
-MemoryCounter& SingleRankCommunicator::memory() { return rank_->memory(); }
+void SingleRankCommunicator::do_barrier() { rank_->barrier(); }
+MemoryCounter& SingleRankCommunicator::do_memory() { return rank_->memory(); }
 
 void run_ranks(int size, const std::function<void(Communicator&)>& fn,
                const RunRanksOptions& options) {

@@ -20,51 +20,53 @@ class CountingCommunicator : public Communicator {
   explicit CountingCommunicator(Communicator& inner) : inner_(inner) {
     set_timeout(inner.timeout());
   }
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  using Communicator::irecv;
-  using Communicator::isend;
-  Request isend(std::span<const std::byte> data, int dest, int tag) override {
+
+  // The Communicator hooks (communicator.h).
+ protected:
+  int do_rank() const override { return inner_.rank(); }
+  int do_size() const override { return inner_.size(); }
+  Request do_isend(std::span<const std::byte> data, int dest, int tag) override {
     before_send();
     ++sends;
     bytes_sent += static_cast<int64_t>(data.size());
     return inner_.isend(data, dest, tag);
   }
-  Request irecv(std::span<std::byte> data, int src, int tag) override {
+  Request do_irecv(std::span<std::byte> data, int src, int tag) override {
     ++recvs;
     return inner_.irecv(data, src, tag);
   }
-  void allreduce_sum(std::span<float> data) override {
+  void do_allreduce_sum(std::span<float> data) override {
     ++collectives;
     inner_.allreduce_sum(data);
   }
-  void allreduce_sum(std::span<double> data) override {
+  void do_allreduce_sum(std::span<double> data) override {
     ++collectives;
     inner_.allreduce_sum(data);
   }
-  void all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override {
+  void do_all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) override {
     ++collectives;
     inner_.all_to_all(send, recv);
   }
-  void barrier() override {
+  void do_barrier() override {
     ++collectives;
     inner_.barrier();
   }
   /// Forwarded (counted as a collective); the sub-group's own traffic is not counted.
-  std::unique_ptr<Communicator> split(int color, int key) override {
+  std::unique_ptr<Communicator> do_split(int color, int key) override {
     ++collectives;
     return inner_.split(color, key);
   }
-  void throw_if_group_failed() const override {
+  void do_throw_if_group_failed() const override {
     ++interruption_points;
     inner_.throw_if_group_failed();
   }
-  void progress() noexcept override {
+  void do_progress() noexcept override {
     ++progress_calls;
     inner_.progress();
   }
-  MemoryCounter& memory() override { return inner_.memory(); }
+  MemoryCounter& do_memory() override { return inner_.memory(); }
 
+ public:
   int64_t sends = 0, recvs = 0, collectives = 0, bytes_sent = 0;
   mutable std::atomic<int64_t> interruption_points{0};  // kernel workers call it concurrently
   std::atomic<int64_t> progress_calls{0};               // likewise
@@ -96,7 +98,7 @@ class FailingCommunicator : private detail_testing::OwnedCommunicator, public Co
         fail_at_(fail_at),
         rank_sends_(std::make_shared<std::atomic<int64_t>>(0)) {}
 
-  std::unique_ptr<Communicator> split(int color, int key) override {
+  std::unique_ptr<Communicator> do_split(int color, int key) override {
     std::unique_ptr<Communicator> sub = CountingCommunicator::split(color, key);
     return std::unique_ptr<Communicator>(
         new FailingCommunicator(std::move(sub), fail_at_, rank_sends_));
