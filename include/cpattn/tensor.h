@@ -3,11 +3,14 @@
 #pragma once
 
 #include <array>
+#include <cassert>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "cpattn/dtype.h"
@@ -17,30 +20,48 @@ namespace cpattn {
 
 /// A non-owning 4-D strided view. Logical dimensions are [B, S, H, D] (batch, sequence, heads,
 /// head dim); strides are in elements, so BSHD, BHSD (BNSD) and SBHD memory are all views with
-/// different strides. T is float or const float.
+/// different strides. T is float (a writable view) or const float (a read-only one).
 ///
-/// `dtype` says what the memory holds (default fp32). For bf16 and fp16 views, `data` is the
-/// address of element (0, 0, 0, 0) cast to T* (it need not be 4-byte aligned and must never be
-/// dereferenced as float), strides count 2-byte elements, and elements are read and written
-/// through read_element / write_element (or offset() and the dtype.h conversions), never through
-/// operator(), which is for fp32 views only.
+/// The view carries its dtype: `data` is the byte address of element (0, 0, 0, 0) and `dtype`
+/// says what the memory holds (fp32, bf16 or fp16; strides count elements of that dtype), the
+/// way FlashAttention's parameters pass a `void*` with a dtype. Only an fp32 view hands out a
+/// float pointer (f32(), operator()); elements of any dtype are read and written through
+/// read_element / write_element (or offset() and the dtype.h conversions).
 template <typename T>
 struct StridedView {
-  T* data = nullptr;
+  static_assert(std::is_same_v<std::remove_const_t<T>, float>);
+  using Byte = std::conditional_t<std::is_const_v<T>, const std::byte, std::byte>;
+
+  Byte* data = nullptr;             ///< element (0, 0, 0, 0); any alignment for 16-bit dtypes
   std::array<int64_t, 4> shape{};   ///< [B, S, H, D]
   std::array<int64_t, 4> stride{};  ///< elements between consecutive b, s, h, d
   DType dtype = DType::kF32;        ///< element type of the memory at data
 
+  StridedView() = default;
+  /// An fp32 view of the floats at `p`.
+  StridedView(T* p, const std::array<int64_t, 4>& shape_in, const std::array<int64_t, 4>& stride_in)
+      : data(reinterpret_cast<Byte*>(p)), shape(shape_in), stride(stride_in) {}
+  /// A view of the `dtype` elements at `p`.
+  StridedView(Byte* p, const std::array<int64_t, 4>& shape_in,
+              const std::array<int64_t, 4>& stride_in, DType dtype_in)
+      : data(p), shape(shape_in), stride(stride_in), dtype(dtype_in) {}
+
+  /// The floats of an fp32 view (dtype == kF32, asserted in debug builds: what a 16-bit view
+  /// holds is not float).
+  T* f32() const {
+    assert(dtype == DType::kF32);
+    return reinterpret_cast<T*>(data);
+  }
   /// Element (b, s, h, d) of an fp32 view; no bounds check.
   T& operator()(int64_t b, int64_t s, int64_t h, int64_t d) const {
-    return data[offset(b, s, h, d)];
+    return f32()[offset(b, s, h, d)];
   }
   /// Elements from data to element (b, s, h, d) (any dtype).
   int64_t offset(int64_t b, int64_t s, int64_t h, int64_t d) const {
     return b * stride[0] + s * stride[1] + h * stride[2] + d * stride[3];
   }
   int64_t numel() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
-  /// Implicit conversion float -> const float view.
+  /// Implicit conversion to a read-only view.
   operator StridedView<const T>() const { return {data, shape, stride, dtype}; }
 };
 using View = StridedView<float>;

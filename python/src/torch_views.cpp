@@ -70,7 +70,7 @@ ConstView view_of(const at::Tensor& t, const char* name) {
                " must have 4 dimensions [B, S, H, D], got ", t.dim(), " (shape ", sizes_text(t),
                ")");
   ConstView v;
-  v.data = static_cast<const float*>(t.data_ptr());  // 16-bit elements: see StridedView
+  v.data = static_cast<const std::byte*>(t.data_ptr());  // the view carries t's dtype
   v.dtype = dtype;
   for (int i = 0; i < 4; ++i) {
     v.shape[static_cast<size_t>(i)] = t.size(i);

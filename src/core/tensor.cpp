@@ -191,12 +191,12 @@ std::array<int64_t, 4> logical_shape(const std::vector<int64_t>& s, MemoryLayout
 
 View Tensor::view(MemoryLayout layout) {
   const auto shape = logical_shape(shape_, layout);
-  return {data(), shape, dense_strides(shape, layout), dtype_};
+  return {bytes().data(), shape, dense_strides(shape, layout), dtype_};
 }
 
 ConstView Tensor::view(MemoryLayout layout) const {
   const auto shape = logical_shape(shape_, layout);
-  return {data(), shape, dense_strides(shape, layout), dtype_};
+  return {bytes().data(), shape, dense_strides(shape, layout), dtype_};
 }
 
 std::span<std::byte> Tensor::bytes() {

@@ -80,15 +80,19 @@ struct PackedKv {
   DType dtype = DType::kF32;
   /// 4-byte words of a block of len tokens (the unit of the ring's buffers and messages).
   int64_t floats(int64_t len) const { return k_words(len) + words(B * len * Hkv * Dv); }
-  View k(float* base, int64_t len) const { return {base, k_shape(len), k_strides(len), dtype}; }
+  /// The k and v parts of the packed block at `base` (4-byte words), as views of `dtype`.
+  View k(float* base, int64_t len) const {
+    return {reinterpret_cast<std::byte*>(base), k_shape(len), k_strides(len), dtype};
+  }
   View v(float* base, int64_t len) const {
-    return {base + k_words(len), v_shape(len), v_strides(len), dtype};
+    return {reinterpret_cast<std::byte*>(base + k_words(len)), v_shape(len), v_strides(len), dtype};
   }
   ConstView k(const float* base, int64_t len) const {
-    return {base, k_shape(len), k_strides(len), dtype};
+    return {reinterpret_cast<const std::byte*>(base), k_shape(len), k_strides(len), dtype};
   }
   ConstView v(const float* base, int64_t len) const {
-    return {base + k_words(len), v_shape(len), v_strides(len), dtype};
+    return {reinterpret_cast<const std::byte*>(base + k_words(len)), v_shape(len), v_strides(len),
+            dtype};
   }
 
  private:

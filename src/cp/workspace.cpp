@@ -47,7 +47,7 @@ std::span<float> WorkspaceLease::get(WorkspaceBuffer which, int64_t floats) {
 
 View WorkspaceLease::view(WorkspaceBuffer which, const std::array<int64_t, 4>& shape) {
   const std::span<float> s = get(which, shape[0] * shape[1] * shape[2] * shape[3]);
-  return {s.data(), shape, dense_strides(shape, MemoryLayout::kBSHD), DType::kF32};
+  return {s.data(), shape, dense_strides(shape, MemoryLayout::kBSHD)};
 }
 
 void WorkspaceLease::done(std::initializer_list<WorkspaceBuffer> buffers) {

@@ -19,11 +19,11 @@ namespace {
 // View of heads [h0, h0 + n) of a dense BSHD tensor.
 ConstView heads(const Tensor& t, int64_t h0, int64_t n) {
   ConstView v = t.view();
-  return {v.data + h0 * v.stride[2], {v.shape[0], v.shape[1], n, v.shape[3]}, v.stride};
+  return {v.f32() + h0 * v.stride[2], {v.shape[0], v.shape[1], n, v.shape[3]}, v.stride};
 }
 View heads(Tensor& t, int64_t h0, int64_t n) {
   View v = t.view();
-  return {v.data + h0 * v.stride[2], {v.shape[0], v.shape[1], n, v.shape[3]}, v.stride};
+  return {v.f32() + h0 * v.stride[2], {v.shape[0], v.shape[1], n, v.shape[3]}, v.stride};
 }
 
 bool same_bits(ConstView a, ConstView b) {

@@ -105,7 +105,7 @@ TEST(NumericsAgreement, ABackwardOnAnotherPathOfTheSameArithmeticGivesTheSameBit
                                                       state, seq, c.params, {1, 0}, on(isa));
       std::vector<float>& out = grads[static_cast<size_t>(comm.rank() * 2 + (isa == Isa::kAvx512))];
       for (const Tensor* t : {&g.dq, &g.dk, &g.dv}) {
-        const float* d = t->view().data;
+        const float* d = t->view().f32();
         out.insert(out.end(), d, d + t->numel());
       }
     }

@@ -99,7 +99,7 @@ class FailingCommunicator : private detail_testing::OwnedCommunicator, public Co
         rank_sends_(std::make_shared<std::atomic<int64_t>>(0)) {}
 
   std::unique_ptr<Communicator> do_split(int color, int key) override {
-    std::unique_ptr<Communicator> sub = CountingCommunicator::split(color, key);
+    std::unique_ptr<Communicator> sub = CountingCommunicator::do_split(color, key);
     return std::unique_ptr<Communicator>(
         new FailingCommunicator(std::move(sub), fail_at_, rank_sends_));
   }

@@ -23,7 +23,7 @@ float widen_bf16(uint16_t bits) {
 float element(const ConstView& x, int64_t offset) {
   switch (x.dtype) {
     case DType::kF32:
-      return x.data[offset];
+      return x.f32()[offset];
     case DType::kBF16:
       return widen_bf16(*half_at(x, offset));
     case DType::kF16:
@@ -36,7 +36,7 @@ float element(const ConstView& x, int64_t offset) {
 void load_span(const ConstView& x, int64_t offset, int64_t sd, int64_t n, float mul, float* dst) {
   switch (x.dtype) {
     case DType::kF32: {
-      const float* src = x.data + offset;
+      const float* src = x.f32() + offset;
       if (sd == 1 && mul == 1.0f) {
         std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
       } else if (sd == 1) {
@@ -114,7 +114,7 @@ void pack_panels_transposed(const ConstView& x, TileRows t, float mul, float* ds
     for (int64_t d = 0; d < dim; ++d) {
       float* out = panel + d * kNr;
       if (x.dtype == DType::kF32) {
-        for (int64_t r = 0; r < n; ++r) out[r] = mul * x.data[row[r] + d * sd];
+        for (int64_t r = 0; r < n; ++r) out[r] = mul * x.f32()[row[r] + d * sd];
       } else {
         for (int64_t r = 0; r < n; ++r) out[r] = mul * element(x, row[r] + d * sd);
       }
@@ -141,7 +141,7 @@ void store_row(const View& x, int64_t b, int64_t s, int64_t h, const float* src,
   if (dim == 0) return;
   const int64_t row = x.offset(b, s, h, 0);
   if (x.dtype == DType::kF32) {
-    float* dst = x.data + row;
+    float* dst = x.f32() + row;
     if (mul == 1.0f) {
       for (int64_t d = 0; d < dim; ++d) dst[d * sd] = accumulate ? dst[d * sd] + src[d] : src[d];
     } else {
@@ -164,7 +164,7 @@ void store_zero_row(const View& x, int64_t b, int64_t s, int64_t h) {
   if (dim == 0) return;
   const int64_t row = x.offset(b, s, h, 0);
   if (x.dtype == DType::kF32) {
-    for (int64_t d = 0; d < dim; ++d) x.data[row + d * sd] = 0.0f;
+    for (int64_t d = 0; d < dim; ++d) x.f32()[row + d * sd] = 0.0f;
     return;
   }
   auto* dst = reinterpret_cast<uint16_t*>(x.data) + row;
