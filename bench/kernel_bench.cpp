@@ -179,8 +179,8 @@ void BM_Backward(benchmark::State& state) {
       dv({1, s, hkv, d}, dtype);
   fill_random(dout, 4);
   cpattn::BackwardOptions opt;
-  opt.num_threads = kThreads;
-  opt.isa = isa;
+  opt.kernel.num_threads = kThreads;
+  opt.kernel.isa = isa;
   const double flops = 2.5 * attention_flops(s, d, causal);
   std::string key = case_key("bwd", hkv, d, s, causal, isa);
   if (dtype != cpattn::DType::kF32) key += std::string("/") + cpattn::dtype_name(dtype);
@@ -322,7 +322,7 @@ void BM_TrainingPeakMemory(benchmark::State& state) {
     const cpattn::AttentionInputs in{q.view(), k.view(), v.view(), pos, pos, {}, {}};
     cpattn::attention_kernel_forward(in, params, {}, out.view(), lse.span(), {kThreads});
     cpattn::BackwardOptions backward;
-    backward.num_threads = kThreads;
+    backward.kernel.num_threads = kThreads;
     cpattn::attention_kernel_backward(in, params, {}, dout.view(), out.view(), lse.span(),
                                       dq.view(), dk.view(), dv.view(), backward);
     const double scratch =

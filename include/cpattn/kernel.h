@@ -102,8 +102,11 @@ void attention_kernel_forward(const AttentionInputs& in, const AttentionParams& 
                               RngState rng, View out, std::span<float> lse,
                               const SoftmaxCarry& carry, const KernelOptions& options = {});
 
-/// Extra inputs and modes of the backward kernel.
-struct BackwardOptions : KernelOptions {
+/// The backward kernel's options: the kernel options every call takes, plus its extra inputs and
+/// modes.
+struct BackwardOptions {
+  /// Threads, interruption point and code path, as for the forward.
+  KernelOptions kernel;
   /// When true, dq/dk/dv are incremented (+=) instead of overwritten; the ring uses this to sum
   /// contributions of several k/v blocks in a fixed order.
   bool accumulate = false;

@@ -80,7 +80,7 @@ AttentionGradients allgather_backward(const CpCall& c, const BackwardState& s) {
       const std::vector<int64_t> q_pos = c.q_seq.local_positions(), q_doc = c.q_seq.local_docs();
       const AttentionInputs in{c.q, kw, vw, q_pos, ku.pos, q_doc, ku.doc};
       BackwardOptions options;
-      static_cast<KernelOptions&>(options) = kernel_options(c.comm, c.options);
+      options.kernel = kernel_options(c.comm, c.options);
       const ScopedSeconds t(stats ? &stats->kernel_seconds : nullptr);
       attention_kernel_backward(in, c.params, c.rng, s.dout, s.out, s.lse, g.dq.view(), dkw, dvw,
                                 options);

@@ -204,7 +204,7 @@ AttentionGradients ulysses_backward(const CpCall& c, const BackwardState& s) {
         in.head_offset = h.qh.begin;
         in.total_heads = c.d.Hq;
         BackwardOptions options;
-        static_cast<KernelOptions&>(options) = kernel_options(c.comm, c.options);
+        options.kernel = kernel_options(c.comm, c.options);
         options.delta = delta;
         const ScopedSeconds t(c.options.stats ? &c.options.stats->kernel_seconds : nullptr);
         // With delta given the kernel never reads out (kernel.h): dout stands in for it.

@@ -78,7 +78,7 @@ class RingBackwardPass {
     home_ = buffers_.get(WorkspaceBuffer::kHome, d_.world > 1 && own_reach_ > 0 ? own_floats_ : 0);
     shares_ = buffers_.get(WorkspaceBuffer::kShares,
                            static_cast<int64_t>(share_steps_.size()) * own_floats_);
-    static_cast<KernelOptions&>(kernel_) = kernel_options(comm, options);
+    kernel_.kernel = kernel_options(comm, options);
     kernel_.accumulate = true;  // dq sums over blocks
     kernel_.delta = delta;
   }

@@ -59,9 +59,7 @@ AttentionGradients attention_kernel_backward(const AttentionInputs& in,
   AttentionGradients g{Tensor({p.B, p.Sq, p.Hq, p.Dqk}), Tensor({p.B, p.Sk, p.Hkv, p.Dqk}),
                        Tensor({p.B, p.Sk, p.Hkv, p.Dv})};
   BackwardOptions bwd;
-  bwd.num_threads = options.num_threads;
-  bwd.interruption_point = options.interruption_point;
-  bwd.isa = options.isa;
+  bwd.kernel = options;
   attention_kernel_backward(in, params, rng, dout, out, lse, g.dq.view(), g.dk.view(), g.dv.view(),
                             bwd);
   return g;

@@ -179,7 +179,7 @@ BackwardProblem validate_backward(const AttentionInputs& in, const AttentionPara
                                   std::span<const float> lse, View dq, View dk, View dv,
                                   const BackwardOptions& options) {
   BackwardProblem p;
-  fill_problem(in, params, rng, options, p);
+  fill_problem(in, params, rng, options.kernel, p);
   check_view(dout, "dout", "[B, Sq, Hq, Dv]", {p.B, p.Sq, p.Hq, p.Dv});
   check_view(out, "out", "[B, Sq, Hq, Dv]", {p.B, p.Sq, p.Hq, p.Dv});
   check_row_stats(lse.size(), p, "lse");

@@ -251,8 +251,7 @@ Outputs run_kernel(const Problem& p, const KernelRun& run) {
       dk(storage_shape(k_shape, run.layout), run.dtype),
       dv(storage_shape(v_shape, run.layout), run.dtype);
   BackwardOptions backward_options;
-  backward_options.num_threads = run.num_threads;
-  backward_options.isa = run.isa;
+  backward_options.kernel = options;
   attention_kernel_backward(in, p.params, p.rng, dout.view(run.layout),
                             std::as_const(out).view(run.layout), lse, dq.view(run.layout),
                             dk.view(run.layout), dv.view(run.layout), backward_options);

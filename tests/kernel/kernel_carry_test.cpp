@@ -220,7 +220,7 @@ TEST_F(BackwardSplitModes, BeforeDkdvRunsOnceBeforeTheFirstWrite) {
     std::atomic<int> calls{0};
     bool untouched = true;
     BackwardOptions options;
-    options.num_threads = threads;
+    options.kernel.num_threads = threads;
     options.accumulate = true;
     options.before_dkdv = [&] {
       ++calls;
@@ -235,7 +235,7 @@ TEST_F(BackwardSplitModes, BeforeDkdvRunsOnceBeforeTheFirstWrite) {
     EXPECT_EQ(calls.load(), 1) << threads << " threads";
     EXPECT_TRUE(untouched) << threads << " threads: dk/dv written before the hook";
     BackwardOptions prefilled;
-    prefilled.num_threads = threads;
+    prefilled.kernel.num_threads = threads;
     prefilled.accumulate = true;
     const Grads want = run(prefilled, 0.5f);
     EXPECT_TRUE(bitwise_equal(g.dk.span(), want.dk.span())) << threads << " threads";
@@ -246,7 +246,7 @@ TEST_F(BackwardSplitModes, BeforeDkdvRunsOnceBeforeTheFirstWrite) {
 TEST_F(BackwardSplitModes, BeforeDkdvErrorsStopTheCall) {
   for (int threads : {1, 3}) {
     BackwardOptions options;
-    options.num_threads = threads;
+    options.kernel.num_threads = threads;
     options.before_dkdv = [] { throw std::runtime_error("accumulator lost"); };
     try {
       run(options, 0.0f);
@@ -265,7 +265,7 @@ TEST_F(BackwardSplitModes, DeltaIsTheBackwardsOwn) {
     dopt.isa = isa;
     attention_kernel_delta(t_->dout.view(), out_.view(), delta, dopt);
     BackwardOptions with, without;
-    with.isa = without.isa = isa;
+    with.kernel.isa = without.kernel.isa = isa;
     with.delta = delta;
     const Grads a = run(with, 0.0f), b = run(without, 0.0f);
     EXPECT_TRUE(bitwise_equal(a.dq.span(), b.dq.span())) << isa_name(isa);

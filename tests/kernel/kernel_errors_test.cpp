@@ -27,7 +27,7 @@ struct Call {
   AttentionParams params;
   BackwardOptions options;
 
-  void forward() { attention_kernel_forward(in, params, {}, out_view, lse, options); }
+  void forward() { attention_kernel_forward(in, params, {}, out_view, lse, options.kernel); }
   void backward() {
     options.delta = delta;
     attention_kernel_backward(in, params, {}, dout_view, out_view, lse, dq_view, dk_view, dv_view,
@@ -131,7 +131,7 @@ std::vector<BadCase> bad_cases() {
        E::kShapeMismatch,
        {"k_doc", "Sk = 9", "got 8"}},
       {"ZeroThreads",
-       [](Call& c) { c.options.num_threads = 0; },
+       [](Call& c) { c.options.kernel.num_threads = 0; },
        false,
        E::kInvalidArgument,
        {"num_threads", ">= 1", "got 0"}},
@@ -263,10 +263,11 @@ TEST(KernelDtypeErrors, CarryNeedsFp32Out) {
   c.in.q.dtype = c.in.k.dtype = c.in.v.dtype = DType::kBF16;
   c.out_view.dtype = DType::kBF16;
   std::vector<float> m(20), l(20);
-  EXPECT_NO_THROW(attention_kernel_forward(c.in, c.params, {}, c.out_view, c.lse, c.options));
+  EXPECT_NO_THROW(
+      attention_kernel_forward(c.in, c.params, {}, c.out_view, c.lse, c.options.kernel));
   try {
     attention_kernel_forward(c.in, c.params, {}, c.out_view, c.lse,
-                             SoftmaxCarry{m, l, false, false}, c.options);
+                             SoftmaxCarry{m, l, false, false}, c.options.kernel);
     FAIL() << "no cpattn::Error thrown";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
@@ -274,7 +275,7 @@ TEST(KernelDtypeErrors, CarryNeedsFp32Out) {
   }
   c.out_view.dtype = DType::kF32;
   EXPECT_NO_THROW(attention_kernel_forward(c.in, c.params, {}, c.out_view, c.lse,
-                                           SoftmaxCarry{m, l, false, false}, c.options));
+                                           SoftmaxCarry{m, l, false, false}, c.options.kernel));
 }
 
 // lse is fp32 by type (std::span<float>); a 16-bit Tensor cannot be handed over as one.
