@@ -300,20 +300,6 @@ AttentionGradients ring_call_backward(const CpCall& c, const BackwardState& s) {
   return g;
 }
 
-AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q,
-                                           ConstView k, ConstView v, ConstView out,
-                                           std::span<const float> lse,
-                                           const SequenceSharding& q_sharding,
-                                           const SequenceSharding& kv_sharding,
-                                           const AttentionParams& params, RngState rng,
-                                           const CpOptions& options) {
-  const CpOptions ring = as_ring(options);
-  const CpCall call = validate_cp_call(comm, q, k, v, q_sharding, kv_sharding, params, rng, ring);
-  const BackwardState state{dout, out, lse};
-  check_backward_state(call, state);
-  return ring_call_backward(call, state);
-}
-
 }  // namespace detail
 
 }  // namespace cpattn

@@ -26,10 +26,6 @@ struct RingProblem {
   int64_t head_offset = 0, total_heads = 0;
 };
 
-/// `options` with the ring strategy: what ring_attention_forward / _backward run whatever
-/// options.strategy says.
-CpOptions as_ring(const CpOptions& options);
-
 /// The ring's forward and backward of a validated call (cp_forward / cp_backward of kRing):
 /// block tables of the call's shardings, the results allocated from comm.memory(), the call's
 /// time added to options.stats.

@@ -108,12 +108,6 @@ void ring_forward(Communicator& comm, const RingProblem& p, const CpOptions& opt
 
 namespace detail {
 
-CpOptions as_ring(const CpOptions& options) {
-  CpOptions ring = options;
-  ring.strategy = Strategy::ring();
-  return ring;
-}
-
 CpForwardResult ring_call_forward(const CpCall& c) {
   const CpDims& d = c.d;
   const CallTimer call_timer(c.options.stats);
@@ -125,16 +119,6 @@ CpForwardResult ring_call_forward(const CpCall& c) {
   const RingProblem p{c.q, c.k, c.v, &q_blocks, &kv_blocks, c.params, c.rng};
   ring_forward(c.comm, p, c.options, res.out.view(), res.lse.span());
   return res;
-}
-
-CpForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
-                                       const SequenceSharding& q_sharding,
-                                       const SequenceSharding& kv_sharding,
-                                       const AttentionParams& params, RngState rng,
-                                       const CpOptions& options) {
-  const CpOptions ring = as_ring(options);
-  return ring_call_forward(
-      validate_cp_call(comm, q, k, v, q_sharding, kv_sharding, params, rng, ring));
 }
 
 }  // namespace detail

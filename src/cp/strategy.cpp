@@ -146,6 +146,38 @@ AttentionGradients cp_attention_backward(Communicator& comm, ConstView dout, Con
   return cp_backward(call, state);
 }
 
+namespace {
+
+// `options` with the ring strategy: what ring_attention_forward / _backward run whatever
+// options.strategy says.
+CpOptions as_ring(const CpOptions& options) {
+  CpOptions ring = options;
+  ring.strategy = Strategy::ring();
+  return ring;
+}
+
+}  // namespace
+
+CpForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
+                                       const SequenceSharding& q_sharding,
+                                       const SequenceSharding& kv_sharding,
+                                       const AttentionParams& params, RngState rng,
+                                       const CpOptions& options) {
+  return cp_attention_forward(comm, q, k, v, q_sharding, kv_sharding, params, rng,
+                              as_ring(options));
+}
+
+AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q,
+                                           ConstView k, ConstView v, ConstView out,
+                                           std::span<const float> lse,
+                                           const SequenceSharding& q_sharding,
+                                           const SequenceSharding& kv_sharding,
+                                           const AttentionParams& params, RngState rng,
+                                           const CpOptions& options) {
+  return cp_attention_backward(comm, dout, q, k, v, out, lse, q_sharding, kv_sharding, params, rng,
+                               as_ring(options));
+}
+
 }  // namespace detail
 
 }  // namespace cpattn

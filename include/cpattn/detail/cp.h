@@ -127,6 +127,7 @@ AttentionGradients cp_backward(const CpCall& call, const BackwardState& state);
 /// \param q_sharding   how the query sequence is split (positions, documents)
 /// \param kv_sharding  how the key/value sequence is split; same cp_size and cp_rank
 /// Allocations are charged to comm.memory(). Messages per rank: P - 1 sends, P - 1 receives.
+/// options.strategy is not read (this is cp_attention_forward with the ring strategy).
 /// Throws Error(kShapeMismatch | kInvalidArgument) on bad arguments (before any message), and the
 /// communicator's kTimeout / kPeerFailed when another rank fails.
 CpForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstView k, ConstView v,
