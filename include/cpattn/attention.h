@@ -59,7 +59,7 @@ struct Fingerprint {
 
 /// The fingerprint of a call with these arguments (what forward records and backward recomputes);
 /// `isa` is the call's requested path (CpOptions::isa), resolved here (resolve_isa).
-/// Cost: one pass over q, k and v (a few ms per 100 MB), negligible next to attention.
+/// Cost: one pass over q, k and v, negligible next to attention (docs/performance.md).
 /// Throws like attention_forward on inconsistent arguments, and resolve_isa's errors.
 Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,
                              const SequenceSharding& q_seq, const SequenceSharding& kv_seq,

@@ -1,8 +1,7 @@
 // The training job's matrix products: oneDNN's sgemm, which picks its kernel (a JIT for SSE4.1,
 // AVX2, AVX-512 or AMX) from the CPU at run time. Debian's OpenBLAS 0.3.21, the earlier choice,
-// does not know every current CPU and then runs its SSE3 (Prescott) kernel without a word: on an
-// Intel Emerald Rapids VM its sgemm ran at 17-21 GFLOPS on one core, against 87-127 for oneDNN and
-// 85-119 for OpenBLAS with OPENBLAS_CORETYPE=SkylakeX (docs/performance.md, "Training job").
+// does not know every current CPU and then runs its SSE3 (Prescott) kernel without a word, several
+// times slower (the figures: docs/performance.md, "Training job").
 // This file and blas.cpp are the only ones that call oneDNN.
 #pragma once
 
