@@ -47,12 +47,10 @@ using bench::median_of;
 constexpr int64_t kSgemmN = 2048;
 double sgemm_gflops() { return 2.0 * std::pow(double(kSgemmN), 3) / median_of("sgemm") / 1e9; }
 
-// The ISA argument of the attention cases: 0 = Isa::kAuto (what a caller gets), else the path.
-constexpr Isa kIsaArgs[] = {Isa::kAuto, Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16};
-int64_t arg_of(Isa isa) {
-  return std::find(std::begin(kIsaArgs), std::end(kIsaArgs), isa) - kIsaArgs;
-}
-Isa isa_arg(int64_t a) { return kIsaArgs[static_cast<size_t>(a)]; }
+// The ISA argument of the attention cases: the Isa's value, 0 = Isa::kAuto (what a caller gets),
+// else the path's row of the ISA table (1 = its first row).
+int64_t arg_of(Isa isa) { return static_cast<int64_t>(isa); }
+Isa isa_arg(int64_t a) { return static_cast<Isa>(a); }
 
 // The widest fp32 FMA path of this CPU (avx512bf16's fp32 FMAs are avx512's).
 Isa fp32_peak_isa() { return detected_isa() == Isa::kAvx512Bf16 ? Isa::kAvx512 : detected_isa(); }

@@ -12,26 +12,59 @@
 
 namespace cpattn {
 
-/// A kernel code path. kAuto is a request ("resolve for me"), never the path that runs.
+/// The ISA table: the kernel's code paths, narrowest first, one row each. It is the one list of
+/// paths; everything else derives from it: the Isa enumerators, isa_name, kIsaPaths (below), the
+/// build's per-ISA copies and their compiler flags (cmake/isa.cmake reads this table), which
+/// copies this build contains and their dispatch (src/kernel/dispatch.cpp), the CPU check
+/// (src/kernel/isa.cpp), the kernel numerics class and the tests that run on every path. A row is
+///   X(enumerator, name, fp32 lanes, features)
+/// where `name` is the copy's namespace cpattn::detail::<name> and the CPATTN_ISA value,
+/// `lanes` its vector width, and `features` a run of F(<feature>), each both a GCC target flag
+/// (-m<feature>, given to that copy only) and a __builtin_cpu_supports name (the CPU runs the
+/// path when it reports every feature; GCC reports AVX and AVX-512 features only when XCR0 says
+/// the operating system saves their registers). Adding a path is adding its row and, where it
+/// needs other code than the row's width and flags give, that code under src/kernel/isa/.
+///   generic     portable C++ vectors, no FMA: runs on any CPU (baseline x86-64: SSE2)
+///   avx2        AVX2 + FMA
+///   avx512      AVX-512 F/BW/VL/DQ + FMA
+///   avx512bf16  avx512 plus AVX-512-BF16: bf16 calls run their bf16 x bf16 products on vdpbf16ps
+///               (two products per fp32 lane and instruction, fp32 accumulation; P rounded to bf16
+///               before P V; bf16 denormal inputs count as zero, as the instruction defines;
+///               docs/design.md section 3); fp32 and fp16 calls run exactly avx512's code and give
+///               its bits. The one copy compiled with avx512bf16 (src/kernel/isa/simd.h).
+// clang-format off
+#define CPATTN_ISA_TABLE(X, F)                                                                \
+  X(kGeneric,    generic,    4,  )                                                            \
+  X(kAvx2,       avx2,       8,  F(avx2) F(fma))                                              \
+  X(kAvx512,     avx512,     16, F(avx512f) F(avx512bw) F(avx512vl) F(avx512dq) F(fma))       \
+  X(kAvx512Bf16, avx512bf16, 16, F(avx512f) F(avx512bw) F(avx512vl) F(avx512dq) F(fma)        \
+                                 F(avx512bf16))
+// clang-format on
+
+/// A kernel code path: a row of CPATTN_ISA_TABLE, or kAuto, a request ("resolve for me": the
+/// CPATTN_ISA environment variable when set, else fastest_isa()), never the path that runs.
 enum class Isa {
-  kAuto,     ///< CPATTN_ISA when set, else fastest_isa()
-  kGeneric,  ///< portable C++ vectors (4 lanes), no FMA: runs on any CPU (baseline x86-64: SSE2)
-  kAvx2,     ///< AVX2 + FMA, 8 fp32 lanes
-  kAvx512,   ///< AVX-512 F/BW/VL/DQ (+ FMA), 16 fp32 lanes
-  /// kAvx512 plus AVX-512-BF16: bf16 calls run their bf16 x bf16 products on vdpbf16ps (two
-  /// products per fp32 lane and instruction, fp32 accumulation; P rounded to bf16 before P V;
-  /// bf16 denormal inputs count as zero, as the instruction defines; docs/design.md section 3);
-  /// fp32 and fp16 calls run exactly kAvx512's code and give its bits.
-  kAvx512Bf16,
+  kAuto,
+#define CPATTN_ISA_ENUMERATOR(isa, name, lanes, features) isa,
+  CPATTN_ISA_TABLE(CPATTN_ISA_ENUMERATOR, )
+#undef CPATTN_ISA_ENUMERATOR
 };
 
-/// "auto", "generic", "avx2", "avx512", "avx512bf16": the names CPATTN_ISA accepts.
+/// Every path of the table, narrowest first, whether this build and CPU have it or not.
+inline constexpr Isa kIsaPaths[] = {
+#define CPATTN_ISA_PATH(isa, name, lanes, features) Isa::isa,
+    CPATTN_ISA_TABLE(CPATTN_ISA_PATH, )
+#undef CPATTN_ISA_PATH
+};
+
+/// "auto", then the table's names ("generic", "avx2", "avx512", "avx512bf16"): the names
+/// CPATTN_ISA accepts.
 const char* isa_name(Isa isa) noexcept;
 
 /// The widest path this build contains and this CPU (and its operating system, which must save
-/// the wider registers: XCR0) supports, from CPUID: kAvx512Bf16 needs kAvx512's features and
-/// AVX512_BF16 (CPUID.(EAX=7, ECX=1).EAX[5]); kAvx512 needs AVX-512 F, BW, VL, DQ and FMA;
-/// kAvx2 needs AVX2 and FMA; kGeneric always works. Never kAuto.
+/// the wider registers: XCR0) supports, from CPUID: the last row of the table whose features the
+/// CPU reports (kAvx512Bf16's AVX512_BF16 is CPUID.(EAX=7, ECX=1).EAX[5]); kGeneric always
+/// works. Never kAuto.
 Isa detected_isa() noexcept;
 
 /// Every path this build contains that this CPU supports, from kGeneric up to detected_isa().
@@ -91,12 +124,12 @@ AmxSupport amx_support();
 /// classes do not. A forward's class is part of its Fingerprint, so a backward or a recompute
 /// that would run other arithmetic (another CPATTN_ISA, another rank's CPU) is refused.
 enum class KernelNumerics {
-  kNoFma,    ///< generic: every a * b + c rounds twice
-  kFma,      ///< avx2, avx512, and avx512bf16 for fp32 and fp16 calls: fused multiply-adds
-  kBf16Dot,  ///< avx512bf16 for bf16 calls: vdpbf16ps products, P rounded to bf16 before P V
+  kNoFma,    ///< a path without the fma feature (generic): every a * b + c rounds twice
+  kFma,      ///< the fma paths (avx2, avx512; avx512bf16's fp32, fp16 calls): fused multiply-adds
+  kBf16Dot,  ///< avx512bf16 feature, bf16 calls: vdpbf16ps products, P rounded to bf16 before P V
 };
 
-/// The class of a resolved path (not kAuto) for q/k/v of `dtype`.
+/// The class of a resolved path (not kAuto) for q/k/v of `dtype`, from its row's features.
 KernelNumerics kernel_numerics(Isa path, DType dtype) noexcept;
 
 /// "no-fma", "fma", "bf16-dot".

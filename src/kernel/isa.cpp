@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -17,79 +18,74 @@
 #endif
 
 #include "cpattn/error.h"
+#include "cpattn_compiled_isas.h"
 #include "kernel/tile_plan.h"
 
 namespace cpattn {
 
 namespace {
 
-// Which per-ISA copies of src/kernel/isa/ this build contains (src/CMakeLists.txt).
+// Which rows of the ISA table this build compiled a copy of (cmake/isa.cmake).
 constexpr bool compiled(Isa isa) {
-  switch (isa) {
-    case Isa::kGeneric:
-      return true;
-    case Isa::kAvx2:
-#ifdef CPATTN_KERNEL_HAVE_AVX2
-      return true;
-#else
-      return false;
-#endif
-    case Isa::kAvx512:
-#ifdef CPATTN_KERNEL_HAVE_AVX512
-      return true;
-#else
-      return false;
-#endif
-    case Isa::kAvx512Bf16:
-#ifdef CPATTN_KERNEL_HAVE_AVX512BF16
-      return true;
-#else
-      return false;
-#endif
-    case Isa::kAuto:
-      return false;
+#define CPATTN_IS_COMPILED(path, name) || isa == Isa::path
+  return false CPATTN_COMPILED_ISAS(CPATTN_IS_COMPILED);
+#undef CPATTN_IS_COMPILED
+}
+
+// A path's row features as text, " avx512f avx512bw ..." ("" for kAuto and featureless rows).
+constexpr std::string_view features_of(Isa isa) {
+#define CPATTN_FEATURE_TEXT(feature) " " #feature
+#define CPATTN_FEATURES_OF(path, name, lanes, features) \
+  if (isa == Isa::path) return "" features;
+  CPATTN_ISA_TABLE(CPATTN_FEATURES_OF, CPATTN_FEATURE_TEXT)
+#undef CPATTN_FEATURES_OF
+#undef CPATTN_FEATURE_TEXT
+  return "";
+}
+
+// Whether a path's row lists `feature`.
+constexpr bool has_feature(Isa isa, std::string_view feature) {
+  std::string_view rest = features_of(isa);
+  while (!rest.empty()) {
+    rest.remove_prefix(1);  // the space before each feature
+    const std::string_view word = rest.substr(0, rest.find(' '));
+    if (word == feature) return true;
+    rest.remove_prefix(word.size());
   }
   return false;
 }
 
-// Whether the CPU can run a path. GCC's __builtin_cpu_supports reads CPUID once (libgcc) and
-// reports AVX/AVX-512 features only when XCR0 says the operating system saves their registers.
+// Whether the CPU can run a path: it reports every feature of the path's row. GCC's
+// __builtin_cpu_supports reads CPUID once (libgcc) and reports AVX/AVX-512 features only when
+// XCR0 says the operating system saves their registers.
 bool cpu_supports(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  switch (isa) {
-    case Isa::kGeneric:
-      return true;
-    case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case Isa::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("fma");
-    case Isa::kAvx512Bf16:
-      return cpu_supports(Isa::kAvx512) && __builtin_cpu_supports("avx512bf16");
-    case Isa::kAuto:
-      return false;
-  }
+#define CPATTN_CPU_SUPPORTS(feature) &&__builtin_cpu_supports(#feature)
+#define CPATTN_CPU_RUNS(path, name, lanes, features) \
+  if (isa == Isa::path) return true features;
+  CPATTN_ISA_TABLE(CPATTN_CPU_RUNS, CPATTN_CPU_SUPPORTS)
+#undef CPATTN_CPU_RUNS
+#undef CPATTN_CPU_SUPPORTS
   return false;
 #else
-  return isa == Isa::kGeneric;
+  return isa != Isa::kAuto && features_of(isa).empty();
 #endif
 }
 
 bool available(Isa isa) { return compiled(isa) && cpu_supports(isa); }
 
-constexpr Isa kPaths[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16};
-
-std::string available_names() {
+// "generic, avx2, ...": the names of `paths`.
+std::string names_of(std::span<const Isa> paths) {
   std::string s;
-  for (Isa isa : kPaths) {
-    if (!available(isa)) continue;
+  for (Isa isa : paths) {
     if (!s.empty()) s += ", ";
     s += isa_name(isa);
   }
   return s;
 }
+
+std::string available_names() { return names_of(available_isas()); }
 
 Isa checked(Isa isa, std::string_view what) {
   CPATTN_CHECK(available(isa), ErrorCode::kInvalidArgument, what, isa_name(isa), ": this ",
@@ -204,16 +200,10 @@ std::string AmxSupport::summary() const {
 }
 
 KernelNumerics kernel_numerics(Isa path, DType dtype) noexcept {
-  switch (path) {
-    case Isa::kGeneric:
-      return KernelNumerics::kNoFma;
-    case Isa::kAvx512Bf16:
-      return dtype == DType::kBF16 ? KernelNumerics::kBf16Dot : KernelNumerics::kFma;
-    case Isa::kAvx2:
-    case Isa::kAvx512:
-    case Isa::kAuto:
-      break;
-  }
+  // A copy fuses a * b + c only when compiled with -mfma; the one compiled with -mavx512bf16
+  // runs bf16 calls on vdpbf16ps (kernel/isa/simd.h: CPATTN_ISA_BF16_DOT).
+  if (!has_feature(path, "fma")) return KernelNumerics::kNoFma;
+  if (dtype == DType::kBF16 && has_feature(path, "avx512bf16")) return KernelNumerics::kBf16Dot;
   return KernelNumerics::kFma;
 }
 
@@ -233,21 +223,18 @@ const char* isa_name(Isa isa) noexcept {
   switch (isa) {
     case Isa::kAuto:
       return "auto";
-    case Isa::kGeneric:
-      return "generic";
-    case Isa::kAvx2:
-      return "avx2";
-    case Isa::kAvx512:
-      return "avx512";
-    case Isa::kAvx512Bf16:
-      return "avx512bf16";
+#define CPATTN_ISA_NAME(path, name, lanes, features) \
+  case Isa::path:                                    \
+    return #name;
+      CPATTN_ISA_TABLE(CPATTN_ISA_NAME, )
+#undef CPATTN_ISA_NAME
   }
   return "?";
 }
 
 Isa detected_isa() noexcept {
   Isa best = Isa::kGeneric;
-  for (Isa isa : kPaths) {
+  for (Isa isa : kIsaPaths) {
     if (available(isa)) best = isa;
   }
   return best;
@@ -255,7 +242,7 @@ Isa detected_isa() noexcept {
 
 std::vector<Isa> available_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : kPaths) {
+  for (Isa isa : kIsaPaths) {
     if (available(isa)) isas.push_back(isa);
   }
   return isas;
@@ -267,14 +254,12 @@ Isa resolve_isa(Isa requested) {
   if (env == nullptr) return fastest_isa();
   const std::string_view value(env);
   if (value.empty() || value == "auto") return fastest_isa();
-  for (Isa isa : kPaths) {
+  for (Isa isa : kIsaPaths) {
     if (value == isa_name(isa)) return checked(isa, "CPATTN_ISA=");
   }
-  throw Error(
-      ErrorCode::kInvalidArgument,
-      detail::str_cat("CPATTN_ISA=", detail::quoted(value),
-                      ": expected one of auto, generic, avx2, avx512, avx512bf16 (available here: ",
-                      available_names(), ")"));
+  throw Error(ErrorCode::kInvalidArgument,
+              detail::str_cat("CPATTN_ISA=", detail::quoted(value), ": expected one of auto, ",
+                              names_of(kIsaPaths), " (available here: ", available_names(), ")"));
 }
 
 }  // namespace cpattn

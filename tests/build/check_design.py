@@ -1,11 +1,13 @@
 #!/usr/bin/python3
-"""The contract document against the build (docs/design.md sections 2 and 5.7).
+"""The contract document against the build (docs/design.md sections 2, 3 and 5.7).
 
 Checks that
   - the layer table of section 2 (layer | uses | contents | public headers) names exactly the
     layers, dependencies and public headers of cmake/layers.cmake;
   - every header in include/cpattn/ (version.h from version.h.in) is in that table;
   - the "**Subcommands:**" line of section 2 names exactly the subcommands `cpattn --help` lists;
+  - the "**paths:**" list of section 3 names exactly the rows of the ISA table (CPATTN_ISA_TABLE
+    in include/cpattn/isa.h), in its order;
   - the tag-stream table of section 5.7 has exactly the values of enum TagStream
     (src/cp/ring_detail.h).
 Prints each difference and exits 1 if there is any.
@@ -87,6 +89,19 @@ def main(argv):
         problems.append(f"design.md section 2 names subcommands {documented}, "
                         f"`cpattn --help` {actual}")
 
+    # Section 3: the paths of the ISA table.
+    sec3 = section(design, "## 3. ")
+    m = re.search(r"\*\*paths:\*\*((?:\s*`[a-z0-9_]+`,?)+)", sec3)
+    doc_paths = ticked(m.group(1)) if m else []
+    isa_header = (root / "include/cpattn/isa.h").read_text()
+    macro = re.search(r"#define CPATTN_ISA_TABLE\(X, F\)((?:[^\n]*\\\n)*[^\n]*)", isa_header)
+    table_paths = re.findall(r"X\(\s*k\w+\s*,\s*(\w+)\s*,", macro.group(1)) if macro else []
+    if not table_paths:
+        problems.append("include/cpattn/isa.h: no CPATTN_ISA_TABLE rows found")
+    if doc_paths != table_paths:
+        problems.append(f"design.md section 3 names paths {doc_paths}, "
+                        f"the ISA table {table_paths}")
+
     # Section 5.7: the tag streams.
     sec57 = section(design, "### 5.7 ")
     doc_streams = sorted(int(x) for x in re.findall(r"^\| (\d+) \|", sec57, re.MULTILINE))
@@ -102,7 +117,8 @@ def main(argv):
     for p in problems:
         print(p)
     print(f"check_design: {len(table)} layers, {len(listed)} headers, {len(actual)} subcommands, "
-          f"{len(code_streams)} tag streams checked, {len(problems)} differences")
+          f"{len(table_paths)} ISA paths, {len(code_streams)} tag streams checked, "
+          f"{len(problems)} differences")
     return 1 if problems else 0
 
 

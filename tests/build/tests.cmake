@@ -37,19 +37,27 @@ set_tests_properties(build.layer_rule_higher_layer PROPERTIES
 set_tests_properties(build.layer_rule_private_header PROPERTIES
                      PASS_REGULAR_EXPRESSION "cp/ring_detail.h: No such file")
 
-# The contract document against the build (docs/design.md sections 2 and 5.7): layers, headers,
-# subcommands and tag streams; and the check fires on a copy whose layer table misses a header.
+# The contract document against the build (docs/design.md sections 2, 3 and 5.7): layers, headers,
+# subcommands, ISA paths and tag streams; and the check fires on a copy whose layer table misses a
+# header, and on one whose ISA paths miss a row of the table.
 add_test(NAME build.design_contract
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_design.py ${PROJECT_SOURCE_DIR}
                  $<TARGET_FILE:cpattn_cli>)
 set_tests_properties(build.design_contract PROPERTIES LABELS build
                      PASS_REGULAR_EXPRESSION ", 0 differences")
-add_test(NAME build.design_contract_fires
-         COMMAND sh -c "sed 's/`plan.h`, //' \"$0\"/docs/design.md > \"$2\" && /usr/bin/python3 \"$0\"/tests/build/check_design.py \"$0\" \"$1\" --design \"$2\""
-                 ${PROJECT_SOURCE_DIR} $<TARGET_FILE:cpattn_cli>
-                 ${CMAKE_CURRENT_BINARY_DIR}/design_without_plan_h.md)
-set_tests_properties(build.design_contract_fires PROPERTIES LABELS build
-                     PASS_REGULAR_EXPRESSION "include/cpattn/plan.h is in no layer")
+# build.design_contract<suffix>: the check on a copy of design.md edited by the sed expression
+# `edit` passes only when it reports `expected`.
+function(cpattn_design_contract_fires suffix edit expected)
+  add_test(NAME build.design_contract${suffix}
+           COMMAND sh -c "sed \"$3\" \"$0\"/docs/design.md > \"$2\" && /usr/bin/python3 \"$0\"/tests/build/check_design.py \"$0\" \"$1\" --design \"$2\""
+                   ${PROJECT_SOURCE_DIR} $<TARGET_FILE:cpattn_cli>
+                   ${CMAKE_CURRENT_BINARY_DIR}/design${suffix}.md "${edit}")
+  set_tests_properties(build.design_contract${suffix} PROPERTIES LABELS build
+                       PASS_REGULAR_EXPRESSION "${expected}")
+endfunction()
+cpattn_design_contract_fires(_fires "s/`plan.h`, //" "include/cpattn/plan.h is in no layer")
+cpattn_design_contract_fires(_fires_isa "s/`avx512bf16` (checked/(checked/"
+                             "section 3 names paths .*, the ISA table .*avx512bf16")
 
 # Formatting: every C++ source is as clang-format (.clang-format) would write it.
 find_program(CPATTN_CLANG_FORMAT clang-format)

@@ -19,6 +19,7 @@
 #include "cpattn/error.h"
 #include "cpattn/isa.h"
 #include "cpattn/kernel.h"
+#include "cpattn_compiled_isas.h"
 #include "kernel/tile_plan.h"
 #include "support/metrics.h"
 #include "verify/reference_case.h"
@@ -30,20 +31,35 @@ using reference::CaseSpec;
 using reference::MaskKind;
 using reference::PositionKind;
 
-constexpr Isa kPaths[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16};
-
-// Whether this build compiled a copy (src/CMakeLists.txt passes the list).
+// Whether this build compiled a copy (cmake/isa.cmake generates the list from the ISA table).
 bool compiled(Isa isa) {
-  return std::string("," CPATTN_TEST_KERNEL_ISAS ",")
-             .find(std::string(",") + isa_name(isa) + ",") != std::string::npos;
+#define CPATTN_IS_COMPILED(path, name) || isa == Isa::path
+  return false CPATTN_COMPILED_ISAS(CPATTN_IS_COMPILED);
+#undef CPATTN_IS_COMPILED
+}
+
+// A row of the ISA table as data: what the tests below check each path against.
+struct IsaRow {
+  Isa isa;
+  const char* name;
+  int lanes;
+  std::vector<std::string> features;
+};
+
+std::vector<IsaRow> isa_rows() {
+#define CPATTN_FEATURE_NAME(feature) #feature,
+#define CPATTN_ISA_ROW(path, name, lanes, features) {Isa::path, #name, lanes, {features}},
+  return {CPATTN_ISA_TABLE(CPATTN_ISA_ROW, CPATTN_FEATURE_NAME)};
+#undef CPATTN_ISA_ROW
+#undef CPATTN_FEATURE_NAME
 }
 
 // What the CPU and OS support, from CPUID and XCR0 read here, independently of the library's
-// __builtin_cpu_supports: AVX2 needs CPUID.7.EBX[5], FMA CPUID.1.ECX[12] and YMM state in XCR0
-// (bits 1, 2); AVX-512 needs F/DQ/BW/VL (CPUID.7.EBX bits 16, 17, 30, 31) and opmask/ZMM state
-// (XCR0 bits 5, 6, 7) as well; AVX-512-BF16 is CPUID.(EAX=7, ECX=1).EAX[5] on top of AVX-512.
-bool cpu_has(Isa isa) {
-  if (isa == Isa::kGeneric) return true;
+// __builtin_cpu_supports, one feature of the table at a time: AVX2 is CPUID.7.EBX[5], FMA
+// CPUID.1.ECX[12], both needing YMM state in XCR0 (bits 1, 2); AVX-512 F/DQ/BW/VL are CPUID.7.EBX
+// bits 16, 17, 30, 31 and need opmask/ZMM state as well (XCR0 bits 5, 6, 7); AVX-512-BF16 is
+// CPUID.(EAX=7, ECX=1).EAX[5]. A feature this oracle does not know fails the test.
+bool cpu_has_feature(const std::string& feature) {
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
@@ -53,16 +69,28 @@ bool cpu_has(Isa isa) {
   __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
   const bool ymm = (xcr0_lo & 0x6) == 0x6, zmm = (xcr0_lo & 0xE6) == 0xE6;
-  const bool avx2 = (b >> 5) & 1;
-  const bool avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);
-  if (isa == Isa::kAvx2) return fma && avx2 && ymm;
-  if (isa == Isa::kAvx512) return fma && avx2 && avx512 && ymm && zmm;
-  if (isa == Isa::kAvx512Bf16) {
-    const bool base = fma && avx2 && avx512 && ymm && zmm;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
-    return base && ((a >> 5) & 1);
-  }
+  const unsigned leaf7_ebx = b;
+  const bool leaf7_1 = __get_cpuid_count(7, 1, &a, &b, &c, &d);
+  if (feature == "fma") return fma && ymm;
+  if (feature == "avx2") return ((leaf7_ebx >> 5) & 1) && ymm;
+  if (feature == "avx512f") return ((leaf7_ebx >> 16) & 1) && zmm;
+  if (feature == "avx512dq") return ((leaf7_ebx >> 17) & 1) && zmm;
+  if (feature == "avx512bw") return ((leaf7_ebx >> 30) & 1) && zmm;
+  if (feature == "avx512vl") return ((leaf7_ebx >> 31) & 1) && zmm;
+  if (feature == "avx512bf16") return leaf7_1 && ((a >> 5) & 1) && zmm;
+  ADD_FAILURE() << "the test's CPUID oracle does not know the feature " << feature;
+#else
+  (void)feature;
 #endif
+  return false;
+}
+
+// Whether the CPU runs a path: every feature of its row.
+bool cpu_has(Isa isa) {
+  for (const IsaRow& row : isa_rows()) {
+    if (row.isa != isa) continue;
+    return std::all_of(row.features.begin(), row.features.end(), cpu_has_feature);
+  }
   return false;
 }
 
@@ -93,7 +121,7 @@ class ScopedEnv {
 
 TEST(Isa, DetectedIsTheWidestPathTheCpuSupports) {
   Isa want = Isa::kGeneric;
-  for (Isa isa : kPaths) {
+  for (Isa isa : kIsaPaths) {
     if (compiled(isa) && cpu_has(isa)) want = isa;
   }
   EXPECT_EQ(isa_name(detected_isa()), std::string(isa_name(want)));
@@ -211,7 +239,7 @@ TEST(Isa, AmxSupportIsReadConsistently) {
 
 TEST(Isa, AvailableListsEverySupportedPathInOrder) {
   std::vector<Isa> want;
-  for (Isa isa : kPaths) {
+  for (Isa isa : kIsaPaths) {
     if (compiled(isa) && cpu_has(isa)) want.push_back(isa);
   }
   EXPECT_EQ(available_isas(), want);
@@ -245,9 +273,12 @@ TEST(Isa, EnvironmentChoosesForAutoOnlyAndIsChecked) {
     ADD_FAILURE() << "CPATTN_ISA=sse9 was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("auto, generic, avx2, avx512, avx512bf16"),
-              std::string::npos)
-        << e.what();
+    std::string accepted = "expected one of auto";  // then every row of the table, in its order
+    for (const IsaRow& row : isa_rows()) {
+      accepted += ", ";
+      accepted += row.name;
+    }
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(accepted + " ("));
   }
   // A kernel call resolves kAuto through the same check.
   CaseSpec small;
@@ -262,7 +293,7 @@ TEST(Isa, EnvironmentChoosesForAutoOnlyAndIsChecked) {
 
 TEST(Isa, PathsTheCpuLacksAreRefused) {
   int refused = 0;
-  for (Isa isa : kPaths) {
+  for (Isa isa : kIsaPaths) {
     if (compiled(isa) && cpu_has(isa)) continue;
     ++refused;
     EXPECT_THROW(resolve_isa(isa), Error) << isa_name(isa);
@@ -271,6 +302,40 @@ TEST(Isa, PathsTheCpuLacksAreRefused) {
   }
   if (refused == 0) std::printf("(this CPU and build run every path: nothing to refuse)\n");
 }
+
+// Every row of the ISA table, one instance each (a new row is tested without an edit here):
+// this build compiles it where its compiler can (generic always), the dispatcher hands a
+// compiled row its own copy (entry points of its lane width), the name round-trips, and it is
+// available exactly when compiled and the CPU reports every feature of the row.
+class EveryIsaRow : public ::testing::TestWithParam<IsaRow> {};
+
+TEST_P(EveryIsaRow, IsBuiltNamedAndDispatchedToItsCopy) {
+  const IsaRow& row = GetParam();
+  EXPECT_STREQ(isa_name(row.isa), row.name);
+  if (row.isa == kIsaPaths[0]) {
+    EXPECT_TRUE(compiled(row.isa)) << "the fallback path is missing";
+  }
+  const std::vector<Isa> available = available_isas();
+  const bool is_available =
+      std::find(available.begin(), available.end(), row.isa) != available.end();
+  EXPECT_EQ(is_available, compiled(row.isa) && cpu_has(row.isa));
+  if (!compiled(row.isa)) {
+    EXPECT_THROW(detail::isa_kernels(row.isa), Error);
+    GTEST_SKIP() << "this compiler builds no " << row.name << " copy";
+  }
+  const detail::IsaKernels copy = detail::isa_kernels(row.isa);
+  EXPECT_EQ(copy.isa, row.isa);
+  EXPECT_EQ(copy.nr, 2 * row.lanes);  // the packed panel is two vectors wide
+  if (!is_available) {
+    EXPECT_THROW(resolve_isa(row.isa), Error);
+    GTEST_SKIP() << "this CPU lacks " << row.name;
+  }
+  EXPECT_EQ(resolve_isa(row.isa), row.isa);
+}
+
+std::string row_label(const ::testing::TestParamInfo<IsaRow>& row) { return row.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(Table, EveryIsaRow, ::testing::ValuesIn(isa_rows()), row_label);
 
 using reference::spec_of;
 

@@ -5,11 +5,7 @@
 
 #include <chrono>
 
-#if CPATTN_ISA_BF16_DOT
-#include <immintrin.h>
-#endif
-
-#include "kernel/isa/simd.h"
+#include "kernel/isa/simd.h"  // first: it defines CPATTN_ISA_BF16_DOT and includes immintrin.h
 
 namespace cpattn::detail::CPATTN_ISA_NS {
 

@@ -1,10 +1,10 @@
 // The SIMD layer of the kernel's per-ISA code. Everything under src/kernel/isa/ is compiled once
-// per ISA (src/CMakeLists.txt: generic, avx2, avx512, avx512bf16), each copy with its own compiler
-// flags and in its own namespace cpattn::detail::<isa>, so no inline function or template instance
-// of one copy can stand in for another's at link time. The lane count is the one parameter that
-// differs: Lanes<W> (GCC/Clang vector extensions) serves 4, 8 and 16 fp32 lanes from one source.
-// CPATTN_ISA_BF16_DOT is 1 in the avx512bf16 copy only: its bf16 calls run the products of
-// bf16_dot.h; everything else in it is the avx512 copy's code.
+// per row of the ISA table (CPATTN_ISA_TABLE in cpattn/isa.h; cmake/isa.cmake), each copy with its
+// row's compiler flags and in its own namespace cpattn::detail::<isa>, so no inline function or
+// template instance of one copy can stand in for another's at link time. The lane count is the one
+// parameter that differs: Lanes<W> (GCC/Clang vector extensions) serves 4, 8 and 16 fp32 lanes
+// from one source. CPATTN_ISA_BF16_DOT is 1 in a copy compiled with the avx512bf16 feature only:
+// its bf16 calls run the products of bf16_dot.h; everything else in it is the avx512 copy's code.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,9 @@
 #include <immintrin.h>
 #endif
 
-#ifndef CPATTN_ISA_BF16_DOT
+#if defined(__AVX512BF16__)
+#define CPATTN_ISA_BF16_DOT 1
+#else
 #define CPATTN_ISA_BF16_DOT 0
 #endif
 

@@ -3,23 +3,18 @@
 // function per copy and defines nothing.
 #pragma once
 
+#include "cpattn/isa.h"
 #include "kernel/tile_plan.h"
 
 namespace cpattn::detail {
-namespace generic {
-/// The generic copy's entry points.
-IsaKernels kernels();
-}  // namespace generic
-namespace avx2 {
-/// The AVX2 + FMA copy's entry points (defined when CPATTN_KERNEL_HAVE_AVX2).
-IsaKernels kernels();
-}  // namespace avx2
-namespace avx512 {
-/// The AVX-512 copy's entry points (defined when CPATTN_KERNEL_HAVE_AVX512).
-IsaKernels kernels();
-}  // namespace avx512
-namespace avx512bf16 {
-/// The AVX-512 + AVX512_BF16 copy's entry points (defined when CPATTN_KERNEL_HAVE_AVX512BF16).
-IsaKernels kernels();
-}  // namespace avx512bf16
+
+/// cpattn::detail::<name>::kernels(), for every row of the ISA table (cpattn/isa.h): the copy's
+/// entry points, defined by its table.cpp when this build compiles the copy (cmake/isa.cmake).
+#define CPATTN_DECLARE_COPY(path, name, lanes, features) \
+  namespace name {                                       \
+  IsaKernels kernels();                                  \
+  }
+CPATTN_ISA_TABLE(CPATTN_DECLARE_COPY, )
+#undef CPATTN_DECLARE_COPY
+
 }  // namespace cpattn::detail
