@@ -27,7 +27,7 @@ set(CPATTN_LAYER_rng_HEADERS generator.h rng.h)
 set(CPATTN_LAYER_kernel_HEADERS isa.h kernel.h mask.h params.h)
 set(CPATTN_LAYER_comm_HEADERS backend.h communicator.h mpi_communicator.h thread_communicator.h)
 set(CPATTN_LAYER_cp_HEADERS cp_options.h detail/cp.h layout.h plan.h strategy.h workspace.h)
-set(CPATTN_LAYER_state_HEADERS attention.h recompute.h)
+set(CPATTN_LAYER_state_HEADERS attention.h fingerprint.h recompute.h)
 
 # Every header in include/cpattn/ belongs to exactly one layer.
 file(GLOB_RECURSE cpattn_public_headers CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}/include/cpattn

@@ -2,10 +2,10 @@
 // backward needs as a caller-owned ForwardResult; backward takes it back and checks that it
 // belongs to the call. Nothing is cached anywhere else, so any backward order and any number of
 // forwards without backward (evaluation) are correct, and recompute under activation
-// checkpointing is exact. (Its building blocks are the detail tier, cpattn/detail/cp.h.)
+// checkpointing is exact. (Its building blocks are the detail tier, cpattn/detail/cp.h; the
+// Fingerprint that ties a state to its call is in cpattn/fingerprint.h.)
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -14,6 +14,7 @@
 #include "cpattn/communicator.h"
 #include "cpattn/cp_options.h"
 #include "cpattn/error.h"
+#include "cpattn/fingerprint.h"
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"
 #include "cpattn/memory.h"
@@ -23,48 +24,6 @@
 #include "cpattn/tensor.h"
 
 namespace cpattn {
-
-/// Everything that identifies one attention call on one rank, recorded by forward and checked by
-/// backward. Digests are 64-bit content hashes (cpattn/digest.h).
-struct Fingerprint {
-  std::array<int64_t, 4> q_shape{}, k_shape{}, v_shape{};     ///< [B, S_r, H, D]
-  std::array<int64_t, 4> q_stride{}, k_stride{}, v_stride{};  ///< elements
-  DType dtype = DType::kF32;  ///< of q, k and v (one dtype per call)
-  /// Layouts, lengths, global positions and document ids of both shardings.
-  uint64_t positions_digest = 0;
-  uint64_t inputs_digest = 0;  ///< the values of q, k and v (identifies the layer/microbatch)
-  float softmax_scale = 0.0f;  ///< resolved (default 1/sqrt(Dqk) filled in)
-  bool causal = false;
-  int64_t window_left = -1, window_right = -1;
-  float dropout_p = 0.0f;
-  Layout q_layout = Layout::kContiguous, kv_layout = Layout::kContiguous;
-  int64_t q_seq_len = 0, kv_seq_len = 0;  ///< whole-sequence lengths Sq, Sk
-  int cp_rank = 0, cp_size = 1;
-  /// How the group split the call (CpOptions::strategy): a state from another strategy
-  /// is refused (its out/lse carry that strategy's rounding).
-  Strategy strategy{};
-  /// The kernel arithmetic of the path the call resolves to (cpattn/isa.h: kernel_numerics of
-  /// resolve_isa(options.isa) and the dtype): a state computed with other arithmetic is refused.
-  KernelNumerics numerics = KernelNumerics::kFma;
-  RngState rng;
-  /// The forward's number among this group's checked calls (Communicator::take_call_number): the
-  /// same on every rank, so a backward that uses another forward's state than the other ranks'
-  /// is caught by the call agreement. Set by the forward, not compared by differences().
-  uint64_t call_number = 0;
-
-  /// One human-readable sentence per differing field, phrased "ForwardResult was produced with
-  /// <field>=<this>, backward called with <field>=<other>". Empty when equal.
-  std::vector<std::string> differences(const Fingerprint& called) const;
-};
-
-/// The fingerprint of a call with these arguments (what forward records and backward recomputes);
-/// `isa` is the call's requested path (CpOptions::isa), resolved here (resolve_isa).
-/// Cost: one pass over q, k and v, negligible next to attention (docs/performance.md).
-/// Throws like attention_forward on inconsistent arguments, and resolve_isa's errors.
-Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,
-                             const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
-                             const AttentionParams& params, RngState rng,
-                             const Strategy& strategy = {}, Isa isa = Isa::kAuto);
 
 /// A non-owning view of one forward's state: exactly what attention_backward reads. It lets a
 /// framework keep out and lse in tensors of its own (saved by autograd, dropped and recomputed by

@@ -6,10 +6,12 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cpattn/digest.h"
 #include "cpattn/error.h"
+#include "state/fingerprint_fields.h"
 
 namespace cpattn::detail {
 
@@ -40,50 +42,41 @@ std::string plain(T x) {
   return str_cat(x);
 }
 
-// The compared fields, in the order of the checks: the first differing one is reported. Built
-// only on the error path.
+// A shared field of a record's fingerprint as text: a kSharedButLength shape shows "S_r" for
+// the rank's own length, which is not compared.
+template <typename T>
+std::string shared_text(const T& value, FingerprintRole role) {
+  if constexpr (std::is_same_v<T, Shape4>) {
+    if (role == FingerprintRole::kSharedButLength) {
+      return str_cat("[", value[0], ", S_r, ", value[2], ", ", value[3], "]");
+    }
+  }
+  return field_text(value);
+}
+
+// The compared fields, in the order of the checks: the first differing one is reported. The
+// record's own fields, then the shared fields of the Fingerprint in the list's order, then the
+// document-aware relay. Built only on the error path.
 std::vector<Field> fields() {
-  return {
+  std::vector<Field> all = {
       {"op", [](const CallRecord& r) { return std::string(op_name(r.op)); }},
       {"call number", [](const CallRecord& r) { return plain(r.call_number); }},
       {"forward call number", [](const CallRecord& r) { return plain(r.forward_number); }},
       {"cp_size", [](const CallRecord& r) { return plain(r.cp_size); }},
-      {"batch", [](const CallRecord& r) { return plain(r.B); }},
-      {"query heads", [](const CallRecord& r) { return plain(r.Hq); }},
-      {"kv heads", [](const CallRecord& r) { return plain(r.Hkv); }},
-      {"q/k head dim", [](const CallRecord& r) { return plain(r.Dqk); }},
-      {"v head dim", [](const CallRecord& r) { return plain(r.Dv); }},
-      {"dtype",
-       [](const CallRecord& r) { return std::string(dtype_name(static_cast<DType>(r.dtype))); }},
-      {"q layout",
-       [](const CallRecord& r) { return std::string(layout_name(Layout(r.q_layout))); }},
-      {"kv layout",
-       [](const CallRecord& r) { return std::string(layout_name(Layout(r.kv_layout))); }},
-      {"q seq_len", [](const CallRecord& r) { return plain(r.q_seq_len); }},
-      {"kv seq_len", [](const CallRecord& r) { return plain(r.kv_seq_len); }},
-      {"positions/documents digest",
-       [](const CallRecord& r) { return digest_hex(r.positions_digest); }},
-      {"softmax_scale", [](const CallRecord& r) { return plain(r.softmax_scale); }},
-      {"causal", [](const CallRecord& r) { return std::string(r.causal ? "true" : "false"); }},
-      {"window_left", [](const CallRecord& r) { return plain(r.window_left); }},
-      {"window_right", [](const CallRecord& r) { return plain(r.window_right); }},
-      {"dropout_p", [](const CallRecord& r) { return plain(r.dropout_p); }},
-      {"rng",
-       [](const CallRecord& r) {
-         return to_string(RngState{r.rng_seed, r.rng_offset});
-       }},
-      {"strategy",
-       [](const CallRecord& r) {
-         return strategy_name(
-             {static_cast<Strategy::Kind>(r.strategy_kind), r.ulysses_size, r.ring_size});
-       }},
-      {"kernel numerics",
-       [](const CallRecord& r) {
-         return std::string(kernel_numerics_name(static_cast<KernelNumerics>(r.numerics)));
-       }},
-      {"document_aware",
-       [](const CallRecord& r) { return std::string(r.document_aware ? "true" : "false"); }},
   };
+  for_each_fingerprint_field([&](const auto& field) {
+    if (field.role != FingerprintRole::kShared && field.role != FingerprintRole::kSharedButLength) {
+      return;
+    }
+    all.push_back({field.label, [field](const CallRecord& r) {
+                     return shared_text(read_fingerprint_bytes(r.fingerprint).*field.member,
+                                        field.role);
+                   }});
+  });
+  all.push_back({"document_aware", [](const CallRecord& r) {
+                   return std::string(r.document_aware ? "true" : "false");
+                 }});
+  return all;
 }
 
 // "rank 3", "ranks 0-2", "ranks 0, 2, 5".
@@ -144,29 +137,7 @@ CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
     r.described = 0;
     return r;
   }
-  const Fingerprint& fp = *described;
-  r.B = fp.q_shape[0];
-  r.Hq = fp.q_shape[2];
-  r.Dqk = fp.q_shape[3];
-  r.Hkv = fp.k_shape[2];
-  r.Dv = fp.v_shape[3];
-  r.q_seq_len = fp.q_seq_len;
-  r.kv_seq_len = fp.kv_seq_len;
-  r.q_layout = static_cast<int32_t>(fp.q_layout);
-  r.kv_layout = static_cast<int32_t>(fp.kv_layout);
-  r.positions_digest = fp.positions_digest;
-  r.softmax_scale = fp.softmax_scale;
-  r.causal = fp.causal ? 1 : 0;
-  r.window_left = fp.window_left;
-  r.window_right = fp.window_right;
-  r.dropout_p = fp.dropout_p;
-  r.rng_seed = fp.rng.seed;
-  r.rng_offset = fp.rng.offset;
-  r.strategy_kind = static_cast<int32_t>(fp.strategy.kind);
-  r.ulysses_size = fp.strategy.ulysses_size;
-  r.ring_size = fp.strategy.ring_size;
-  r.dtype = static_cast<int32_t>(fp.dtype);
-  r.numerics = static_cast<int32_t>(fp.numerics);
+  r.fingerprint = fingerprint_bytes(shared_part(*described));
   return r;
 }
 

@@ -2,10 +2,12 @@
 // learns every other rank's description of the call and all throw the same error if any differ.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "cpattn/attention.h"
@@ -20,35 +22,22 @@ namespace cpattn::detail {
 enum class CallOp : uint32_t { kForward = 1, kBackward = 2, kRecompute = 3, kStrictRecompute = 4 };
 
 /// The rank-independent description of one checked call: what every rank of the group must
-/// agree on (shapes but the rank's own sequence length, layouts, whole lengths, positions and
-/// documents, parameters, RngState, the call's number and, for backward, the number of the
-/// forward whose state it uses), and the options that decide which messages travel (the
-/// strategy; the ring's document-aware relay). Fixed size and trivially copyable: it travels as
-/// bytes.
+/// agree on (the call's op and number, for backward the number of the forward whose state it
+/// uses, the group size, the shared part of its Fingerprint: every kShared field of
+/// CPATTN_FINGERPRINT_FIELDS and the kSharedButLength shapes but the rank's own length) and the
+/// options that decide which messages travel (the ring's document-aware relay; the strategy is a
+/// Fingerprint field). Fixed size, trivially copyable and without padding: it travels as bytes.
 struct CallRecord {
   uint32_t op = 0;
   uint32_t cp_size = 0;
-  uint64_t call_number = 0;     ///< Communicator::take_call_number of this call
-  uint64_t forward_number = 0;  ///< the forward's call number (this call's, for a forward)
-  int64_t B = 0, Hq = 0, Hkv = 0, Dqk = 0, Dv = 0;
-  int64_t q_seq_len = 0, kv_seq_len = 0;
-  int32_t q_layout = 0, kv_layout = 0;
-  uint64_t positions_digest = 0;
-  float softmax_scale = 0.0f;
-  int32_t causal = 0;
-  int64_t window_left = 0, window_right = 0;
-  float dropout_p = 0.0f;
+  uint64_t call_number = 0;        ///< Communicator::take_call_number of this call
+  uint64_t forward_number = 0;     ///< the forward's call number (this call's, for a forward)
   int32_t local_check_passed = 1;  ///< 0: this rank refuses the call (refusal_code, refusal)
-  uint64_t rng_seed = 0, rng_offset = 0;
-  int32_t strategy_kind = 0;  ///< Strategy::Kind
-  int32_t ulysses_size = 0, ring_size = 0;
-  int32_t document_aware = 0;  ///< CpOptions::document_aware (ranks that differ would send
-                               ///< and expect different messages)
-  int32_t dtype = 0;           ///< DType of q, k, v (ranks that differ send other sizes)
-  int32_t numerics = 0;        ///< KernelNumerics (ranks that differ would round differently)
-  int32_t refusal_code = 0;    ///< the ErrorCode of this rank's refusal (local_check_passed 0)
+  int32_t document_aware = 0;      ///< CpOptions::document_aware (ranks that differ would send
+                                   ///< and expect different messages)
+  int32_t refusal_code = 0;        ///< the ErrorCode of this rank's refusal (local_check_passed 0)
   /// 0 when the call's arguments could not be read into a fingerprint (a refusing rank): its
-  /// fields past the call numbers are unset and are not compared.
+  /// `fingerprint` is zero, and no error names a field of it.
   int32_t described = 1;
   /// The start of the refusing rank's error message, NUL-terminated, cut to fit with "..." at
   /// the cut ("" when it does not refuse): what the other ranks' errors quote.
@@ -56,15 +45,20 @@ struct CallRecord {
   uint64_t call_site_digest = 0;  ///< Digest of the whole call site text (call_site_text)
   /// The call site text, NUL-terminated, cut to fit with "..." at the cut: what errors name.
   char call_site[56] = {};
+  /// fingerprint_bytes of the call's shared_part (state/fingerprint_fields.h).
+  std::array<uint8_t, kFingerprintBytes> fingerprint{};
+  /// Zero: fills the record to a multiple of 8 bytes, so that it has no padding.
+  uint8_t zero_fill[8 - kFingerprintBytes % 8] = {};
 };
-static_assert(sizeof(CallRecord) == 472, "CallRecord must have no padding");
+static_assert(std::has_unique_object_representations_v<CallRecord>,
+              "CallRecord must have no padding");
 
 /// The call site a checked call reports: `named` (CpOptions::call_site) when it is not
 /// empty, else "file.cpp:123" of `caller` (the file name without its directory).
 std::string call_site_text(std::string_view named, const SourceLocation& caller);
 
-/// The record of a call from its fingerprint (shapes, shardings, parameters, RngState, the
-/// strategy), its options (the document-aware relay) and its call site (call_site_text);
+/// The record of a call from its fingerprint (its shared part), its options (the document-aware
+/// relay) and its call site (call_site_text);
 /// without a fingerprint (null: arguments this rank could not read) only the op, cp_size, call
 /// numbers and call site, marked not described.
 CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number, int cp_size,

@@ -1,69 +1,144 @@
-// Fingerprint: what identifies one attention call, and the readable list of what differs.
-#include <cmath>
+// Fingerprint: what identifies one attention call, the readable list of what differs and the
+// byte form, all over the field list (cpattn/fingerprint.h).
+#include <cstring>
 
 #include "cpattn/attention.h"
 #include "cpattn/digest.h"
 #include "cpattn/error.h"
+#include "state/fingerprint_fields.h"
 
 namespace cpattn {
 
+// for_each_scalar visits these structs member by member: a member it does not know would be
+// missing from the byte form.
+static_assert(sizeof(RngState) == 2 * sizeof(uint64_t), "for_each_scalar: RngState's members");
+static_assert(sizeof(Strategy) == sizeof(Strategy::Kind) + 2 * sizeof(int),
+              "for_each_scalar: Strategy's members");
+static_assert(sizeof(CpRank) == 2 * sizeof(int), "for_each_scalar: CpRank's members");
+
 namespace {
 
-// Appends "ForwardResult was produced with <name>=<recorded>, backward called with <name>=<called>"
-// when the two differ.
-template <typename T, typename Format>
-void compare(std::vector<std::string>& out, const char* name, const T& recorded, const T& called,
-             Format format) {
-  if (recorded == called) return;
-  out.push_back(detail::str_cat("ForwardResult was produced with ", name, "=", format(recorded),
-                                ", backward called with ", name, "=", format(called)));
+// "ForwardResult was produced with <label>=<recorded>, backward called with <label>=<called>".
+template <typename T>
+std::string difference(const char* label, const T& recorded, const T& called) {
+  return detail::str_cat("ForwardResult was produced with ", label, "=",
+                         detail::field_text(recorded), ", backward called with ", label, "=",
+                         detail::field_text(called));
 }
 
+// "ForwardResult was produced for cp_rank 0 of 4, backward called on cp_rank 1 of 4".
+std::string difference(const char* label, const CpRank& recorded, const CpRank& called) {
+  return detail::str_cat("ForwardResult was produced for ", label, " ",
+                         detail::field_text(recorded), ", backward called on ", label, " ",
+                         detail::field_text(called));
+}
+
+// Feeds a sharding's layout, whole length, positions and document ids to `d`.
 void add_sharding(Digest& d, const SequenceSharding& seq) {
   d.value(seq.layout).value(seq.seq_len);
   d.values(std::span<const int64_t>(seq.positions));
   d.values(std::span<const int64_t>(seq.docs));
 }
 
+// Whether an enum value is one of its enumerators: the name functions know every one.
+template <typename E>
+bool named(E value) {
+  if constexpr (std::is_same_v<E, Strategy::Kind>) {
+    return strategy_name({value, 0, 0}) != "?";
+  } else {
+    return detail::field_text(value) != "?";
+  }
+}
+
+// Reads the byte form; with `checked`, refuses (kInvalidArgument) enum values without a name
+// and bools that are neither 0 nor 1, else keeps them (a bool as byte != 0).
+Fingerprint read_bytes(std::span<const uint8_t, kFingerprintBytes> bytes, bool checked) {
+  Fingerprint fp;
+  size_t at = 0;
+  detail::for_each_fingerprint_field([&](const auto& field) {
+    detail::for_each_scalar(fp.*field.member, [&](auto& scalar) {
+      using S = std::remove_reference_t<decltype(scalar)>;
+      if constexpr (std::is_same_v<S, bool>) {
+        CPATTN_CHECK(!checked || bytes[at] <= 1, ErrorCode::kInvalidArgument,
+                     "fingerprint_from_bytes: ", field.label, " byte is ", int(bytes[at]),
+                     ", not 0 or 1");
+        scalar = bytes[at] != 0;
+      } else {
+        std::memcpy(&scalar, bytes.data() + at, sizeof scalar);
+        if constexpr (std::is_enum_v<S>) {
+          CPATTN_CHECK(!checked || named(scalar), ErrorCode::kInvalidArgument,
+                       "fingerprint_from_bytes: ", field.label, " holds ",
+                       static_cast<std::underlying_type_t<S>>(scalar),
+                       ", which is none of its values");
+        }
+      }
+      at += sizeof scalar;
+    });
+  });
+  return fp;
+}
+
 }  // namespace
 
 std::vector<std::string> Fingerprint::differences(const Fingerprint& called) const {
   std::vector<std::string> d;
-  const auto plain = [](const auto& x) { return x; };
-  const auto shape = [](const std::array<int64_t, 4>& a) { return shape_string(a); };
-  const auto hex = [](uint64_t x) { return digest_hex(x); };
-  const auto boolean = [](bool b) { return b ? "true" : "false"; };
-  const auto layout = [](Layout l) { return layout_name(l); };
-  if (cp_rank != called.cp_rank || cp_size != called.cp_size) {
-    d.push_back(detail::str_cat("ForwardResult was produced for cp_rank ", cp_rank, " of ", cp_size,
-                                ", backward called on cp_rank ", called.cp_rank, " of ",
-                                called.cp_size));
-  }
-  compare(d, "q shape", q_shape, called.q_shape, shape);
-  compare(d, "k shape", k_shape, called.k_shape, shape);
-  compare(d, "v shape", v_shape, called.v_shape, shape);
-  compare(d, "q strides", q_stride, called.q_stride, shape);
-  compare(d, "k strides", k_stride, called.k_stride, shape);
-  compare(d, "v strides", v_stride, called.v_stride, shape);
-  compare(d, "dtype", dtype, called.dtype, [](DType t) { return std::string(dtype_name(t)); });
-  compare(d, "q layout", q_layout, called.q_layout, layout);
-  compare(d, "kv layout", kv_layout, called.kv_layout, layout);
-  compare(d, "q seq_len", q_seq_len, called.q_seq_len, plain);
-  compare(d, "kv seq_len", kv_seq_len, called.kv_seq_len, plain);
-  compare(d, "positions/documents digest", positions_digest, called.positions_digest, hex);
-  compare(d, "q/k/v inputs digest", inputs_digest, called.inputs_digest, hex);
-  compare(d, "softmax_scale", softmax_scale, called.softmax_scale, plain);
-  compare(d, "causal", causal, called.causal, boolean);
-  compare(d, "window_left", window_left, called.window_left, plain);
-  compare(d, "window_right", window_right, called.window_right, plain);
-  compare(d, "dropout_p", dropout_p, called.dropout_p, plain);
-  compare(d, "strategy", strategy, called.strategy,
-          [](const Strategy& x) { return strategy_name(x); });
-  compare(d, "kernel numerics", numerics, called.numerics,
-          [](KernelNumerics x) { return std::string(kernel_numerics_name(x)); });
-  compare(d, "rng", rng, called.rng, [](RngState r) { return to_string(r); });
+  detail::for_each_fingerprint_field([&](const auto& field) {
+    if (field.role == FingerprintRole::kCallNumber) return;
+    const auto& recorded = this->*field.member;
+    if (!(recorded == called.*field.member)) {
+      d.push_back(difference(field.label, recorded, called.*field.member));
+    }
+  });
   return d;
 }
+
+std::array<uint8_t, kFingerprintBytes> fingerprint_bytes(const Fingerprint& fp) noexcept {
+  std::array<uint8_t, kFingerprintBytes> bytes{};
+  size_t at = 0;
+  detail::for_each_fingerprint_field([&](const auto& field) {
+    detail::for_each_scalar(fp.*field.member, [&](const auto& scalar) {
+      std::memcpy(bytes.data() + at, &scalar, sizeof scalar);
+      at += sizeof scalar;
+    });
+  });
+  return bytes;
+}
+
+Fingerprint fingerprint_from_bytes(std::span<const uint8_t> bytes) {
+  CPATTN_CHECK(bytes.size() == kFingerprintBytes, ErrorCode::kInvalidArgument,
+               "fingerprint_from_bytes: expected ", kFingerprintBytes, " bytes, got ",
+               bytes.size());
+  return read_bytes(bytes.first<kFingerprintBytes>(), true);
+}
+
+namespace detail {
+
+Fingerprint read_fingerprint_bytes(std::span<const uint8_t, kFingerprintBytes> bytes) noexcept {
+  return read_bytes(bytes, false);
+}
+
+Fingerprint shared_part(const Fingerprint& fp) noexcept {
+  Fingerprint shared = fp;
+  const Fingerprint defaults;
+  for_each_fingerprint_field([&](const auto& field) {
+    switch (field.role) {
+      case FingerprintRole::kShared:
+        break;
+      case FingerprintRole::kSharedButLength:
+        if constexpr (std::is_same_v<typename std::remove_cvref_t<decltype(field)>::Type, Shape4>) {
+          (shared.*field.member)[1] = 0;
+        }
+        break;
+      case FingerprintRole::kOwn:
+      case FingerprintRole::kCallNumber:
+        shared.*field.member = defaults.*field.member;
+        break;
+    }
+  });
+  return shared;
+}
+
+}  // namespace detail
 
 Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,
                              const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
@@ -97,8 +172,7 @@ Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k,
   fp.kv_layout = kv_seq.layout;
   fp.q_seq_len = q_seq.seq_len;
   fp.kv_seq_len = kv_seq.seq_len;
-  fp.cp_rank = cp_rank;
-  fp.cp_size = cp_size;
+  fp.cp = {cp_rank, cp_size};
   fp.strategy = strategy;
   fp.numerics = kernel_numerics(resolve_isa(isa), q.dtype);
   fp.rng = rng;

@@ -5,7 +5,8 @@
 # fuzz.<name> fuzzes it for CPATTN_FUZZ_SECONDS (run_fuzzer.sh); in every other build each links
 # the replay driver and test fuzz.<name>.corpus runs every corpus input once (the regression
 # inputs included). Label `fuzz`.
-set(CPATTN_FUZZ_TARGETS train/checkpoint train/settings cli/specs cp/plan state/call_record)
+set(CPATTN_FUZZ_TARGETS train/checkpoint train/settings cli/specs cp/plan state/call_record
+    state/fingerprint_bytes)
 foreach(target ${CPATTN_FUZZ_TARGETS})
   get_filename_component(name ${target} NAME)
   add_executable(fuzz_${name} ${PROJECT_SOURCE_DIR}/tests/${target}_fuzz.cpp)
