@@ -33,6 +33,20 @@ struct AttentionInputs {
   int64_t total_heads = 0;
 };
 
+/// The sizes of an attention call (AttentionInputs' names), read off its views by
+/// attention_dims.
+struct AttentionDims {
+  int64_t B = 0, Sq = 0, Sk = 0, Hq = 0, Hkv = 0, Dqk = 0, Dv = 0;
+};
+
+/// The sizes of q [B, Sq, Hq, Dqk], k [B, Sk, Hkv, Dqk] and v [B, Sk, Hkv, Dv], each read where
+/// it first appears: B, Sq, Hq, Dqk from q; Sk, Hkv from k; Dv from v. Checks nothing (the
+/// views' other dims must agree: the kernel's and validate_cp_call's checks hold them to these).
+/// The one place that reads the dims off the views.
+inline AttentionDims attention_dims(ConstView q, ConstView k, ConstView v) noexcept {
+  return {q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]};
+}
+
 /// Execution knobs that never change the math.
 struct KernelOptions {
   KernelOptions() = default;

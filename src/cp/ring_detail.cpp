@@ -13,7 +13,7 @@ CpCall validate_cp_call(Communicator& comm, ConstView q, ConstView k, ConstView 
                         const AttentionParams& params, RngState rng, const CpOptions& options) {
   q_sharding.validate();
   kv_sharding.validate();
-  CpDims d;
+  CpDims d{attention_dims(q, k, v)};
   d.world = comm.size();
   d.rank = comm.rank();
   for (const auto& [seq, name] : {std::pair{&q_sharding, "the q SequenceSharding"},
@@ -27,13 +27,9 @@ CpCall validate_cp_call(Communicator& comm, ConstView q, ConstView k, ConstView 
   CPATTN_CHECK(options.num_threads >= 1, ErrorCode::kInvalidArgument,
                "CpOptions.num_threads: expected >= 1, got ", options.num_threads);
 
-  d.B = q.shape[0];
+  // The local lengths are the shardings': check_view holds q and k to them.
   d.Sq = q_sharding.local_length();
-  d.Hq = q.shape[2];
-  d.Dqk = q.shape[3];
   d.Sk = kv_sharding.local_length();
-  d.Hkv = k.shape[2];
-  d.Dv = v.shape[3];
   check_view(q, "q", "[B, Sq_local, Hq, Dqk]", {d.B, d.Sq, d.Hq, d.Dqk});
   check_view(k, "k", "[B, Sk_local, Hkv, Dqk]", {d.B, d.Sk, d.Hkv, d.Dqk});
   check_view(v, "v", "[B, Sk_local, Hkv, Dv]", {d.B, d.Sk, d.Hkv, d.Dv});

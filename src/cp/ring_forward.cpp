@@ -14,16 +14,9 @@ namespace cpattn {
 namespace detail {
 
 CpDims ring_dims(const Communicator& comm, const RingProblem& p) {
-  CpDims d;
+  CpDims d{attention_dims(p.q, p.k, p.v)};
   d.world = comm.size();
   d.rank = comm.rank();
-  d.B = p.q.shape[0];
-  d.Sq = p.q.shape[1];
-  d.Hq = p.q.shape[2];
-  d.Dqk = p.q.shape[3];
-  d.Sk = p.k.shape[1];
-  d.Hkv = p.k.shape[2];
-  d.Dv = p.v.shape[3];
   d.max_block = p.kv_blocks->max_length();
   return d;
 }

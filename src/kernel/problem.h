@@ -13,8 +13,7 @@ namespace cpattn::detail {
 
 /// Sizes, views, positions and mask/dropout parameters of a forward call. Every field has been
 /// validated: shapes agree, strides are >= 0, positions >= 0, spans have the right lengths.
-struct Problem {
-  int64_t B = 0, Sq = 0, Sk = 0, Hq = 0, Hkv = 0, Dqk = 0, Dv = 0;
+struct Problem : AttentionDims {
   int64_t group = 1;  ///< Hq / Hkv: query heads sharing one kv head
   /// The inputs' dtype (q, k, v, dout); results are this dtype or fp32 (validate.h).
   DType dtype = DType::kF32;

@@ -58,13 +58,7 @@ void fill_problem(const AttentionInputs& in, const AttentionParams& params, RngS
   check_readable(in.q, "q");
   check_readable(in.k, "k");
   check_readable(in.v, "v");
-  p.B = in.q.shape[0];
-  p.Sq = in.q.shape[1];
-  p.Hq = in.q.shape[2];
-  p.Dqk = in.q.shape[3];
-  p.Sk = in.k.shape[1];
-  p.Hkv = in.k.shape[2];
-  p.Dv = in.v.shape[3];
+  static_cast<AttentionDims&>(p) = attention_dims(in.q, in.k, in.v);
   check_view(in.q, "q", "[B, Sq, Hq, Dqk]", {p.B, p.Sq, p.Hq, p.Dqk});
   check_view(in.k, "k", "[B, Sk, Hkv, Dqk]", {p.B, p.Sk, p.Hkv, p.Dqk});
   check_view(in.v, "v", "[B, Sk, Hkv, Dv]", {p.B, p.Sk, p.Hkv, p.Dv});

@@ -143,7 +143,7 @@ ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, Co
 namespace {
 
 // Everything that makes `state` unusable for this backward, as one message (nullopt: nothing).
-std::optional<Error> state_error(ConstView dout, ConstView q, ConstView v,
+std::optional<Error> state_error(ConstView dout, ConstView q, ConstView k, ConstView v,
                                  const ForwardStateView& state, const Fingerprint& called) {
   std::vector<std::string> diffs = state.fingerprint.differences(called);
   if (state.rng != state.fingerprint.rng) {
@@ -151,12 +151,13 @@ std::optional<Error> state_error(ConstView dout, ConstView q, ConstView v,
                                     ", not the forward's rng=", to_string(state.fingerprint.rng),
                                     " (recomputed with other dropout?)"));
   }
-  const std::array<int64_t, 4> out_shape = {q.shape[0], q.shape[1], q.shape[2], v.shape[3]};
+  const AttentionDims d = attention_dims(q, k, v);
+  const std::array<int64_t, 4> out_shape = {d.B, d.Sq, d.Hq, d.Dv};
   if (state.out.shape != out_shape) {
     diffs.push_back(detail::str_cat("its out has shape ", shape_string(state.out.shape),
                                     ", this call's out is ", shape_string(out_shape)));
   }
-  const int64_t lse_len = q.shape[0] * q.shape[2] * q.shape[1];
+  const int64_t lse_len = d.B * d.Hq * d.Sq;
   if (static_cast<int64_t>(state.lse.size()) != lse_len) {
     diffs.push_back(detail::str_cat("its lse has ", state.lse.size(),
                                     " floats, this call's has B * Hq * Sq_r = ", lse_len));
@@ -187,7 +188,7 @@ AttentionGradients backward_with_refusal(Communicator& comm, ConstView dout, Con
   // `rng` is the caller's: a state from another forward on the same inputs differs in it.
   const std::optional<Fingerprint> called =
       detail::fingerprint_or_refusal(comm, q, k, v, q_seq, kv_seq, params, rng, options, refusal);
-  if (!refusal) refusal = state_error(dout, q, v, state, *called);
+  if (!refusal) refusal = state_error(dout, q, k, v, state, *called);
   return detail::checked_backward(comm, dout, q, k, v, state, q_seq, kv_seq, params, options,
                                   call_site, called ? &*called : nullptr, std::move(refusal));
 }

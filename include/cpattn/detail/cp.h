@@ -56,8 +56,7 @@ struct CpForwardResult {
 
 /// The sizes of one CP call on this rank, as validate_cp_call found them (every strategy, the
 /// kernels and the helpers trust them).
-struct CpDims {
-  int64_t B = 0, Sq = 0, Sk = 0, Hq = 0, Hkv = 0, Dqk = 0, Dv = 0;
+struct CpDims : AttentionDims {
   int64_t max_block = 0;  ///< the largest Sk_r over all ranks (buffer size of a travelling block)
   int rank = 0, world = 1;
 };
