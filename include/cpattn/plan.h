@@ -60,11 +60,14 @@ struct KernelModel {
 struct StrategyEstimate {
   Strategy strategy;
   bool feasible = true;
-  std::string reason;          ///< why not, when !feasible (check_strategy's message)
-  double flops = 0;            ///< busiest rank's kernel FLOPs (forward + backward)
-  double bytes_sent = 0;       ///< busiest rank's bytes sent (forward + backward)
-  int64_t messages = 0;        ///< messages sent per rank (forward + backward)
-  double peak_bytes = 0;       ///< largest per-rank live bytes cpattn allocates in the call
+  std::string reason;     ///< why not, when !feasible (check_strategy's message)
+  double flops = 0;       ///< busiest rank's kernel FLOPs (forward + backward)
+  double bytes_sent = 0;  ///< busiest rank's bytes sent (forward + backward)
+  int64_t messages = 0;   ///< messages sent per rank (forward + backward)
+  /// The largest over the ranks of the live bytes cpattn allocates in the call (forward +
+  /// backward, the forward's out and lse held through the backward; without a workspace), to the
+  /// byte: what the rank's MemoryCounter measures beyond the caller's q, k, v and dout.
+  double peak_bytes = 0;
   double compute_seconds = 0;  ///< flops / effective kernel throughput
   double comm_seconds = 0;     ///< bytes / bandwidth + messages * latency
   double copy_seconds = 0;     ///< packing, unpacking, merging

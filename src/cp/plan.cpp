@@ -181,10 +181,9 @@ struct PlanContext {
   std::vector<Tiles> shard_tiles{};
   Tiles whole_tiles{};
   std::vector<double> pairs{}, gathered{};
-  int hot = 0;                                      // the rank with the most computed ring pairs
-  double Sr = 0;                                    // its tokens
-  double kv_token = 0;                              // bytes of one token's k|v
-  double q_local = 0, o_local = 0, rows_local = 0;  // its q, out, one float per row and head
+  int hot = 0;          // the rank with the most computed ring pairs
+  double Sr = 0;        // its tokens
+  double kv_token = 0;  // bytes of one token's k|v
 };
 
 std::vector<int64_t> document_ids(const PlanProblem& p) {
@@ -233,10 +232,20 @@ PlanContext plan_context(const PlanProblem& p, const LinkModel& link, const Kern
   c.hot = busiest(c.pairs);
   c.Sr = c.tokens[static_cast<size_t>(c.hot)];
   c.kv_token = c.B * c.Hkv * (c.Dqk + c.Dv) * kFloat;
-  c.q_local = c.B * c.Sr * c.Hq * c.Dqk * kFloat;
-  c.o_local = c.B * c.Sr * c.Hq * c.Dv * kFloat;
-  c.rows_local = c.B * c.Sr * c.Hq * kFloat;
   return c;
+}
+
+// Bytes of rank r's sequence-side tensors: q (or dq), k|v (or dk|dv), out, and one float per
+// row and query head (lse, delta). The estimates' memory is, per rank, the live bytes at the
+// peak of its backward (the larger pass: it holds the forward's out and lse besides its own
+// buffers) from the sizes the strategy allocates on that rank; peak_bytes is the largest.
+struct ShardBytes {
+  double q = 0, kv = 0, o = 0, rows = 0;
+};
+ShardBytes shard_bytes(const PlanContext& c, int r) {
+  const double t = c.tokens[static_cast<size_t>(r)];
+  return {c.B * t * c.Hq * c.Dqk * kFloat, t * c.kv_token, c.B * t * c.Hq * c.Dv * kFloat,
+          c.B * t * c.Hq * kFloat};
 }
 
 // How an estimate's time is made of its compute and its transfers: `hidden_s` of transfer that
@@ -259,6 +268,7 @@ StrategyEstimate estimate_ring(const PlanContext& c, Timing& timing) {
   const std::optional<detail::RelayPlan> plan =
       c.P > 1 ? std::optional<detail::RelayPlan>(std::in_place, c.p.params, table, table, true)
               : std::nullopt;
+  const double block = static_cast<double>(t.max_block) * c.kv_token;
   double slowest = 0;
   for (int r = 0; r < c.P; ++r) {
     const RingTraffic tr = plan ? rank_traffic(c.p, *plan, table, c.p.Hkv, r) : RingTraffic{};
@@ -267,16 +277,16 @@ StrategyEstimate estimate_ring(const PlanContext& c, Timing& timing) {
                            (c.kernel.flops_per_s * c.slowdown);
     slowest =
         std::max(slowest, overlapped(compute, tr.bytes / c.link.bandwidth_bytes_per_s, c.link));
+    // Backward: dq, dk|dv, delta, 2 relay buffers, 2 accumulators, home (and a direct own
+    // block's buffers); the state.
+    const ShardBytes s = shard_bytes(c, r);
+    const double ring_blocks = kRingBlocks + static_cast<double>(tr.direct_buffers);
+    e.peak_bytes = std::max(
+        e.peak_bytes, s.q + s.kv + s.rows + (c.P > 1 ? ring_blocks * block : 0) + s.o + s.rows);
   }
   e.flops = c.pairs[static_cast<size_t>(c.hot)] * c.Hq * c.flops_per_pair_head;
   e.bytes_sent = t.bytes;
   e.messages = t.messages;
-  const double block = static_cast<double>(t.max_block) * c.kv_token;
-  // Backward: dq, dk|dv, delta, 2 relay buffers, 2 accumulators, home (and a direct own
-  // block's buffers); the state.
-  const double ring_blocks = kRingBlocks + static_cast<double>(t.direct_buffers);
-  e.peak_bytes = c.q_local + c.Sr * c.kv_token + c.rows_local +
-                 (c.P > 1 ? ring_blocks * block : 0) + c.o_local + c.rows_local;
   e.copy_seconds = c.P > 1 ? ring_copy_seconds(block, c.kernel) : 0;
   timing.hidden_s = e.bytes_sent / c.link.bandwidth_bytes_per_s;
   timing.overlapped_s = slowest;
@@ -292,8 +302,18 @@ StrategyEstimate estimate_allgather(const PlanContext& c, Timing& timing) {
   const double S_max = *std::max_element(c.tokens.begin(), c.tokens.end());
   e.bytes_sent = (2 * (P - 1) * S_max + (c.S - S_max)) * c.kv_token;
   e.messages = 3 * (P - 1);
-  // Backward: gathered k|v, the staging it arrives in, dk|dv of every key; the state.
-  e.peak_bytes = 3 * c.S * c.kv_token + c.q_local + c.Sr * c.kv_token + c.o_local + c.rows_local;
+  // Backward: dq, dk|dv and the state; dk|dv of every key; and either the gathered k|v with the
+  // staging it arrives in (the own block packed once for every peer, the others' received: S
+  // tokens, none at P = 1) or the reduce-scatter's staging of dk|dv (the others' tokens sent,
+  // P - 1 slices of the own tokens received).
+  const double whole = c.S * c.kv_token;
+  const double gather_staging = P > 1 ? whole : 0;
+  for (int r = 0; r < P; ++r) {
+    const ShardBytes s = shard_bytes(c, r);
+    const double scatter_staging = whole + (P - 2) * s.kv;
+    e.peak_bytes = std::max(e.peak_bytes, s.q + s.kv + s.o + s.rows + whole +
+                                              std::max(whole + gather_staging, scatter_staging));
+  }
   e.copy_seconds = 2 * (3 * c.S + c.Sr) * c.kv_token / c.kernel.copy_bytes_per_s;
   timing.exposed_s = e.bytes_sent / c.link.bandwidth_bytes_per_s;
   return e;
@@ -323,11 +343,16 @@ StrategyEstimate estimate_heads(const PlanContext& c, const Strategy& strategy, 
   const double hq = c.Hq / U;
   const double kvl = c.p.Hkv % U == 0 ? c.Hkv / U : 1.0;
   const double kv_head_token = c.B * kvl * (c.Dqk + c.Dv) * kFloat;
-  // The rank's row (the whole group for ulysses): its tokens; the busiest row's computed pairs
-  // (ulysses: one call over the whole sequence; hybrid: its row against every row).
-  const int row = hybrid ? c.hot / U : 0;
-  double row_tokens = 0, row_pairs = 0;
-  for (int m = row * U; m < row * U + U; ++m) row_tokens += c.tokens[static_cast<size_t>(m)];
+  // The tokens of rank m's row (the whole group for ulysses).
+  const auto row_tokens_of = [&](int m) {
+    double n = 0;
+    for (int x = m / U * U; x < m / U * U + U; ++x) n += c.tokens[static_cast<size_t>(x)];
+    return n;
+  };
+  // The busiest rank's row: its tokens; the busiest row's computed pairs (ulysses: one call over
+  // the whole sequence; hybrid: its row against every row).
+  const double row_tokens = row_tokens_of(hybrid ? c.hot : 0);
+  double row_pairs = 0;
   const detail::BlockTable rows = row_table(c, U, R);
   if (hybrid) {
     std::vector<Tiles> row_tiles;
@@ -351,30 +376,19 @@ StrategyEstimate estimate_heads(const PlanContext& c, const Strategy& strategy, 
   const double out_per_token = c.B * hq * (c.Dv + 1 + c.Dqk) * kFloat + kv_head_token;
   std::vector<double> rank_a2a(static_cast<size_t>(P));
   for (int m = 0; m < P; ++m) {
-    double row_total = 0;
-    for (int x = m / U * U; x < m / U * U + U; ++x) row_total += c.tokens[static_cast<size_t>(x)];
     const double own = c.tokens[static_cast<size_t>(m)];
     rank_a2a[static_cast<size_t>(m)] =
-        (U - 1) * own * in_per_token + (row_total - own) * out_per_token;
+        (U - 1) * own * in_per_token + (row_tokens_of(m) - own) * out_per_token;
   }
   const double a2a_max = *std::max_element(rank_a2a.begin(), rank_a2a.end());
   e.bytes_sent = a2a_max;
   e.messages = 4 * (U - 1);
   const double q_h = c.B * row_tokens * hq * c.Dqk * kFloat, kv_h = row_tokens * kv_head_token,
-               o_h = c.B * row_tokens * hq * c.Dv * kFloat, r_h = c.B * row_tokens * hq * kFloat;
-  // The backward's peak, the largest of its phases, each with the head side's dq, dk|dv and the
-  // forward's out and lse (the state; delta too until the heads have it):
-  //  - in: the head-side q, k|v, dout, lse, delta and the all-to-all's staging (what the rank
-  //    sends and what it receives, the other members' share of each: the own block moves
-  //    straight across);
-  //  - compute (hybrid with R > 1): the head-side inputs and the row ring's buffers;
-  //  - out: the sequence-side dq, dk|dv and the staging of the head-side gradients.
-  const double staged = 2 * static_cast<double>(U - 1) / static_cast<double>(U);
-  const double head_inputs = q_h + kv_h + o_h + 2 * r_h, head_grads = q_h + kv_h;
-  const double state = c.o_local + c.rows_local;
-  const double in_phase = head_inputs + staged * head_inputs + c.rows_local;
-  const double out_phase = c.q_local + c.Sr * c.kv_token + staged * head_grads;
-  double ring_phase = 0;
+               o_h = c.B * row_tokens * hq * c.Dv * kFloat;
+  // Each rank's row ring (hybrid with R > 1): its largest block and the blocks of buffer a
+  // direct own block adds.
+  double ring_block = 0;
+  std::vector<int64_t> direct_buffers(static_cast<size_t>(P), 0);
   e.copy_seconds = 2 * (e.bytes_sent + 2 * (q_h + kv_h + o_h)) / c.kernel.copy_bytes_per_s;
   timing.exposed_s = a2a_max / c.link.bandwidth_bytes_per_s;
   if (R > 1) {
@@ -392,17 +406,41 @@ StrategyEstimate estimate_heads(const PlanContext& c, const Strategy& strategy, 
       take_max(t, tr);
       busiest_total = std::max(busiest_total, rank_a2a[static_cast<size_t>(m)] + tr.bytes);
       busiest_messages = std::max(busiest_messages, tr.messages);
+      direct_buffers[static_cast<size_t>(m)] = tr.direct_buffers;
     }
     e.bytes_sent = busiest_total;
     e.messages += busiest_messages;
-    const double block = static_cast<double>(t.max_block) * kv_head_token;
-    ring_phase = head_inputs + (kRingBlocks + static_cast<double>(t.direct_buffers)) * block;
-    e.copy_seconds += ring_copy_seconds(block, c.kernel);
+    ring_block = static_cast<double>(t.max_block) * kv_head_token;
+    e.copy_seconds += ring_copy_seconds(ring_block, c.kernel);
     // The ring's transfers hide under compute as far as the link overlaps; the row all-to-alls
     // do not.
     timing.hidden_s = t.bytes / c.link.bandwidth_bytes_per_s;
   }
-  e.peak_bytes = head_grads + state + std::max({in_phase, ring_phase, out_phase});
+  // The backward's peak on rank m, the largest of its phases, each with the head side's dq, dk|dv
+  // and the forward's out and lse (the state; delta too until the heads have it):
+  //  - in: the head-side q, k|v, dout, lse, delta and the all-to-all's staging: the own tokens'
+  //    slices for the U - 1 other members and the others' tokens of the own slice (the own block
+  //    moves straight across);
+  //  - compute (hybrid with R > 1): the head-side inputs and the row ring's buffers;
+  //  - out: the sequence-side dq, dk|dv and the staging of the head-side gradients (the same
+  //    tokens the other way).
+  // Per token of the row, one rank's head side holds these bytes of inputs and of gradients.
+  const double in_token = c.B * hq * (c.Dqk + c.Dv + 2) * kFloat + kv_head_token;
+  const double grad_token = c.B * hq * c.Dqk * kFloat + kv_head_token;
+  for (int m = 0; m < P; ++m) {
+    const ShardBytes s = shard_bytes(c, m);
+    const double row_t = row_tokens_of(m), own = c.tokens[static_cast<size_t>(m)];
+    const double staged = (U - 1) * own + (row_t - own);
+    const double in_phase = (row_t + staged) * in_token + s.rows;
+    const double ring_phase =
+        R > 1 ? row_t * in_token +
+                    (kRingBlocks + static_cast<double>(direct_buffers[static_cast<size_t>(m)])) *
+                        ring_block
+              : 0;
+    const double out_phase = s.q + s.kv + staged * grad_token;
+    e.peak_bytes = std::max(e.peak_bytes, row_t * grad_token + s.o + s.rows +
+                                              std::max({in_phase, ring_phase, out_phase}));
+  }
   return e;
 }
 
