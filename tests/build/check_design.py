@@ -36,6 +36,18 @@ def ticked(cell):
     return re.findall(r"`([^`]+)`", cell)
 
 
+def bold_list(text, label, item):
+    """The ticked items (each matching `item`) of the list that follows **label** in text."""
+    m = re.search(r"\*\*" + re.escape(label) + r"\*\*((?:\s*`" + item + r"`,?)+)", text)
+    return ticked(m.group(1)) if m else []
+
+
+def compare(problems, doc_says, documented, code_says, actual):
+    """Records "<doc_says> <documented>, <code_says> <actual>" when the two differ."""
+    if documented != actual:
+        problems.append(f"{doc_says} {documented}, {code_says} {actual}")
+
+
 def main(argv):
     root = pathlib.Path(argv[1])
     cpattn = argv[2]
@@ -54,19 +66,16 @@ def main(argv):
             layer = cells[0].strip("`")
             table[layer] = (sorted(ticked(cells[1])), sorted(ticked(cells[3])))
     layers = cmake_list(layers_cmake, "CPATTN_LAYERS") or []
-    if sorted(table) != sorted(layers):
-        problems.append(f"design.md section 2 lists layers {sorted(table)}, "
-                        f"cmake/layers.cmake {sorted(layers)}")
+    compare(problems, "design.md section 2 lists layers", sorted(table), "cmake/layers.cmake",
+            sorted(layers))
     for layer in layers:
         deps = sorted(cmake_list(layers_cmake, f"CPATTN_LAYER_{layer}_DEPS") or [])
         headers = sorted(cmake_list(layers_cmake, f"CPATTN_LAYER_{layer}_HEADERS") or [])
         doc_deps, doc_headers = table.get(layer, ([], []))
-        if doc_deps != deps:
-            problems.append(f"layer {layer}: design.md says it uses {doc_deps}, "
-                            f"cmake/layers.cmake {deps}")
-        if doc_headers != headers:
-            problems.append(f"layer {layer}: design.md lists headers {doc_headers}, "
-                            f"cmake/layers.cmake {headers}")
+        compare(problems, f"layer {layer}: design.md says it uses", doc_deps,
+                "cmake/layers.cmake", deps)
+        compare(problems, f"layer {layer}: design.md lists headers", doc_headers,
+                "cmake/layers.cmake", headers)
     listed = {h for _, hs in table.values() for h in hs}
     include = root / "include/cpattn"
     on_disk = {str(p.relative_to(include)).removesuffix(".in")
@@ -77,30 +86,25 @@ def main(argv):
         problems.append(f"design.md section 2 lists {h}, which is not in include/cpattn/")
 
     # Section 2: the subcommands.
-    m = re.search(r"\*\*Subcommands:\*\*((?:\s*`[a-z]+`,?)+)", sec2)
-    documented = sorted(ticked(m.group(1))) if m else []
+    documented = sorted(bold_list(sec2, "Subcommands:", "[a-z]+"))
     help_text = subprocess.run([cpattn, "--help"], capture_output=True, text=True,
                                check=False).stdout
     listing = help_text.split("Subcommands:", 1)[1] if "Subcommands:" in help_text else ""
     actual = sorted(re.findall(r"^  ([a-z]+)\s", listing, re.MULTILINE))
     if not actual:
         problems.append("`cpattn --help` lists no subcommands")
-    if documented != actual:
-        problems.append(f"design.md section 2 names subcommands {documented}, "
-                        f"`cpattn --help` {actual}")
+    compare(problems, "design.md section 2 names subcommands", documented, "`cpattn --help`",
+            actual)
 
     # Section 3: the paths of the ISA table.
     sec3 = section(design, "## 3. ")
-    m = re.search(r"\*\*paths:\*\*((?:\s*`[a-z0-9_]+`,?)+)", sec3)
-    doc_paths = ticked(m.group(1)) if m else []
+    doc_paths = bold_list(sec3, "paths:", "[a-z0-9_]+")
     isa_header = (root / "include/cpattn/isa.h").read_text()
     macro = re.search(r"#define CPATTN_ISA_TABLE\(X, F\)((?:[^\n]*\\\n)*[^\n]*)", isa_header)
     table_paths = re.findall(r"X\(\s*k\w+\s*,\s*(\w+)\s*,", macro.group(1)) if macro else []
     if not table_paths:
         problems.append("include/cpattn/isa.h: no CPATTN_ISA_TABLE rows found")
-    if doc_paths != table_paths:
-        problems.append(f"design.md section 3 names paths {doc_paths}, "
-                        f"the ISA table {table_paths}")
+    compare(problems, "design.md section 3 names paths", doc_paths, "the ISA table", table_paths)
 
     # Section 5.7: the tag streams.
     sec57 = section(design, "### 5.7 ")
@@ -110,9 +114,8 @@ def main(argv):
     code_streams = sorted(int(x) for x in re.findall(r"= (\d+),", enum.group(1))) if enum else []
     if not code_streams:
         problems.append("src/cp/ring_detail.h: no enum TagStream found")
-    if doc_streams != code_streams:
-        problems.append(f"design.md section 5.7 lists tag streams {doc_streams}, "
-                        f"TagStream has {code_streams}")
+    compare(problems, "design.md section 5.7 lists tag streams", doc_streams, "TagStream has",
+            code_streams)
 
     for p in problems:
         print(p)
