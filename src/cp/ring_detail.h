@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "cp/workspace.h"
+#include "cp/workspace_lease.h"
 #include "cpattn/detail/cp.h"
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cp/ring_detail.h"
-#include "cp/workspace.h"
+#include "cp/workspace_lease.h"
 #include "cpattn/layout.h"
 
 namespace cpattn::detail {

@@ -7,7 +7,7 @@
 
 #include "cpattn/memory.h"
 #include "cpattn/tensor.h"
-#include "train/params.h"
+#include "train/model_params.h"
 
 namespace cpattn::train {
 

@@ -7,7 +7,7 @@
 
 #include "cpattn/digest.h"
 #include "cpattn/error.h"
-#include "train/params.h"
+#include "train/model_params.h"
 
 namespace cpattn::train {
 

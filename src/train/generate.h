@@ -10,7 +10,7 @@
 
 #include "cpattn/communicator.h"
 #include "train/checkpoint.h"
-#include "train/params.h"
+#include "train/model_params.h"
 
 namespace cpattn::train {
 

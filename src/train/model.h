@@ -12,7 +12,7 @@
 #include "cpattn/layout.h"
 #include "cpattn/params.h"
 #include "train/data.h"
-#include "train/params.h"
+#include "train/model_params.h"
 
 namespace cpattn::train {
 

@@ -11,7 +11,7 @@
 #include "cpattn/stopwatch.h"
 #include "train/data.h"
 #include "train/model.h"
-#include "train/params.h"
+#include "train/model_params.h"
 #include "train/step_detail.h"
 #include "train/trainer.h"
 

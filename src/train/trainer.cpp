@@ -16,7 +16,7 @@
 #include "cpattn/thread_communicator.h"
 #include "train/data.h"
 #include "train/model.h"
-#include "train/params.h"
+#include "train/model_params.h"
 #include "train/step_detail.h"
 
 namespace cpattn::train {

@@ -14,7 +14,7 @@
 #include "train/linear.h"
 #include "train/mlp.h"
 #include "train/model_config.h"
-#include "train/params.h"
+#include "train/model_params.h"
 #include "train/rmsnorm.h"
 #include "train/rope.h"
 

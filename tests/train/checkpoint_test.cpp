@@ -17,7 +17,7 @@
 #include "cpattn/error.h"
 #include "support/errors.h"
 #include "train/files.h"
-#include "train/params.h"
+#include "train/model_params.h"
 
 namespace cpattn::train {
 namespace {

@@ -1,5 +1,5 @@
 // Parameter table, flat storage, deterministic init and digests of the model's weights.
-#include "train/params.h"
+#include "train/model_params.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // AttentionWorkspace (cpattn/workspace.h) and the per-call lease on its buffers (workspace.h).
-#include "cp/workspace.h"
+#include "cp/workspace_lease.h"
 
 #include "cpattn/error.h"
 

@@ -1,5 +1,5 @@
 // ModelConfig validation, the parameter table, deterministic init and weight digests.
-#include "train/params.h"
+#include "train/model_params.h"
 
 #include <gtest/gtest.h>
 
