@@ -12,8 +12,7 @@ run_preset() {
   ctest --preset "$1" -j2 --timeout 900 ${2:+-L "$2"}
 }
 fuzz_stage() {
-  run_preset fuzz "fuzz" --target fuzz_checkpoint --target fuzz_settings --target fuzz_specs \
-    --target fuzz_plan --target fuzz_call_record
+  run_preset fuzz "fuzz" --target fuzz_targets
 }
 if (($# == 0)); then
   run_preset release ""

@@ -5,11 +5,15 @@
 # fuzz.<name> fuzzes it for CPATTN_FUZZ_SECONDS (run_fuzzer.sh); in every other build each links
 # the replay driver and test fuzz.<name>.corpus runs every corpus input once (the regression
 # inputs included). Label `fuzz`.
+# fuzz_targets builds every one of them (scripts/test.sh's fuzz stage), so this list is the only
+# place that names them.
 set(CPATTN_FUZZ_TARGETS train/checkpoint train/settings cli/specs cp/plan state/call_record
     state/fingerprint_bytes)
+add_custom_target(fuzz_targets)
 foreach(target ${CPATTN_FUZZ_TARGETS})
   get_filename_component(name ${target} NAME)
   add_executable(fuzz_${name} ${PROJECT_SOURCE_DIR}/tests/${target}_fuzz.cpp)
+  add_dependencies(fuzz_targets fuzz_${name})
   get_filename_component(area ${target} DIRECTORY)
   cpattn_include_root(fuzz_${name} ALL_LAYERS PRIVATE ${area})
   target_include_directories(fuzz_${name} PRIVATE ${CPATTN_ROOT_fuzz_${name}}
