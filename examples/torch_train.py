@@ -1,11 +1,14 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The byte-level model of `cpattn train` (docs/train.md) written in PyTorch, its attention
 cpattn.ring_attention over a torch.distributed group (gloo, one process per rank) with every
 layer under cpattn.checkpoint and one cpattn.Workspace for all of its calls. Prints the loss and
 tokens/s per step.
 
-    PYTHONPATH=build/release/python /usr/bin/python3 examples/torch_train.py --procs 4
-    PYTHONPATH=build/release/python /usr/bin/python3 examples/torch_train.py --attention torch
+    PYTHONPATH=build/release/python .venv/bin/python examples/torch_train.py --procs 4
+    PYTHONPATH=build/release/python .venv/bin/python examples/torch_train.py --attention torch
+
+(.venv/ is the project's virtual environment with torch 2.x, scripts/setup_python.sh; after
+`pip install .` the PYTHONPATH is not needed.)
 
 --attention torch swaps in plain PyTorch math attention (softmax(q k^T / sqrt(d) + mask) v with
 torch's dropout) on one process, for comparison. Model: pre-norm decoder, RMSNorm, fused QKV,

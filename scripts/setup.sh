@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages cpattn builds with, only those missing (idempotent). Needs root
-# (or sudo) only when something is missing.
+# (or sudo) only when something is missing. The Python package's torch and test tools come from
+# PyPI into .venv/ (scripts/setup_python.sh, run by scripts/test.sh), never from Debian.
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config clang-format clang libclang-rt-14-dev
           googletest libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
           libopenblas-dev libdnnl-dev libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin gnuplot-nox
-          python3-torch python3-numpy python3-pytest libtorch-dev pybind11-dev)
+          python3-venv python3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

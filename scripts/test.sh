@@ -3,10 +3,14 @@
 # whole suite, then builds the asan preset (AddressSanitizer + UBSan) for the suites whose code
 # owns memory and threads (state, comm, cp) and runs them, then builds the fuzz preset (clang,
 # libFuzzer, ASan + UBSan) and fuzzes every parser of outside input for CPATTN_FUZZ_SECONDS (30)
-# each. With a preset name: builds that preset and runs its whole suite.
+# each. With a preset name: builds that preset and runs its whole suite. First it installs what
+# is missing: Debian packages (scripts/setup.sh) and the Python package's virtual environment
+# .venv/ from PyPI (scripts/setup_python.sh: torch 2.x, pytest, transformers...).
 # Usage: scripts/test.sh [release|debug|asan|tsan|fuzz]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/setup_python.sh
 run_preset() {
   scripts/build.sh "$1" "${@:3}"
   ctest --preset "$1" -j2 --timeout 900 ${2:+-L "$2"}

@@ -1,74 +1,267 @@
-"""cpattn.attention and cpattn.ring_attention: autograd Functions over cpattn's C++ forward and
-backward, whose forward state flows through the autograd context (never a module global)."""
+"""The torch.library operators of cpattn (namespace "cpattn") and the functions over them,
+cpattn.attention and cpattn.ring_attention.
+
+Four custom ops, each traced by torch.compile as one opaque node:
+  cpattn::draw_rng_state(Tensor q, float dropout_p) -> Tensor   int64 [2]: a call's (seed, offset)
+  cpattn::take_call_number(Tensor q, str group_name) -> Tensor  int64 [1]: the group's next number
+  cpattn::attention_forward(q, k, v, rng, call_number, doc_ids, <call>) -> (out, lse, fingerprint)
+  cpattn::attention_backward(dout, q, k, v, out, lse, rng, fingerprint, call_number, doc_ids,
+                             <call>) -> (dq, dk, dv)
+where <call> is the call's non-tensor arguments (_CALL_ARGS). The first two are the only ops
+with side effects (torch's generator; the group's call counter). Both are tagged
+nondeterministic_seeded, so torch.compile neither merges nor drops them, and a compiled forward
+recomputed under activation checkpointing replays them with the saved generator state
+(run_and_save_rng_state, which takes the device of their tensor argument q): the same RngState,
+so the eager bits; a replayed take_call_number takes the next number, as an eager recompute
+does, alike on every rank. attention_forward and attention_backward are pure functions of their
+inputs.
+
+The forward state (out, lse, the RngState tensor, the fingerprint) travels only through
+autograd: attention_forward's autograd saves q, k, v, out, lse and rng as saved tensors (which
+activation checkpointing drops and recomputes) and keeps the fingerprint of the FIRST forward
+on its context, so a backward whose recomputed state differs from the one the loss was computed
+with (other dropout masks, other inputs) is refused by the C++ side instead of giving wrong
+gradients.
+"""
 
 import os
 import sys
 import weakref
+from typing import Optional
 
 import torch
 
 from . import _cpattn
 from ._checkpoint import active_record
 from ._errors import Error, error
-from ._rng import draw_rng_state, rng_of, rng_tensor
-from ._sharding import resolve_group, whole_length
+from ._groups import group_name_of, process_group, resolve_group
+from ._sharding import whole_length
 
 DEFAULT_TIMEOUT_S = 300.0
 
-# The number of each process group's next checked call on this rank (the Python side of
-# Communicator::take_call_number, whose C++ object lives for one call here): every rank numbers
-# its calls alike, and the C++ call agreement compares the numbers, so ranks whose calls are out
-# of step (a skipped call, backward in another order) fail instead of mixing their data. Keyed
-# weakly by the group; a count, not forward state.
-_next_call = weakref.WeakKeyDictionary()
+# ---------------------------------------------------------------------------------------------
+# The ops with side effects.
+
+_U64 = (1 << 64) - 1
 
 
-def _take_call_number(group):
-    if group is None:
+@torch.library.custom_op("cpattn::draw_rng_state", mutates_args=(), device_types="cpu",
+                         tags=(torch.Tag.nondeterministic_seeded,))
+def draw_rng_state(q: torch.Tensor, dropout_p: float) -> torch.Tensor:
+    """The dropout RngState of the call on q, int64 [2] (seed, offset as two's-complement
+    words), drawn from torch's default generator of q's device (CPU; q's values are not read):
+    torch.manual_seed makes runs repeatable, ranks seeded alike draw the same state (so cp=N
+    uses cp=1's dropout masks), and activation checkpointing replays it in the recompute
+    (torch.utils.checkpoint's preserve_rng_state; under torch.compile, the partitioner's
+    run_and_save_rng_state, which needs q's device). dropout_p = 0 consumes no random numbers
+    and gives (0, 0)."""
+    if dropout_p == 0.0:
+        return torch.zeros(2, dtype=torch.int64)
+    return torch.randint(-(1 << 63), (1 << 63) - 1, (2,), dtype=torch.int64)
+
+
+@draw_rng_state.register_fake
+def _(q, dropout_p):
+    return q.new_empty(2, dtype=torch.int64)
+
+
+# The number of each process group's next checked call on this rank, by group name (the Python
+# side of Communicator::take_call_number, whose C++ object lives for one call here): every rank
+# numbers its calls alike, and the C++ call agreement compares the numbers, so ranks whose calls
+# are out of step (a skipped call, backward in another order) fail instead of mixing their data.
+# A count per group, not forward state.
+_next_call = {}
+
+
+@torch.library.custom_op("cpattn::take_call_number", mutates_args=(), device_types="cpu",
+                         tags=(torch.Tag.nondeterministic_seeded,))
+def take_call_number(q: torch.Tensor, group_name: str) -> torch.Tensor:
+    """This rank's next call number on the group named `group_name` ("" for one rank: always
+    0), int64 [1], for the call on q (its values are not read); every forward and backward
+    takes one."""
+    return torch.tensor([_next_number(group_name)], dtype=torch.int64)
+
+
+def _next_number(group_name):
+    """take_call_number's count (also for a call refused before it has tensors)."""
+    if not group_name:
         return 0
-    n = _next_call.get(group, 0)
-    _next_call[group] = n + 1
+    n = _next_call.get(group_name, 0)
+    _next_call[group_name] = n + 1
     return n
 
 
-class _Attention(torch.autograd.Function):
-    """One attention call. ctx keeps the non-tensor state (the C++ call description and the
-    forward's Fingerprint); q, k, v, out, lse and the RngState that produced them are saved
-    tensors, so activation checkpointing can drop and recompute them. Backward hands them to
-    cpattn's attention_backward as a ForwardStateView: the C++ side checks that they belong to
-    this call (shapes, strides, positions, parameters, q/k/v digest, RngState) before it
-    computes anything."""
+@take_call_number.register_fake
+def _(q, group_name):
+    return q.new_empty(1, dtype=torch.int64)
 
-    @staticmethod
-    def forward(ctx, q, k, v, call, group, dropout_p):
-        seed, offset = draw_rng_state(dropout_p)
-        out, lse, fingerprint = _cpattn.forward(call, _take_call_number(group), q, k, v, seed,
-                                                offset)
-        record = active_record()
-        if record is not None:
-            record.on_call(seed, offset, fingerprint.inputs_digest)
-        ctx.call = call
-        ctx.group = group
-        ctx.fingerprint = fingerprint
-        ctx.save_for_backward(q, k, v, out, lse, rng_tensor(seed, offset))
-        ctx.mark_non_differentiable(lse)
-        return out, lse
 
-    @staticmethod
-    def backward(ctx, dout, _dlse):
-        q, k, v, out, lse, rng = ctx.saved_tensors
-        seed, offset = rng_of(rng)
-        dq, dk, dv = _cpattn.backward(ctx.call, _take_call_number(ctx.group), dout, q, k, v,
-                                      out, lse, seed, offset, ctx.fingerprint)
-        return dq, dk, dv, None, None, None
+# ---------------------------------------------------------------------------------------------
+# Workspaces: an op argument is an int, so a call names its cpattn.Workspace by a number that
+# the registry maps back to the object while it lives (weakly: the caller owns it).
 
+_workspaces = {}
+
+
+def _workspace_id(workspace):
+    if workspace is None:
+        return 0
+    if not isinstance(workspace, _cpattn.Workspace):
+        raise error("invalid_argument", f"workspace must be a cpattn.Workspace, got "
+                    f"{type(workspace).__name__}")
+    key = id(workspace)
+    if key not in _workspaces:
+        _workspaces[key] = weakref.ref(workspace, lambda _ref, k=key: _workspaces.pop(k, None))
+    return key
+
+
+def _workspace_of(workspace_id):
+    if workspace_id == 0:
+        return None
+    ref = _workspaces.get(workspace_id)
+    workspace = ref() if ref is not None else None
+    if workspace is None:
+        raise error("invalid_argument", "the call's cpattn.Workspace was freed before the call "
+                    "(keep it alive while a compiled function that uses it runs)")
+    return workspace
+
+
+# ---------------------------------------------------------------------------------------------
+# The attention ops.
+
+# The non-tensor arguments every attention op takes, in schema order (after its tensors).
+_CALL_ARGS = ("group_name", "layout", "seq_len", "kv_seq_len", "softmax_scale", "causal",
+              "window_left", "window_right", "dropout_p", "timeout", "strategy",
+              "workspace_id", "call_site")
+
+
+def _call_of(call_number, seq_len_local, doc_ids, group_name, layout, seq_len, kv_seq_len,
+             softmax_scale, causal, window_left, window_right, dropout_p, timeout, strategy,
+             workspace_id, call_site, backward):
+    """The C++ description of one call (_cpattn.Call). seq_len < 0 is the sum of every rank's
+    local length (a small all-reduce), kv_seq_len < 0 is seq_len. A rank whose arguments are
+    refused still takes part in the group's call agreement, as a rank that refuses the call,
+    so the other ranks raise at once instead of waiting for it."""
+    group = process_group(group_name)
+    try:
+        if seq_len < 0:
+            seq_len = whole_length(seq_len_local, group, None, None, timeout)
+        return _cpattn.Call(group=group, layout=layout, seq_len=seq_len,
+                            kv_seq_len=None if kv_seq_len < 0 else kv_seq_len, doc_ids=doc_ids,
+                            softmax_scale=softmax_scale, causal=causal,
+                            window_left=window_left, window_right=window_right,
+                            dropout_p=dropout_p, timeout=timeout,
+                            num_threads=torch.get_num_threads(), strategy=strategy,
+                            workspace=_workspace_of(workspace_id), call_site=call_site)
+    except (Error, TypeError, ValueError) as reason:
+        if group is None:
+            raise
+        _refuse(group, timeout, reason, call_site, int(call_number[0]), backward)
+
+
+def _refuse(group, timeout, reason, call_site, call_number, backward=False):
+    """Raises `reason` (a cpattn.Error, or the TypeError / ValueError of an argument that is not
+    even of its type) after taking part in the group's call agreement as a rank that refuses the
+    call: the other ranks raise rank_disagreement quoting it at once instead of waiting."""
+    code = getattr(reason, "code", "invalid_argument")
+    try:
+        deadline = float(timeout) if float(timeout) > 0 else DEFAULT_TIMEOUT_S
+    except (TypeError, ValueError):
+        deadline = DEFAULT_TIMEOUT_S
+    _cpattn.refuse(group, deadline, call_number, code, str(reason), call_site, backward)
+
+
+@torch.library.custom_op("cpattn::attention_forward", mutates_args=(), device_types="cpu")
+def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rng: torch.Tensor,
+                      call_number: torch.Tensor, doc_ids: Optional[torch.Tensor],
+                      group_name: str, layout: str, seq_len: int, kv_seq_len: int,
+                      softmax_scale: Optional[float], causal: bool, window_left: int,
+                      window_right: int, dropout_p: float, timeout: float, strategy: str,
+                      workspace_id: int, call_site: str
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """cpattn's checked forward (attention_forward in C++) of this rank's q [B, S_r, Hq, Dqk],
+    k [B, S_r, Hkv, Dqk], v [B, S_r, Hkv, Dv]. Returns out [B, S_r, Hq, Dv] (q's dtype, dense
+    BSHD), lse float32 [B, Hq, S_r] and the call's fingerprint, uint8 [FINGERPRINT_BYTES].
+    group_name "" runs on one rank."""
+    call = _call_of(call_number, q.shape[1], doc_ids, group_name, layout, seq_len, kv_seq_len,
+                    softmax_scale, causal, window_left, window_right, dropout_p, timeout,
+                    strategy, workspace_id, call_site, backward=False)
+    out, lse, fingerprint, inputs_digest = _cpattn.forward(call, call_number, q, k, v, rng)
+    record = active_record()
+    if record is not None:
+        seed, offset = (int(w) & _U64 for w in rng)
+        record.on_call(seed, offset, inputs_digest)
+    return out, lse, fingerprint
+
+
+@attention_forward.register_fake
+def _(q, k, v, rng, call_number, doc_ids, *call):
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise error("shape_mismatch", "q, k and v must be 4-dimensional [B, S, H, D]")
+    b, s, hq, _ = q.shape
+    out = q.new_empty((b, s, hq, v.shape[3]))
+    lse = q.new_empty((b, hq, s), dtype=torch.float32)
+    fingerprint = q.new_empty((_cpattn.FINGERPRINT_BYTES,), dtype=torch.uint8)
+    return out, lse, fingerprint
+
+
+@torch.library.custom_op("cpattn::attention_backward", mutates_args=(), device_types="cpu")
+def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       out: torch.Tensor, lse: torch.Tensor, rng: torch.Tensor,
+                       fingerprint: torch.Tensor, call_number: torch.Tensor,
+                       doc_ids: Optional[torch.Tensor], group_name: str, layout: str,
+                       seq_len: int, kv_seq_len: int, softmax_scale: Optional[float],
+                       causal: bool, window_left: int, window_right: int, dropout_p: float,
+                       timeout: float, strategy: str, workspace_id: int, call_site: str
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """cpattn's checked backward (attention_backward in C++) of the forward whose fingerprint is
+    `fingerprint`, from its state out, lse, rng (saved, maybe recomputed: they must be that
+    forward's). Returns dq, dk, dv (dense, the dtype and shapes of q, k, v)."""
+    call = _call_of(call_number, q.shape[1], doc_ids, group_name, layout, seq_len, kv_seq_len,
+                    softmax_scale, causal, window_left, window_right, dropout_p, timeout,
+                    strategy, workspace_id, call_site, backward=True)
+    return tuple(_cpattn.backward(call, call_number, dout, q, k, v, out, lse, rng, fingerprint))
+
+
+@attention_backward.register_fake
+def _(dout, q, k, v, *rest):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, rng, _call_number, doc_ids, *call = inputs
+    out, lse, fingerprint = output
+    ctx.save_for_backward(q, k, v, out, lse, rng, doc_ids)
+    # The first forward's fingerprint: not a saved tensor, so a recompute cannot replace it.
+    ctx.fingerprint = fingerprint
+    ctx.call = call
+    ctx.mark_non_differentiable(lse, fingerprint)
+
+
+def _backward(ctx, dout, _dlse, _dfingerprint):
+    q, k, v, out, lse, rng, doc_ids = ctx.saved_tensors
+    call_number = take_call_number(q, ctx.call[0])
+    dq, dk, dv = attention_backward(dout, q, k, v, out, lse, rng, ctx.fingerprint, call_number,
+                                    doc_ids, *ctx.call)
+    return (dq, dk, dv) + (None,) * (3 + len(_CALL_ARGS))
+
+
+torch.library.register_autograd("cpattn::attention_forward", _backward,
+                                setup_context=_setup_context)
+
+
+# ---------------------------------------------------------------------------------------------
+# The functions users call.
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def _caller_site():
     """"file.py:42" of the first frame outside the cpattn package: where the user made the call
-    (inside cpattn.checkpoint, the checkpointed function's line), the default call site."""
+    (inside cpattn.checkpoint, the checkpointed function's line), the default call site. Under
+    torch.compile the frames are the tracer's: "compiled" (name calls with call_site=)."""
+    if torch.compiler.is_compiling():
+        return "compiled"
     frame = sys._getframe(1)
     while frame is not None and os.path.dirname(
             os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
@@ -87,46 +280,39 @@ def _window(window_size):
     return left, right
 
 
-def _doc_ids_error(doc_ids):
-    """The error of doc_ids that are not a tensor (None when they are, or are None)."""
-    if doc_ids is not None and not isinstance(doc_ids, torch.Tensor):
-        return error("invalid_argument", "doc_ids must be an int64 tensor of the whole sequence")
-    return None
+def _rng_for(q, dropout_p):
+    """The call's RngState tensor: drawn by the op when there is dropout (no random numbers
+    are consumed without)."""
+    if dropout_p == 0.0:
+        return torch.zeros(2, dtype=torch.int64)
+    return draw_rng_state(q, dropout_p)
 
 
-def _refuse(group, timeout, reason, call_site):
-    """Raises `reason` (a cpattn.Error, or the TypeError / ValueError of an argument that is not
-    even of its type) after taking part in the group's call agreement as a rank that refuses the
-    call: the other ranks raise rank_disagreement quoting it at once instead of waiting for it."""
-    code = getattr(reason, "code", "invalid_argument")
+def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scale, causal,
+           window_size, doc_ids, return_lse, timeout, strategy, workspace, call_site):
+    """Runs the forward op (with its autograd) for a call whose Python-side arguments are
+    checked here: a rank that fails these checks still joins the group's call agreement."""
+    name = group_name_of(group)
     try:
-        deadline = float(timeout) if float(timeout) > 0 else DEFAULT_TIMEOUT_S
-    except (TypeError, ValueError):
-        deadline = DEFAULT_TIMEOUT_S
-    _cpattn.refuse(group, deadline, _take_call_number(group), code, str(reason), call_site, False)
-
-
-def _run(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scale, causal,
-         window_size, doc_ids, return_lse, timeout, strategy, workspace, call_site):
-    site = _caller_site() if call_site is None else str(call_site)
-    try:  # the wrapper's own checks: a rank that fails them still joins the call agreement
         left, right = _window(window_size)
-        bad_doc_ids = _doc_ids_error(doc_ids)
-        if bad_doc_ids is not None:
-            raise bad_doc_ids
-        if group is None:
-            cp_size, cp_rank = 1, 0
-        else:
-            cp_size, cp_rank = group.size(), group.rank()
-        call = _cpattn.Call(layout, seq_len, layout, kv_seq_len, cp_size, cp_rank, doc_ids,
-                            None if softmax_scale is None else float(softmax_scale),
-                            bool(causal), left, right, float(dropout_p), group, float(timeout),
-                            torch.get_num_threads(), str(strategy), workspace, site)
+        if doc_ids is not None and not isinstance(doc_ids, torch.Tensor):
+            raise error("invalid_argument", "doc_ids must be an int64 tensor of the whole "
+                        "sequence")
+        dropout_p = float(dropout_p)
+        scale = None if softmax_scale is None else float(softmax_scale)
+        workspace_id = _workspace_id(workspace)
     except (Error, TypeError, ValueError) as reason:
         if group is None:
             raise
-        _refuse(group, timeout, reason, site)
-    out, lse = _Attention.apply(q, k, v, call, group, float(dropout_p))
+        if seq_len < 0:  # the others count the tokens first: join them
+            whole_length(0, group, None, None, timeout)
+        _refuse(group, timeout, reason, call_site, _next_number(name))
+    rng = _rng_for(q, dropout_p)
+    call_number = take_call_number(q, name)
+    out, lse, _ = attention_forward(q, k, v, rng, call_number, doc_ids, name, str(layout),
+                                    seq_len, kv_seq_len, scale, bool(causal), left, right,
+                                    dropout_p, float(timeout), str(strategy), workspace_id,
+                                    call_site)
     return (out, lse) if return_lse else out
 
 
@@ -134,23 +320,28 @@ def attention(q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False, windo
               doc_ids=None, return_lse=False, call_site=None):
     """Exact attention on one rank (the formulas of docs/design.md section 1).
 
-    q [B, S, Hq, Dqk], k [B, S, Hkv, Dqk], v [B, S, Hkv, Dv]: float32, bfloat16 or float16 CPU
-    tensors of one dtype, any strides (BSHD views of BHSD memory included; no copies); out and
-    the gradients come back in that dtype (fp32 accumulation, rounded once). Hq must be a multiple of Hkv (GQA/MQA).
-    softmax_scale defaults to 1/sqrt(Dqk); window_size = (left, right) on positions, -1 for
-    unbounded (flash-attn's convention); causal hides later keys; doc_ids, int64 [S], restricts
-    attention to tokens of the same document (packed sequences). dropout_p drops attention
-    probabilities with cpattn's counter-based dropout, its RngState drawn from torch's default
-    CPU generator. Returns out [B, S, Hq, Dv] (dense BSHD), and with return_lse=True also
-    lse float32 [B, Hq, S] (natural log; -inf for a row that sees no key; not differentiable).
-    Differentiable in q, k and v. Raises cpattn.Error naming what is wrong. call_site names
-    the call in error messages (see ring_attention)."""
+    q [B, S, Hq, Dqk], k [B, Sk, Hkv, Dqk], v [B, Sk, Hkv, Dv]: float32, bfloat16 or float16
+    CPU tensors of one dtype, any strides (BSHD views of BHSD memory included; no copies); out
+    and the gradients come back in that dtype (fp32 accumulation, rounded once). Hq must be a
+    multiple of Hkv (GQA/MQA). softmax_scale defaults to 1/sqrt(Dqk); window_size = (left,
+    right) on positions, -1 for unbounded (flash-attn's convention); causal hides later keys;
+    doc_ids, int64 [S], restricts attention to tokens of the same document (packed sequences).
+    dropout_p drops attention probabilities with cpattn's counter-based dropout, its RngState
+    drawn from torch's default CPU generator. Returns out [B, S, Hq, Dv] (dense BSHD), and with
+    return_lse=True also lse float32 [B, Hq, S] (natural log; -inf for a row that sees no key;
+    not differentiable). Differentiable in q, k and v; torch.compile traces it (the ops
+    cpattn::attention_forward / _backward). Raises cpattn.Error naming what is wrong.
+    call_site names the call in error messages (see ring_attention)."""
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise error("shape_mismatch", "q must be a 4-dimensional tensor [B, S, Hq, Dqk]")
-    return _run(q, k, v, group=None, layout="contiguous", seq_len=q.shape[1],
-                kv_seq_len=k.shape[1], dropout_p=dropout_p, softmax_scale=softmax_scale,
-                causal=causal, window_size=window_size, doc_ids=doc_ids, return_lse=return_lse,
-                timeout=DEFAULT_TIMEOUT_S, strategy="ring", workspace=None, call_site=call_site)
+    if not isinstance(k, torch.Tensor) or k.dim() != 4:
+        raise error("shape_mismatch", "k must be a 4-dimensional tensor [B, Sk, Hkv, Dqk]")
+    site = _caller_site() if call_site is None else str(call_site)
+    return _apply(q, k, v, group=None, layout="contiguous", seq_len=q.shape[1],
+                  kv_seq_len=k.shape[1], dropout_p=dropout_p, softmax_scale=softmax_scale,
+                  causal=causal, window_size=window_size, doc_ids=doc_ids,
+                  return_lse=return_lse, timeout=DEFAULT_TIMEOUT_S, strategy="ring",
+                  workspace=None, call_site=site)
 
 
 def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softmax_scale=None,
@@ -159,6 +350,9 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
                    call_site=None):
     """Context-parallel attention over a torch.distributed process group: cpattn's C++ CP
     strategies, their messages sent with the group's send/recv (gloo on CPU).
+
+    group: a ProcessGroup, a DeviceMesh (1-D; or 2-D with dims named "ring" and "ulysses" for
+    the hybrid strategy, docs/pytorch.md), or None for the world group.
 
     strategy (docs/strategies.md; `cpattn plan` recommends one): "ring" (k/v blocks passed round
     the group; every dtype), "allgather" (every rank gathers the whole k/v), "ulysses"
@@ -175,34 +369,36 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     are bitwise the same with or without one).
 
     q, k, v are this rank's shards [B, S_r, H, D] of the whole sequence in `layout`
-    ("zigzag", "striped" or "contiguous"; cpattn.shard cuts them); group defaults to the world
-    group. The result is exactly the attention of the whole sequence for this rank's queries:
-    cp=N gives cp=1's numbers (to rounding) and bit-identical dropout masks, provided every rank
-    is seeded alike (torch.manual_seed). doc_ids is int64 [S] for the WHOLE sequence. seq_len
-    is the whole length S (default: len(doc_ids), else the sum of the ranks' local lengths, one
-    small all_reduce). Before any data moves, the ranks compare their calls (lengths, layouts,
-    parameters, RngState, call numbers) and all raise cpattn.Error (code "rank_disagreement")
-    naming what differs. Every wait has a deadline of
-    `timeout` seconds: a rank that fails or stops makes the others raise cpattn.Error
-    ("timeout" or "peer_failed") instead of hanging.
+    ("zigzag", "striped" or "contiguous"; cpattn.shard cuts them). The result is exactly the
+    attention of the whole sequence for this rank's queries: cp=N gives cp=1's numbers (to
+    rounding) and bit-identical dropout masks, provided every rank is seeded alike
+    (torch.manual_seed). doc_ids is int64 [S] for the WHOLE sequence. seq_len is the whole
+    length S (default: len(doc_ids), else the sum of the ranks' local lengths, one small
+    all-reduce inside the op). Before any data moves, the ranks compare their calls (lengths,
+    layouts, parameters, RngState, call numbers) and all raise cpattn.Error (code
+    "rank_disagreement") naming what differs. Every wait has a deadline of `timeout` seconds: a
+    rank that fails or stops makes the others raise cpattn.Error ("timeout" or "peer_failed")
+    instead of hanging.
 
     call_site names where the call comes from (a layer index, a module path); by default it is
-    the caller's "file.py:line". The ranks compare it too, so a rank that skipped a call raises
-    at the call that follows, on every rank, naming both sites (two identical calls from one
-    site cannot be told apart: name them, e.g. by layer, when a loop makes them alike). Other
-    arguments and results as attention()."""
-    group = resolve_group(group)
+    the caller's "file.py:line" ("compiled" under torch.compile). The ranks compare it too, so
+    a rank that skipped a call raises at the call that follows, on every rank, naming both
+    sites (two identical calls from one site cannot be told apart: name them, e.g. by layer,
+    when a loop makes them alike). Other arguments and results as attention()."""
+    group, strategy = resolve_group(group, strategy)
     site = _caller_site() if call_site is None else str(call_site)
+    if doc_ids is not None and isinstance(doc_ids, torch.Tensor):
+        total = doc_ids.numel()
+    elif seq_len is not None:
+        total = seq_len
+    else:
+        total = -1  # the op sums the ranks' local lengths
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         reason = error("shape_mismatch", "q must be a 4-dimensional tensor [B, S_r, Hq, Dqk]")
-        if doc_ids is None and seq_len is None:  # the others count the tokens first: join them
+        if total < 0:  # the others count the tokens first: join them
             whole_length(0, group, None, None, timeout)
-        _refuse(group, timeout, reason, site)
-    bad_doc_ids = _doc_ids_error(doc_ids)
-    if bad_doc_ids is not None:  # before whole_length, which reads them
-        _refuse(group, timeout, bad_doc_ids, site)
-    total = whole_length(q.shape[1], group, doc_ids, seq_len, timeout)
-    return _run(q, k, v, group=group, layout=layout, seq_len=total, kv_seq_len=total,
-                dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                window_size=window_size, doc_ids=doc_ids, return_lse=return_lse, timeout=timeout,
-                strategy=strategy, workspace=workspace, call_site=site)
+        _refuse(group, timeout, reason, site, _next_number(group_name_of(group)))
+    return _apply(q, k, v, group=group, layout=layout, seq_len=total, kv_seq_len=-1,
+                  dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                  window_size=window_size, doc_ids=doc_ids, return_lse=return_lse,
+                  timeout=timeout, strategy=strategy, workspace=workspace, call_site=site)

@@ -5,16 +5,7 @@ import torch.distributed as dist
 
 from . import _cpattn
 from ._errors import error
-
-
-def resolve_group(group):
-    """The process group of a call: `group`, or the world group."""
-    if group is not None:
-        return group
-    if not dist.is_available() or not dist.is_initialized():
-        raise error("invalid_argument", "ring attention needs torch.distributed: call "
-                    "torch.distributed.init_process_group first, or pass group=")
-    return dist.distributed_c10d._get_default_group()
+from ._groups import resolve_group
 
 
 def token_indices(layout, seq_len, group):
@@ -37,8 +28,9 @@ def whole_length(local_len, group, doc_ids, seq_len, timeout):
 
 def shard(x, dim=1, *, group=None, layout="zigzag"):
     """This rank's piece of the whole tensor x along `dim` (the sequence dimension), in `layout`
-    order: the tokens shard_token_indices gives, as a new tensor (index_select)."""
-    group = resolve_group(group)
+    order: the tokens shard_token_indices gives, as a new tensor (index_select). group: a
+    ProcessGroup, a DeviceMesh or None (the world group), as ring_attention takes."""
+    group, _ = resolve_group(group)
     idx = token_indices(layout, x.shape[dim], group).to(x.device)
     return x.index_select(dim, idx)
 
@@ -47,7 +39,7 @@ def unshard(x_local, dim=1, *, group=None, layout="zigzag"):
     """The whole tensor from every rank's piece (the inverse of shard): all-gathers the pieces
     over `group` (padded to the longest, since pieces of an uneven split differ in length) and
     puts each token back at its global index. Not differentiable."""
-    group = resolve_group(group)
+    group, _ = resolve_group(group)
     p = group.size()
     lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(p)]
     dist.all_gather(lengths, torch.tensor([x_local.shape[dim]], dtype=torch.int64), group=group)

@@ -1,7 +1,8 @@
 // The extension module cpattn._cpattn: cpattn's safe attention API (attention_forward /
 // attention_backward with explicit, checked forward state) for torch tensors, on one rank or over
-// a torch.distributed ProcessGroup. The autograd Functions, RNG and checkpoint guard are Python
-// (python/cpattn/); this file only converts arguments and results.
+// a torch.distributed ProcessGroup. The torch.library ops, their autograd, the RNG and the
+// checkpoint guard are Python (python/cpattn/_ops.py); this file only converts arguments and
+// results (the forward's Fingerprint travels as a uint8 tensor of its byte form).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
@@ -18,6 +19,7 @@
 #include "cpattn/attention.h"
 #include "cpattn/cp_options.h"
 #include "cpattn/error.h"
+#include "cpattn/fingerprint.h"
 #include "cpattn/layout.h"
 #include "cpattn/thread_communicator.h"
 #include "cpattn/version.h"
@@ -72,7 +74,8 @@ std::unique_ptr<Communicator> group_of(const std::optional<ProcessGroupPtr>& gro
   return comm;
 }
 
-// Everything one call needs besides its tensors, built once on the Python side per call.
+// Everything one call needs besides its tensors: the Python op's arguments (cpattn/_ops.py),
+// built once per op call.
 struct Call {
   SequenceSharding q_seq, kv_seq;
   AttentionParams params;
@@ -80,8 +83,7 @@ struct Call {
   double timeout_s = 300.0;
   int num_threads = 1;
   Strategy strategy{};
-  /// The caller's cpattn.Workspace (None: every call allocates its scratch); held by the call,
-  /// so forward, backward and recompute borrow from the same one.
+  /// The caller's cpattn.Workspace (None: every call allocates its scratch).
   std::shared_ptr<AttentionWorkspace> workspace;
   /// Where the Python caller made the call ("model.py:42" or a name it gave): the call site of
   /// the forward and of its backward (CpOptions::call_site).
@@ -97,6 +99,46 @@ struct Call {
   }
 };
 
+// The unsigned 64-bit words of an int64 CPU tensor of `n` elements (the RngState [seed, offset],
+// the call number [n]): torch has no uint64, so the words travel as their two's-complement int64.
+std::array<uint64_t, 2> words_of(const at::Tensor& t, int64_t n, const char* name) {
+  CPATTN_CHECK(t.scalar_type() == at::kLong && t.dim() == 1 && t.numel() == n &&
+                   t.device().is_cpu(),
+               ErrorCode::kInvalidArgument, name, " must be an int64 CPU tensor of ", n,
+               " elements");
+  const at::Tensor c = t.contiguous();
+  std::array<uint64_t, 2> w{};
+  for (int64_t i = 0; i < n; ++i) w[static_cast<size_t>(i)] = static_cast<uint64_t>(c[i].item<int64_t>());
+  return w;
+}
+
+RngState rng_of(const at::Tensor& rng) {
+  const auto w = words_of(rng, 2, "rng");
+  return {w[0], w[1]};
+}
+
+uint64_t call_number_of(const at::Tensor& call_number) {
+  return words_of(call_number, 1, "call_number")[0];
+}
+
+// A forward's Fingerprint as a uint8 tensor of kFingerprintBytes (fingerprint_bytes), and back.
+at::Tensor fingerprint_tensor(const Fingerprint& f) {
+  const auto bytes = fingerprint_bytes(f);
+  at::Tensor t =
+      at::empty({static_cast<int64_t>(bytes.size())}, at::TensorOptions().dtype(at::kByte));
+  std::copy(bytes.begin(), bytes.end(), t.data_ptr<uint8_t>());
+  return t;
+}
+
+Fingerprint fingerprint_of(const at::Tensor& t) {
+  CPATTN_CHECK(t.scalar_type() == at::kByte && t.dim() == 1 && t.device().is_cpu(),
+               ErrorCode::kInvalidArgument,
+               "fingerprint must be the uint8 CPU tensor the forward returned");
+  const at::Tensor c = t.contiguous();
+  return fingerprint_from_bytes(
+      std::span<const uint8_t>(c.data_ptr<uint8_t>(), static_cast<size_t>(c.numel())));
+}
+
 // The views of a call's tensors, or, when one cannot be read (a dtype or rank cpattn does not
 // take), the refusal of the call in the group's agreement (refuse_attention_call), so that the
 // other ranks raise at once instead of waiting for it.
@@ -111,41 +153,45 @@ auto views_or_refuse(const Call& call, uint64_t call_number, RefusedCall kind, V
   }
 }
 
-py::tuple forward(const Call& call, uint64_t call_number, const at::Tensor& q, const at::Tensor& k,
-                  const at::Tensor& v, uint64_t seed, uint64_t offset) {
-  const auto [qv, kv, vv] = views_or_refuse(call, call_number, RefusedCall::kForward, [&] {
-    return std::array<ConstView, 3>{view_of(q, "q"), view_of(k, "k"), view_of(v, "v")};
+py::tuple forward(const Call& call, const at::Tensor& call_number_t, const at::Tensor& q,
+                  const at::Tensor& k, const at::Tensor& v, const at::Tensor& rng_t) {
+  const uint64_t call_number = call_number_of(call_number_t);
+  const auto [qv, kv, vv, rng] = views_or_refuse(call, call_number, RefusedCall::kForward, [&] {
+    return std::make_tuple(view_of(q, "q"), view_of(k, "k"), view_of(v, "v"), rng_of(rng_t));
   });
   std::shared_ptr<ForwardResult> state;
   {
     const py::gil_scoped_release released;
     const auto comm = group_of(call.group, call.timeout_s, call_number);
     state = std::make_shared<ForwardResult>(attention_forward(
-        *comm, qv, kv, vv, call.q_seq, call.kv_seq, call.params, {seed, offset}, call.options()));
+        *comm, qv, kv, vv, call.q_seq, call.kv_seq, call.params, rng, call.options()));
   }
   // out and lse are torch tensors over the ForwardResult's buffers: the state lives as long as
   // either of them (saved by autograd for backward, or held by the caller).
   at::Tensor out = torch_over(state, state->out.data(), state->out.shape(), state->out.dtype());
   at::Tensor lse = torch_over(state, state->lse.data(), state->lse.shape());
-  return py::make_tuple(out, lse, state->fingerprint);
+  return py::make_tuple(out, lse, fingerprint_tensor(state->fingerprint),
+                        state->fingerprint.inputs_digest);
 }
 
-py::tuple backward(const Call& call, uint64_t call_number, const at::Tensor& dout,
+py::tuple backward(const Call& call, const at::Tensor& call_number_t, const at::Tensor& dout,
                    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                   const at::Tensor& out, const at::Tensor& lse, uint64_t seed, uint64_t offset,
-                   const Fingerprint& fingerprint) {
-  const auto [dv, qv, kv, vv, outv, lsev] =
+                   const at::Tensor& out, const at::Tensor& lse, const at::Tensor& rng_t,
+                   const at::Tensor& fingerprint_t) {
+  const uint64_t call_number = call_number_of(call_number_t);
+  const auto [dv, qv, kv, vv, outv, lsev, rng, fingerprint] =
       views_or_refuse(call, call_number, RefusedCall::kBackward, [&] {
         return std::make_tuple(view_of(dout, "dout"), view_of(q, "q"), view_of(k, "k"),
-                               view_of(v, "v"), view_of(out, "out"), floats_of(lse, "lse", 3));
+                               view_of(v, "v"), view_of(out, "out"), floats_of(lse, "lse", 3),
+                               rng_of(rng_t), fingerprint_of(fingerprint_t));
       });
-  const ForwardStateView state{outv, lsev, {seed, offset}, fingerprint};
+  const ForwardStateView state{outv, lsev, rng, fingerprint};
   AttentionGradients g;
   {
     const py::gil_scoped_release released;
     const auto comm = group_of(call.group, call.timeout_s, call_number);
-    // The forward whose output the loss was computed from is the one autograd recorded in ctx
-    // (its fingerprint); the saved out/lse may come from a recompute, and must match it.
+    // The forward whose output the loss was computed from is the one whose fingerprint autograd
+    // kept; the saved out/lse may come from a recompute, and must match it.
     g = attention_backward(*comm, dv, qv, kv, vv, state, call.q_seq, call.kv_seq, call.params,
                            fingerprint.rng, call.options());
   }
@@ -172,14 +218,6 @@ PYBIND11_MODULE(_cpattn, m) {
     }
   });
 
-  py::class_<cpattn::Fingerprint>(m, "Fingerprint",
-                                  "What identifies one attention call (recorded by forward)")
-      .def_property_readonly("inputs_digest",
-                             [](const cpattn::Fingerprint& f) { return f.inputs_digest; })
-      .def_property_readonly("rng", [](const cpattn::Fingerprint& f) {
-        return py::make_tuple(f.rng.seed, f.rng.offset);
-      });
-
   py::class_<cpattn::AttentionWorkspace, std::shared_ptr<cpattn::AttentionWorkspace>>(
       m, "Workspace",
       "Reusable scratch buffers for ring_attention calls (cpattn::AttentionWorkspace, "
@@ -198,44 +236,58 @@ PYBIND11_MODULE(_cpattn, m) {
           "Frees every buffer; raises cpattn.Error while a call uses the workspace");
 
   py::class_<tb::Call>(m, "Call", "The non-tensor arguments of one attention call")
-      .def(py::init([](const std::string& q_layout, int64_t q_len, const std::string& kv_layout,
-                       int64_t kv_len, int cp_size, int cp_rank, std::optional<at::Tensor> doc_ids,
+      .def(py::init([](std::optional<tb::ProcessGroupPtr> group, const std::string& layout,
+                       int64_t seq_len, std::optional<int64_t> kv_seq_len,
+                       std::optional<at::Tensor> doc_ids,
                        std::optional<float> softmax_scale, bool causal, int64_t window_left,
-                       int64_t window_right, float dropout_p,
-                       std::optional<tb::ProcessGroupPtr> group, double timeout_s, int num_threads,
+                       int64_t window_right, float dropout_p, double timeout, int num_threads,
                        const std::string& strategy,
                        std::shared_ptr<cpattn::AttentionWorkspace> workspace,
                        const std::string& call_site) {
+             const bool grouped = group.has_value() && *group;
+             const int cp_size = grouped ? (*group)->getSize() : 1;
+             const int cp_rank = grouped ? (*group)->getRank() : 0;
              tb::Call c;
-             c.q_seq = tb::sharding(q_layout, q_len, cp_size, cp_rank, doc_ids);
-             c.kv_seq = tb::sharding(kv_layout, kv_len, cp_size, cp_rank, doc_ids);
+             c.q_seq = tb::sharding(layout, seq_len, cp_size, cp_rank, doc_ids);
+             c.kv_seq = kv_seq_len.has_value()
+                            ? tb::sharding(layout, *kv_seq_len, cp_size, cp_rank, doc_ids)
+                            : c.q_seq;
              c.params.softmax_scale = softmax_scale;
              c.params.causal = causal;
              c.params.window_left = window_left;
              c.params.window_right = window_right;
              c.params.dropout_p = dropout_p;
              c.group = std::move(group);
-             c.timeout_s = timeout_s;
+             c.timeout_s = timeout;
              c.num_threads = num_threads;
              c.strategy = cpattn::parse_strategy(strategy);
              c.workspace = std::move(workspace);
              c.call_site = call_site;
              return c;
            }),
-           py::arg("q_layout"), py::arg("q_len"), py::arg("kv_layout"), py::arg("kv_len"),
-           py::arg("cp_size"), py::arg("cp_rank"), py::arg("doc_ids"), py::arg("softmax_scale"),
-           py::arg("causal"), py::arg("window_left"), py::arg("window_right"), py::arg("dropout_p"),
-           py::arg("group"), py::arg("timeout"), py::arg("num_threads"), py::arg("strategy"),
-           py::arg("workspace"), py::arg("call_site"))
+           py::kw_only(), py::arg("group"), py::arg("layout"), py::arg("seq_len"),
+           py::arg("kv_seq_len"), py::arg("doc_ids"), py::arg("softmax_scale"), py::arg("causal"),
+           py::arg("window_left"), py::arg("window_right"), py::arg("dropout_p"),
+           py::arg("timeout"), py::arg("num_threads"), py::arg("strategy"), py::arg("workspace"),
+           py::arg("call_site"),
+           "group: the CP group (None: one rank); layout ('zigzag', 'striped', 'contiguous') and "
+           "seq_len: the whole sequence's split (kv_seq_len: the keys' length when it differs, one "
+           "rank only); doc_ids: int64 [seq_len] or None; the "
+           "attention parameters (AttentionParams); timeout in seconds; strategy as "
+           "parse_strategy reads it; workspace: a Workspace or None; call_site: the caller's name "
+           "for the call in errors")
       .def("local_length", [](const tb::Call& c) { return c.q_seq.local_length(); });
 
+  m.attr("FINGERPRINT_BYTES") = cpattn::kFingerprintBytes;
   m.def("forward", &tb::forward, py::arg("call"), py::arg("call_number"), py::arg("q"),
-        py::arg("k"), py::arg("v"), py::arg("seed"), py::arg("offset"),
-        "attention_forward: returns (out [B, S_r, Hq, Dv], lse fp32 [B, Hq, S_r], Fingerprint)");
+        py::arg("k"), py::arg("v"), py::arg("rng"),
+        "attention_forward: (out [B, S_r, Hq, Dv], lse fp32 [B, Hq, S_r], fingerprint uint8 "
+        "[FINGERPRINT_BYTES], inputs_digest); call_number int64 [1], rng int64 [2] (seed, offset)");
   m.def("backward", &tb::backward, py::arg("call"), py::arg("call_number"), py::arg("dout"),
-        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("seed"),
-        py::arg("offset"), py::arg("fingerprint"),
-        "attention_backward from a ForwardStateView: (dq, dk, dv)");
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("rng"),
+        py::arg("fingerprint"),
+        "attention_backward from a ForwardStateView (out, lse, rng, the forward's fingerprint "
+        "tensor): (dq, dk, dv)");
   m.def(
       "refuse",
       [](std::optional<tb::ProcessGroupPtr> group, double timeout_s, uint64_t call_number,

@@ -36,9 +36,9 @@ def reference_attention(q, k, v, *, softmax_scale=None, causal=False, window_siz
 
 def rng_after_seed(seed):
     """The (seed, offset) the first cpattn dropout call draws after torch.manual_seed(seed)."""
-    from cpattn._rng import draw_rng_state
     torch.manual_seed(seed)
-    return draw_rng_state(0.5)
+    words = torch.ops.cpattn.draw_rng_state(torch.empty(0), 0.5)
+    return tuple(int(w) & ((1 << 64) - 1) for w in words)
 
 
 def _worker(rank, world, store_path, fn, args, queue):
@@ -57,11 +57,13 @@ def _worker(rank, world, store_path, fn, args, queue):
     os._exit(0 if outcome[1] == "ok" else 1)
 
 
-def run_processes(world, fn, *args, timeout=240.0, expect_errors=False):
-    """Runs fn(rank, world, *args) on `world` forked processes in one gloo group; returns the
-    results by rank (picklable values: use numpy or lists, not tensors). With expect_errors the
-    per-rank outcomes ("ok" or "error", value) are returned instead of raising."""
-    ctx = mp.get_context("fork")
+def run_processes(world, fn, *args, timeout=240.0, expect_errors=False, start="fork"):
+    """Runs fn(rank, world, *args) on `world` processes in one gloo group; returns the results
+    by rank (picklable values: use numpy or lists, not tensors). With expect_errors the per-rank
+    outcomes ("ok" or "error", value) are returned instead of raising. start: "fork" (fast), or
+    "spawn" for a test module whose process has run autograd already (autograd's threads do not
+    survive a fork); spawned ranks import fn's module afresh."""
+    ctx = mp.get_context(start)
     queue = ctx.Queue()
     store = tempfile.mktemp(prefix="cpattn-test-store-")
     procs = [ctx.Process(target=_worker, args=(r, world, store, fn, args, queue))

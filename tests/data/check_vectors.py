@@ -1,9 +1,9 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Checks that the committed tests/data/cpattn_vectors.json is what generate_vectors.py produces.
 
 Usage:
 
-    /usr/bin/python3 tests/data/check_vectors.py [--committed PATH] [--generator PATH]
+    .venv/bin/python tests/data/check_vectors.py [--committed PATH] [--generator PATH]
 
 Runs the generator (with this interpreter) into a temporary file and compares it with the
 committed file: the same structure (keys in the same order, list lengths, types), equal strings,
@@ -102,13 +102,11 @@ def main(argv=None):
     parser.add_argument("--generator", default=os.path.join(HERE, "generate_vectors.py"))
     args = parser.parse_args(argv)
 
-    missing = [(mod, pkg) for mod, pkg in (("torch", "python3-torch"), ("numpy", "python3-numpy"))
-               if importlib.util.find_spec(mod) is None]
+    missing = [mod for mod in ("torch", "numpy") if importlib.util.find_spec(mod) is None]
     if missing:
-        print(f"SKIPPED: {sys.executable} lacks the Python module "
-              f"{', '.join(mod for mod, _ in missing)}, so the vectors cannot be regenerated: "
-              f"install the Debian package {' '.join(pkg for _, pkg in missing)} "
-              "(scripts/setup.sh does)")
+        print(f"SKIPPED: {sys.executable} lacks the Python module {', '.join(missing)}, so the "
+              "vectors cannot be regenerated: run it with the project's .venv/bin/python "
+              "(scripts/setup_python.sh makes it)")
         return SKIP
 
     with open(args.committed, encoding="utf-8") as f:
@@ -122,7 +120,7 @@ def main(argv=None):
         compare(committed, fresh)
     except Mismatch as e:
         print(f"MISMATCH: {args.committed} differs from the output of {args.generator}:\n  {e}\n"
-              "Regenerate with: /usr/bin/python3 tests/data/generate_vectors.py "
+              "Regenerate with: .venv/bin/python tests/data/generate_vectors.py "
               "--out tests/data/cpattn_vectors.json (see tests/data/README.md)")
         return 1
     print(f"OK: {args.committed} matches {os.path.basename(args.generator)} "

@@ -1,9 +1,9 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Generates tests/data/cpattn_vectors.json, cpattn's known-answer vectors.
 
-Usage (Debian's interpreter, which has PyTorch and NumPy: packages python3-torch, python3-numpy):
+Usage (the project's virtual environment, which has PyTorch and NumPy: scripts/setup_python.sh):
 
-    /usr/bin/python3 tests/data/generate_vectors.py --out tests/data/cpattn_vectors.json
+    .venv/bin/python tests/data/generate_vectors.py --out tests/data/cpattn_vectors.json
 
 Without --out (or with --out -) the JSON goes to stdout. The output is deterministic: two runs on
 the same machine give byte-identical files (tests/data/check_vectors.py compares a fresh run with

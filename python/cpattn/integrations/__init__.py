@@ -1,0 +1,2 @@
+"""cpattn in other libraries' model code: integrations.transformers registers cpattn with
+Hugging Face transformers' attention interface."""

@@ -1,0 +1,108 @@
+"""torch.compile(fullgraph=True) of transformer blocks that call cpattn.attention (one rank) and
+cpattn.ring_attention (2 gloo processes): no graph break, and outputs and gradients bitwise
+equal to eager, with dropout 0.1, also under torch.utils.checkpoint(use_reentrant=False)."""
+
+import pytest
+import torch
+import torch.utils.checkpoint
+
+import cpattn
+from helpers import run_processes
+
+D_MODEL, HEADS, KV_HEADS, HEAD_DIM = 32, 4, 2, 8
+
+
+class Block(torch.nn.Module):
+    """x + W_o attn(x), then x + W_2 relu(W_1 x): attention by cpattn (ring over `group` when
+    given), the rest plain torch."""
+
+    def __init__(self, index, group, seq_len, dropout_p):
+        super().__init__()
+        self.index, self.group, self.seq_len, self.dropout_p = index, group, seq_len, dropout_p
+        self.wq = torch.nn.Linear(D_MODEL, HEADS * HEAD_DIM, bias=False)
+        self.wk = torch.nn.Linear(D_MODEL, KV_HEADS * HEAD_DIM, bias=False)
+        self.wv = torch.nn.Linear(D_MODEL, KV_HEADS * HEAD_DIM, bias=False)
+        self.wo = torch.nn.Linear(HEADS * HEAD_DIM, D_MODEL, bias=False)
+        self.w1 = torch.nn.Linear(D_MODEL, 2 * D_MODEL, bias=False)
+        self.w2 = torch.nn.Linear(2 * D_MODEL, D_MODEL, bias=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.wq(x).view(b, s, HEADS, HEAD_DIM)
+        k = self.wk(x).view(b, s, KV_HEADS, HEAD_DIM)
+        v = self.wv(x).view(b, s, KV_HEADS, HEAD_DIM)
+        site = f"block {self.index}"
+        if self.group is None:
+            a = cpattn.attention(q, k, v, causal=True, dropout_p=self.dropout_p, call_site=site)
+        else:
+            a = cpattn.ring_attention(q, k, v, group=self.group, causal=True,
+                                      dropout_p=self.dropout_p, seq_len=self.seq_len,
+                                      timeout=120, call_site=site)
+        x = x + self.wo(a.reshape(b, s, HEADS * HEAD_DIM))
+        return x + self.w2(torch.relu(self.w1(x)))
+
+
+class Model(torch.nn.Module):
+    def __init__(self, group=None, seq_len=None, dropout_p=0.1, recompute=False, blocks=2):
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = torch.nn.ModuleList(Block(i, group, seq_len, dropout_p)
+                                          for i in range(blocks))
+        self.recompute = recompute
+
+    def forward(self, x):
+        for block in self.blocks:
+            if self.recompute:
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        return x
+
+
+def _step(model, x, seed):
+    """(output, input gradient, parameter gradients) of one forward + backward from `seed`."""
+    model.zero_grad()
+    x = x.detach().clone().requires_grad_()
+    torch.manual_seed(seed)
+    y = model(x)
+    (y * torch.arange(y.numel(), dtype=y.dtype).view_as(y).sin()).sum().backward()
+    return [y.detach(), x.grad] + [p.grad.clone() for p in model.parameters()]
+
+
+def _assert_bitwise(eager, compiled):
+    assert len(eager) == len(compiled)
+    for i, (a, b) in enumerate(zip(eager, compiled)):
+        assert torch.equal(a, b), f"tensor {i}: max |diff| {(a - b).abs().max().item()}"
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_compiled_block_with_cpattn_attention_is_bitwise_eager(recompute):
+    torch._dynamo.reset()
+    model = Model(recompute=recompute)
+    x = torch.randn(2, 37, D_MODEL)
+    eager = [_step(model, x, seed) for seed in (1, 2)]
+    compiled_model = torch.compile(model, fullgraph=True)
+    compiled = [_step(compiled_model, x, seed) for seed in (1, 2)]
+    for e, c in zip(eager, compiled):
+        _assert_bitwise(e, c)
+    assert not torch.equal(eager[0][0], eager[1][0])  # the steps drew other dropout masks
+    assert cpattn.memory_stats()["live_forward_results"] == 0
+
+
+def _compiled_ring(rank, world, recompute):
+    import torch.distributed as dist
+    torch._dynamo.reset()
+    seq_len = 29
+    model = Model(group=dist.group.WORLD, seq_len=seq_len, recompute=recompute)
+    torch.manual_seed(5)
+    x = cpattn.shard(torch.randn(2, seq_len, D_MODEL))
+    eager = _step(model, x, 1)
+    compiled = _step(torch.compile(model, fullgraph=True), x, 1)
+    _assert_bitwise(eager, compiled)
+    return [t.numpy() for t in eager[:2]]
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_compiled_block_with_ring_attention_on_two_processes_is_bitwise_eager(recompute):
+    results = run_processes(2, _compiled_ring, recompute, timeout=600, start="spawn")
+    assert len(results) == 2
