@@ -30,6 +30,9 @@ import weakref
 from typing import Optional
 
 import torch
+# torch's custom-op dispatch imports torch._dynamo (seconds) at an op's first call; importing it
+# with the package keeps that time out of the first call's deadline.
+import torch._dynamo  # noqa: F401
 
 from . import _cpattn
 from ._checkpoint import active_record
@@ -288,6 +291,13 @@ def _rng_for(q, dropout_p):
     return draw_rng_state(q, dropout_p)
 
 
+def _check_doc_ids_type(doc_ids):
+    """Raises cpattn.Error unless doc_ids is None or a tensor (the op checks its dtype and
+    length)."""
+    if doc_ids is not None and not isinstance(doc_ids, torch.Tensor):
+        raise error("invalid_argument", "doc_ids must be an int64 tensor of the whole sequence")
+
+
 def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scale, causal,
            window_size, doc_ids, return_lse, timeout, strategy, workspace, call_site):
     """Runs the forward op (with its autograd) for a call whose Python-side arguments are
@@ -295,17 +305,15 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
     name = group_name_of(group)
     try:
         left, right = _window(window_size)
-        if doc_ids is not None and not isinstance(doc_ids, torch.Tensor):
-            raise error("invalid_argument", "doc_ids must be an int64 tensor of the whole "
-                        "sequence")
+        _check_doc_ids_type(doc_ids)
         dropout_p = float(dropout_p)
         scale = None if softmax_scale is None else float(softmax_scale)
         workspace_id = _workspace_id(workspace)
     except (Error, TypeError, ValueError) as reason:
         if group is None:
             raise
-        if seq_len < 0:  # the others count the tokens first: join them
-            whole_length(0, group, None, None, timeout)
+        if seq_len < 0:  # the others count the tokens first: join them with this shard's
+            whole_length(q.shape[1], group, None, None, timeout)
         _refuse(group, timeout, reason, call_site, _next_number(name))
     rng = _rng_for(q, dropout_p)
     call_number = take_call_number(q, name)
@@ -387,7 +395,11 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     when a loop makes them alike). Other arguments and results as attention()."""
     group, strategy = resolve_group(group, strategy)
     site = _caller_site() if call_site is None else str(call_site)
-    if doc_ids is not None and isinstance(doc_ids, torch.Tensor):
+    try:  # before the length: a rank with doc_ids does not count tokens
+        _check_doc_ids_type(doc_ids)
+    except Error as reason:
+        _refuse(group, timeout, reason, site, _next_number(group_name_of(group)))
+    if doc_ids is not None:
         total = doc_ids.numel()
     elif seq_len is not None:
         total = seq_len
