@@ -20,6 +20,7 @@ gradient is its share, summed over the group.
 """
 
 import argparse
+import datetime
 import os
 import sys
 import tempfile
@@ -56,7 +57,10 @@ def make_model(args):
     model = AutoModelForCausalLM.from_config(make_config(args), attn_implementation="cpattn")
     model.train()
     if args.checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # transformers 5 renamed gradient_checkpointing_enable (a deprecated alias since then).
+        enable = getattr(model, "activation_checkpointing_enable", None) or \
+            model.gradient_checkpointing_enable
+        enable({"use_reentrant": False})
     return model
 
 
@@ -78,10 +82,12 @@ def batch(text, step, args):
     return ids, pos, labels
 
 
-def loss_and_grads(model, ids, pos, labels, targets, group):
+def loss_and_grads(model, ids, pos, labels, targets, group, timeout):
     """This rank's share of the mean token loss (targets: the whole batch's target count),
-    backward included (inside the context: autograd saved the sharded buffers)."""
-    with cpattn.context_parallel(group, buffers=[ids, pos, labels], seq_dims=[1, 1, 1]):
+    backward included (inside the context: autograd saved the sharded buffers, and the
+    checkpointed layers' recompute runs CP attention too)."""
+    with cpattn.context_parallel(group, buffers=[ids, pos, labels], seq_dims=[1, 1, 1],
+                                 timeout=timeout):
         logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits
         loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
                                ignore_index=IGNORE, reduction="sum") / targets
@@ -95,13 +101,14 @@ def check(model, text, args, group):
     ids, pos, labels = batch(text, 0, args)
     targets = int((labels != IGNORE).sum())
     torch.manual_seed(args.seed + 1)
-    loss = loss_and_grads(model, ids.clone(), pos.clone(), labels.clone(), targets, group)
+    loss = loss_and_grads(model, ids.clone(), pos.clone(), labels.clone(), targets, group,
+                          args.timeout)
     dist.all_reduce(loss, group=group)
     grads = [p.grad.clone() for p in model.parameters()]
     for gr in grads:
         dist.all_reduce(gr, group=group)
     torch.manual_seed(args.seed + 1)
-    alone = loss_and_grads(model, ids, pos, labels, targets, None)
+    alone = loss_and_grads(model, ids, pos, labels, targets, None, args.timeout)
     loss_rel = float((loss - alone).abs() / alone.abs())
     grad_rel = max(float((g - p.grad).abs().max() / p.grad.abs().max().clamp_min(1e-30))
                    for g, p in zip(grads, model.parameters()))
@@ -109,7 +116,10 @@ def check(model, text, args, group):
 
 
 def train(rank, world, store, args):
-    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world)
+    # The deadline of the example's own collectives too (gloo's default is 30 minutes): a rank
+    # that fails makes the others fail within it instead of waiting.
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=args.timeout))
     torch.set_num_threads(args.threads)
     cpattn_hf.register()
     group = dist.group.WORLD
@@ -130,7 +140,7 @@ def train(rank, world, store, args):
         ids, pos, labels = batch(text, step, args)
         targets = int((labels != IGNORE).sum())
         torch.manual_seed(args.seed * 7919 + step)  # the dropout masks, alike on every rank
-        loss = loss_and_grads(model, ids, pos, labels, targets, group)
+        loss = loss_and_grads(model, ids, pos, labels, targets, group, args.timeout)
         for p in model.parameters():  # each rank's gradient is its share: sum them
             dist.all_reduce(p.grad, group=group)
         dist.all_reduce(loss, group=group)
@@ -191,6 +201,8 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.add_argument("--print-every", type=int, default=10)
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds: the deadline of every wait on another rank")
     args = p.parse_args()
     store = tempfile.mktemp(prefix="cpattn-hf-store-")
     ctx = mp.get_context("spawn")

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Creates the project's virtual environment .venv/ (git-ignored) with the pinned packages of
 # python/requirements.txt from PyPI (torch 2.x, numpy, pytest, transformers, scikit-build-core,
-# matplotlib), only what is missing (idempotent). Needs python3-venv and python3-dev
-# (scripts/setup.sh installs them). Never installs into the system interpreter.
+# matplotlib), only what is missing (idempotent). First the Debian packages (scripts/setup.sh:
+# python3-venv, python3-dev, and the compilers `pip install .` builds the extension with). Never
+# installs into the system interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/setup.sh
 requirements=python/requirements.txt
 if [[ ! -x .venv/bin/python ]]; then
   echo "setup_python: creating .venv"

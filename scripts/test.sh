@@ -9,8 +9,7 @@
 # Usage: scripts/test.sh [release|debug|asan|tsan|fuzz]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-scripts/setup_python.sh
+scripts/setup_python.sh  # runs scripts/setup.sh first
 run_preset() {
   scripts/build.sh "$1" "${@:3}"
   ctest --preset "$1" -j2 --timeout 900 ${2:+-L "$2"}

@@ -32,7 +32,7 @@ def _hybrid_of_mesh(mesh, strategy):
     ring_i, ulysses_i = names.index(RING_DIM), names.index(ULYSSES_DIM)
     u, r = mesh.size(ulysses_i), mesh.size(ring_i)
     want = f"hybrid:{u}x{r}"
-    if strategy not in ("hybrid", want):
+    if strategy not in (None, "hybrid", want):
         raise error("invalid_argument", f"a DeviceMesh of dims {names} and shape "
                     f"{tuple(mesh.shape)} runs strategy {want!r} (Ulysses over the "
                     f"{ULYSSES_DIM!r} dim, the ring over {RING_DIM!r}), got strategy="
@@ -52,22 +52,23 @@ def _hybrid_of_mesh(mesh, strategy):
     return group, want
 
 
-def resolve_group(group, strategy="ring"):
+def resolve_group(group, strategy=None):
     """(ProcessGroup, strategy) of a call: the world group for None, a 1-D DeviceMesh's group,
     a 2-D DeviceMesh's flattened group with the hybrid strategy its dims give (Ulysses over the
-    dim named "ulysses", the ring over "ring"), or `group` itself. Raises cpattn.Error
-    (invalid_argument) for anything else."""
+    dim named "ulysses", the ring over "ring"), or `group` itself. strategy None (not chosen)
+    becomes "ring", or a 2-D mesh's hybrid; a 2-D mesh takes "hybrid" or its own "hybrid:UxR"
+    only. Raises cpattn.Error (invalid_argument) for anything else."""
     if group is None:
-        return _world(), strategy
+        return _world(), strategy or "ring"
     if isinstance(group, dist.ProcessGroup):
-        return group, strategy
+        return group, strategy or "ring"
     try:
         from torch.distributed.device_mesh import DeviceMesh
     except ImportError:  # a torch without DeviceMesh
         DeviceMesh = ()
     if isinstance(group, DeviceMesh):
         if group.ndim == 1:
-            return group.get_group(), strategy
+            return group.get_group(), strategy or "ring"
         if group.ndim == 2:
             return _hybrid_of_mesh(group, strategy)
         raise error("invalid_argument", f"a DeviceMesh for CP has 1 or 2 dims, got {group.ndim}")

@@ -354,7 +354,7 @@ def attention(q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False, windo
 
 def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softmax_scale=None,
                    causal=False, window_size=(-1, -1), doc_ids=None, return_lse=False,
-                   seq_len=None, timeout=DEFAULT_TIMEOUT_S, strategy="ring", workspace=None,
+                   seq_len=None, timeout=DEFAULT_TIMEOUT_S, strategy=None, workspace=None,
                    call_site=None):
     """Context-parallel attention over a torch.distributed process group: cpattn's C++ CP
     strategies, their messages sent with the group's send/recv (gloo on CPU).
@@ -362,7 +362,8 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     group: a ProcessGroup, a DeviceMesh (1-D; or 2-D with dims named "ring" and "ulysses" for
     the hybrid strategy, docs/pytorch.md), or None for the world group.
 
-    strategy (docs/strategies.md; `cpattn plan` recommends one): "ring" (k/v blocks passed round
+    strategy (docs/strategies.md; `cpattn plan` recommends one; default "ring", or a 2-D mesh's
+    hybrid): "ring" (k/v blocks passed round
     the group; every dtype), "allgather" (every rank gathers the whole k/v), "ulysses"
     (all-to-all to head-sharded, whole-sequence attention on Hq/P heads: Hq % P == 0 and
     Hkv % P == 0 or P % Hkv == 0) or "hybrid:UxR" (Ulysses inside rows of U ranks, a ring across

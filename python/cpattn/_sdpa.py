@@ -5,16 +5,23 @@ globals: the state of each call flows through autograd (cpattn/_ops.py)."""
 
 import contextlib
 import contextvars
+import threading
 
 import torch
-import torch.nn.functional as F
+from torch.autograd.variable import Variable
 from torch.overrides import TorchFunctionMode
 
-from . import _cpattn
-from ._errors import error
-from ._groups import resolve_group
-from ._ops import DEFAULT_TIMEOUT_S, attention, ring_attention
-from ._sharding import token_indices
+from ._errors import Error, error
+from ._groups import group_name_of, resolve_group
+from ._ops import (DEFAULT_TIMEOUT_S, _caller_site, _next_number, _refuse, attention,
+                   ring_attention)
+from ._sharding import token_indices, whole_length
+
+
+# torch's SDPA itself (the builtin a TorchFunctionMode sees as `func`), not whatever
+# torch.nn.functional.scaled_dot_product_attention names at the call: a wrapper installed there
+# (a profiler's, a library's) still calls this builtin, which must still run on cpattn.
+_TORCH_SDPA = torch._C._nn.scaled_dot_product_attention
 
 
 def _bshd(query, key, value, attn_mask, is_causal, enable_gqa):
@@ -55,13 +62,43 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
                      causal=is_causal).transpose(1, 2)
 
 
-def _gathered(group, value, timeout):
-    """Every rank's `value` (an int), by rank: cpattn's fixed-order sum of a vector with this
-    rank's value in its own slot (bitwise the same on every rank, under the deadline)."""
-    slots = torch.zeros(group.size(), dtype=torch.float64)
-    slots[group.rank()] = float(value)  # exact below 2^53
-    _cpattn.allreduce_sum(group, slots, float(timeout))
-    return [int(x) for x in slots.tolist()]
+def _agree(group, timeout, site):
+    """The context's agreement point named `site` (the entry with its sequence length, the exit
+    with its SDPA call count): a tiny ring_attention call (one token per rank, no dropout, no
+    autograd) whose call site is `site`, so cpattn's call agreement compares it on every rank.
+    Ranks whose sites differ, or a rank that is at an SDPA call meanwhile, exchange the same
+    fixed-size records as any call and all raise cpattn.Error rank_disagreement naming the
+    sites (a collective of its own would cross the call's messages: gloo aborts the process on
+    a message of another size). Under the deadline `timeout`."""
+    x = torch.zeros(1, 1, 1, 1)
+    with torch.no_grad():
+        ring_attention(x, x, x, group=group, layout="contiguous", seq_len=group.size(),
+                       timeout=timeout, strategy="ring", call_site=site)
+
+
+def _whole_length(buffers, seq_dims):
+    """The buffers' common length along their seq_dims entries (-1 for no buffers), after
+    checking that they are distinct tensors, each with that dimension."""
+    if len(buffers) != len(seq_dims):
+        raise error("invalid_argument", f"context_parallel: {len(buffers)} buffers but "
+                    f"{len(seq_dims)} seq_dims (one sequence dimension per buffer)")
+    for i, (buf, dim) in enumerate(zip(buffers, seq_dims)):
+        if not isinstance(buf, torch.Tensor):
+            raise error("invalid_argument", f"context_parallel: buffers[{i}] is a "
+                        f"{type(buf).__name__}, not a tensor")
+        if isinstance(dim, bool) or not isinstance(dim, int) or not -buf.dim() <= dim < buf.dim():
+            raise error("invalid_argument", f"context_parallel: seq_dims[{i}] = {dim!r} is not a "
+                        f"dimension of buffers[{i}] (shape {tuple(buf.shape)})")
+        for j in range(i):
+            if buffers[j] is buf:
+                raise error("invalid_argument", f"context_parallel: buffers[{i}] is buffers[{j}] "
+                            f"again (each tensor is replaced by its shard once)")
+    lengths = [buf.shape[dim] for buf, dim in zip(buffers, seq_dims)]
+    if len(set(lengths)) > 1:
+        raise error("shape_mismatch", "context_parallel: the buffers' sequence lengths differ: " +
+                    ", ".join(f"buffers[{i}] has {n}" for i, n in enumerate(lengths)) +
+                    " (every buffer holds the whole sequence along its seq_dims entry)")
+    return lengths[0] if lengths else -1
 
 
 # The context_parallel that is active in this context, if any: its group and settings, for the
@@ -77,10 +114,65 @@ def active_context():
     return _active.get()
 
 
+# Backward inside the context. torch pops a TorchFunctionMode while it handles a call, so
+# loss.backward() (itself a torch function) would start autograd's engine with this mode off
+# its stack, and the graph task runs every node with the stack it started with: the recompute
+# of activation checkpointing would run torch's SDPA on this rank's shard (a CheckpointError
+# with use_reentrant=False, gradients of the wrong attention with use_reentrant=True). So a
+# backward called inside the context starts the engine with the mode pushed again: the entry
+# points run as they are, while a wrapper (_ResumingEngine) stands in for torch's engine
+# object (Variable._execution_engine, whose run_backward every backward calls) and pushes the
+# mode around run_backward, on the calling thread only. Patch bookkeeping (the wrapper is
+# installed while such a backward runs), not call state.
+_ENGINE_ENTRIES = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
+_engine_lock = threading.Lock()
+_engine_modes = {}  # thread id -> the modes whose backward runs on that thread (innermost last)
+_engine_real = []   # torch's engine while the wrapper stands in for it
+
+
+class _ResumingEngine:
+    """torch's autograd engine, with run_backward run under the mode of the calling thread's
+    innermost backward inside a context (every other attribute is the engine's)."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def run_backward(self, *args, **kwargs):
+        modes = _engine_modes.get(threading.get_ident())
+        if not modes:
+            return self._real.run_backward(*args, **kwargs)
+        with modes[-1]:
+            return self._real.run_backward(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+@contextlib.contextmanager
+def _engine_resumes(mode):
+    """While it is open, a backward that this thread runs starts the engine under `mode`."""
+    tid = threading.get_ident()
+    with _engine_lock:
+        if not _engine_real:
+            _engine_real.append(Variable._execution_engine)
+            Variable._execution_engine = _ResumingEngine(_engine_real[0])
+        _engine_modes.setdefault(tid, []).append(mode)
+    try:
+        yield
+    finally:
+        with _engine_lock:
+            _engine_modes[tid].pop()
+            if not _engine_modes[tid]:
+                del _engine_modes[tid]
+            if not _engine_modes:
+                Variable._execution_engine = _engine_real.pop()
+
+
 class _SdpaMode(TorchFunctionMode):
     """Runs every scaled_dot_product_attention call on cpattn: cpattn.sdpa for group None, else
-    the CP attention of this rank's shard over the group. Every other function runs as it is.
-    Counts the calls (the exit agreement of context_parallel)."""
+    the CP attention of this rank's shard over the group, also the calls that a backward run
+    inside the context makes (activation checkpointing's recompute). Every other function runs
+    as it is. Counts the calls (the exit agreement of context_parallel)."""
 
     def __init__(self, group=None, layout=None, strategy=None, seq_len=None,
                  timeout=DEFAULT_TIMEOUT_S, workspace=None, buffers=(), wholes=()):
@@ -109,7 +201,10 @@ class _SdpaMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is not F.scaled_dot_product_attention:
+        if func in _ENGINE_ENTRIES:  # the backward runs under this mode too (see above)
+            with _engine_resumes(self):
+                return func(*args, **kwargs)
+        if func is not _TORCH_SDPA:
             return func(*args, **kwargs)
         self.calls += 1
         if self.group is None:
@@ -118,71 +213,90 @@ class _SdpaMode(TorchFunctionMode):
 
     def ring(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
              scale=None, enable_gqa=False):
-        q, k, v = _bshd(query, key, value, attn_mask, is_causal, enable_gqa)
+        """The CP attention of this rank's q, k, v. A call refused here (attn_mask, tensors
+        that are not 4-D...) still joins the group's call agreement as refusing, as
+        ring_attention's own refusals do, so the other ranks raise at once."""
+        site = _caller_site()
+        try:
+            q, k, v = _bshd(query, key, value, attn_mask, is_causal, enable_gqa)
+        except Error as reason:
+            if self.seq_len is None:  # the others count the tokens first: join them
+                local = query.shape[2] if isinstance(query, torch.Tensor) and \
+                    query.dim() == 4 else 0
+                whole_length(local, self.group, None, None, self.timeout)
+            _refuse(self.group, self.timeout, reason, site,
+                    _next_number(group_name_of(self.group)))
         out = ring_attention(q, k, v, group=self.group, layout=self.layout, dropout_p=dropout_p,
                              softmax_scale=scale, causal=is_causal, seq_len=self.seq_len,
                              timeout=self.timeout, strategy=self.strategy,
-                             workspace=self.workspace)
+                             workspace=self.workspace, call_site=site)
         return out.transpose(1, 2)
 
 
 @contextlib.contextmanager
-def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strategy="ring",
+def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strategy=None,
                      timeout=DEFAULT_TIMEOUT_S, workspace=None):
     """Context parallelism for model code that calls scaled_dot_product_attention.
 
         with cpattn.context_parallel(group, buffers=[input_ids, position_ids, labels],
                                      seq_dims=[1, 1, 1]):
-            loss = model(input_ids, position_ids=position_ids, labels=labels)
-            loss.backward()
+            logits = model(input_ids, position_ids=position_ids)  # this rank's tokens
+            F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum").backward()
+
+    (labels shifted on the whole sequence before the context: a model's own shift of labels=
+    inside forward would pair this rank's tokens with the wrong next tokens.)
 
     On entry, each buffer (the whole sequence's tensors: input ids, position ids, labels...) is
     replaced in place (Tensor.set_) by this rank's shard of it along its seq_dims entry, in
     `layout` ("zigzag", "striped", "contiguous"); on exit every buffer gets its whole tensor
     back. Inside, every torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=None,
     dropout_p, is_causal, scale, enable_gqa) call (BHSD, of this rank's tokens) runs
-    cpattn.ring_attention over the group with `strategy` (docs/strategies.md), exact for the
-    whole sequence, dropout masks bit-identical to cp=1. What cpattn cannot honour (a dense
-    attn_mask, an SDPA call of other tensors than 4-D) raises cpattn.Error naming it, never a
-    silent fallback. Position ids must be among the buffers when the model computes positions
-    (RoPE): a model that makes them from arange(local length) would use the wrong ones.
+    cpattn.ring_attention over the group with `strategy` (docs/strategies.md; default the ring,
+    or a 2-D mesh's hybrid), exact for the whole sequence, dropout masks bit-identical to cp=1.
+    What cpattn cannot honour (a dense attn_mask, an SDPA call of other tensors than 4-D)
+    raises cpattn.Error naming it, never a silent fallback. Position ids must be among the
+    buffers when the model computes positions (RoPE): a model that makes them from
+    arange(local length) would use the wrong ones.
 
     group: a ProcessGroup or a DeviceMesh (as ring_attention takes, 2-D for the hybrid), or
-    None or a group of one: one rank, the buffers untouched, SDPA on cpattn.sdpa, so the same
-    training code serves cp=1. Agreement (cpattn.Error code "rank_disagreement" on every rank,
-    never a hang): on entry the ranks compare the buffers' sequence lengths, on a normal exit
-    the number of SDPA calls each made (a rank that ran a different model or skipped a layer).
-    Every wait has the deadline `timeout` (seconds). workspace: a cpattn.Workspace every call
-    borrows its scratch from."""
+    None or a group of one: one rank, the buffers untouched (but checked as below), SDPA on
+    cpattn.sdpa, so the same training code serves cp=1. The buffers must be distinct tensors of
+    one length along their seq_dims entries (cpattn.Error otherwise). Agreement (cpattn.Error
+    code "rank_disagreement" on every rank, never a hang): on entry the ranks compare the
+    buffers' sequence lengths, on a normal exit the number of SDPA calls each made (a rank that
+    ran a different model or skipped a layer), both in cpattn's call agreement (a tiny
+    attention call named for them), so a rank that meanwhile is at an SDPA call, or whose
+    buffers are refused, fails every rank at once too. Every wait has the deadline `timeout`
+    (seconds). workspace: a cpattn.Workspace every call borrows its scratch from."""
     buffers, seq_dims = list(buffers), list(seq_dims)
-    if len(buffers) != len(seq_dims):
-        raise error("invalid_argument", f"context_parallel: {len(buffers)} buffers but "
-                    f"{len(seq_dims)} seq_dims (one sequence dimension per buffer)")
     if group is not None:
         group, strategy = resolve_group(group, strategy)
     if group is None or group.size() == 1:
+        _whole_length(buffers, seq_dims)  # checked as under CP: the same code serves cp=1
         with _SdpaMode(timeout=timeout, workspace=workspace).active():
             yield
         return
 
-    lengths = {buf.shape[dim] for buf, dim in zip(buffers, seq_dims)}
-    if len(lengths) > 1:
-        raise error("shape_mismatch", f"context_parallel: the buffers' sequence lengths differ: "
-                    f"{sorted(lengths)} (every buffer holds the whole sequence along its "
-                    f"seq_dims entry)")
-    seq_len = lengths.pop() if lengths else -1
-    every = _gathered(group, seq_len, timeout)
-    if len(set(every)) > 1:
-        raise error("rank_disagreement", "context_parallel: the ranks' buffers hold sequences "
-                    "of different lengths: " + ", ".join(f"rank {r}: {n}" if n >= 0 else
-                                                         f"rank {r}: no buffers"
-                                                         for r, n in enumerate(every)))
+    try:  # a rank whose buffers are refused still joins the entry agreement, as refusing
+        seq_len = _whole_length(buffers, seq_dims)
+        idx = token_indices(layout, seq_len, group) if buffers else None
+    except (Error, TypeError, ValueError) as reason:
+        _refuse(group, timeout, reason, "context_parallel entry",
+                _next_number(group_name_of(group)))
+    try:
+        _agree(group, timeout, f"context_parallel entry: {seq_len} tokens" if seq_len >= 0
+               else "context_parallel entry: no buffers")
+    except Error as e:
+        if getattr(e, "code", None) != "rank_disagreement":
+            raise
+        raise error("rank_disagreement", f"context_parallel: the ranks do not enter the context "
+                    f"alike (their buffers hold sequences of different lengths, or a rank is "
+                    f"elsewhere; each rank's call site says where it is): {e}") from None
     wholes = []  # aliases of each buffer's whole tensor (its storage, sizes and strides)
     with torch.no_grad():
         for buf, dim in zip(buffers, seq_dims):
-            idx = token_indices(layout, buf.shape[dim], group).to(buf.device)
             wholes.append(buf.detach())
-            buf.set_(buf.index_select(dim, idx))
+            buf.set_(buf.index_select(dim, idx.to(buf.device)))
     mode = _SdpaMode(group, layout, strategy, None if seq_len < 0 else seq_len, timeout,
                      workspace, buffers, wholes)
     try:
@@ -192,9 +306,13 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
         with torch.no_grad():
             for buf, whole in zip(buffers, wholes):
                 buf.set_(whole)
-    calls = _gathered(group, mode.calls, timeout)
-    if len(set(calls)) > 1:
-        raise error("rank_disagreement", "context_parallel: the ranks made different numbers "
-                    "of scaled_dot_product_attention calls: " +
-                    ", ".join(f"rank {r}: {n}" for r, n in enumerate(calls)))
-
+    n = mode.calls
+    try:
+        _agree(group, timeout, f"context_parallel exit after {n} SDPA call" +
+               ("" if n == 1 else "s"))
+    except Error as e:
+        if getattr(e, "code", None) != "rank_disagreement":
+            raise
+        raise error("rank_disagreement", f"context_parallel: the ranks leave the context after "
+                    f"different numbers of scaled_dot_product_attention calls, or a rank is "
+                    f"still in one (each rank's call site says where it is): {e}") from None

@@ -20,3 +20,67 @@ add_test(NAME python.example_torch_train_math
 set_tests_properties(python.example_torch_train python.example_torch_train_math PROPERTIES
   LABELS python TIMEOUT 300 ENVIRONMENT "PYTHONPATH=${CPATTN_PYTHON_DIR}"
   PASS_REGULAR_EXPRESSION "final loss [0-9.]+ .*live ForwardResults 0")
+
+# The Hugging Face transformers example (examples/hf_train.py): a tiny Qwen2-style model (its
+# second layer a sliding window) with packed documents, attention dropout and gradient
+# checkpointing at CP=4 on gloo processes; --check first compares step 0's loss and gradients
+# with one process (1e-5, "ok"), then 3 AdamW steps.
+add_test(NAME python.example_hf_train
+         COMMAND ${CPATTN_PYTHON} ${PROJECT_SOURCE_DIR}/examples/hf_train.py --model qwen2
+                 --packed --procs 4 --steps 3 --seq 64 --batch 2 --print-every 1 --check
+                 --timeout 120)
+set_tests_properties(python.example_hf_train PROPERTIES
+  LABELS python TIMEOUT 300 ENVIRONMENT "PYTHONPATH=${CPATTN_PYTHON_DIR};OMP_NUM_THREADS=1"
+  PASS_REGULAR_EXPRESSION
+    "check: cp=4 vs cp=1 at step 0: loss rel [^ ]+, grad rel [^ ]+ \\(limit 1e-5\\): ok.*final loss [0-9.]+ .*live ForwardResults 0"
+  FAIL_REGULAR_EXPRESSION "FAILED;Traceback")
+
+# The wheel a user installs (pip wheel --no-build-isolation, installed into a fresh virtual
+# environment, imported from outside the tree): python/tests/check_wheel.sh.
+add_test(NAME python.wheel
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/check_wheel.sh ${CPATTN_PYTHON} ${PROJECT_SOURCE_DIR}
+                 ${CMAKE_BINARY_DIR}/wheel ${PROJECT_VERSION})
+set_tests_properties(python.wheel PROPERTIES LABELS python TIMEOUT 1200
+  PASS_REGULAR_EXPRESSION "wheel: ok")
+
+# The Communicator conformance suite (tests/comm/conformance.cpp) and this backend's own checks
+# on ProcessGroupCommunicator (python/src/), over a gloo ProcessGroup made in C++
+# (process_group_conformance_main.cpp), one process per rank started by run_ranks.sh, for 1..4
+# processes. Linked with the torch libraries of the module but torch_python (no Python here).
+# torch's wheel has no gloo headers, which ProcessGroupGloo.hpp includes: gloo_shim/ declares
+# the few gloo names it needs (see gloo_shim/gloo/cpattn_shim.h), unless that torch has them.
+find_package(GTest REQUIRED)
+add_executable(test_torch_communicator ${CMAKE_CURRENT_LIST_DIR}/process_group_conformance_main.cpp
+               ${PROJECT_SOURCE_DIR}/tests/comm/conformance.cpp
+               ${PROJECT_SOURCE_DIR}/python/src/process_group_communicator.cpp)
+target_include_directories(test_torch_communicator PRIVATE ${PROJECT_SOURCE_DIR}/tests
+                           ${PROJECT_SOURCE_DIR}/python/src)
+set(cpattn_gloo_headers)
+if(NOT EXISTS ${cpattn_torch_dir}/include/gloo/algorithm.h)
+  set(cpattn_gloo_headers ${CMAKE_CURRENT_LIST_DIR}/gloo_shim)
+endif()
+target_include_directories(test_torch_communicator SYSTEM PRIVATE ${cpattn_gloo_headers}
+  ${cpattn_torch_dir}/include ${cpattn_torch_dir}/include/torch/csrc/api/include)
+target_compile_definitions(test_torch_communicator PRIVATE
+  _GLIBCXX_USE_CXX11_ABI=${cpattn_torch_cxx11_abi} USE_C10D_GLOO)
+foreach(lib c10 torch torch_cpu)
+  target_link_libraries(test_torch_communicator PRIVATE ${CPATTN_TORCH_LIB_${lib}})
+endforeach()
+target_link_libraries(test_torch_communicator PRIVATE cpattn cpattn_flags GTest::gtest)
+set_target_properties(test_torch_communicator PROPERTIES BUILD_RPATH "${cpattn_torch_dir}/lib")
+foreach(np 1 2 3 4)
+  add_test(NAME python.torch_communicator_np${np}
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_ranks.sh ${np} 240
+                   $<TARGET_FILE:test_torch_communicator>)
+  set_tests_properties(python.torch_communicator_np${np} PROPERTIES LABELS "python;comm"
+                       TIMEOUT 300 PROCESSORS ${np})
+endforeach()
+# The deadline check closes its group's connections: a group of its own (1 rank: no connections;
+# 3: a peer that is not the one the timed-out receive waited for).
+foreach(np 1 3)
+  add_test(NAME python.torch_communicator_deadline_np${np}
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_ranks.sh ${np} 60
+                   $<TARGET_FILE:test_torch_communicator> --gtest_filter=ProcessGroupDeadline.*)
+  set_tests_properties(python.torch_communicator_deadline_np${np} PROPERTIES
+                       LABELS "python;comm" TIMEOUT 90 PROCESSORS ${np})
+endforeach()

@@ -1,0 +1,654 @@
+"""cpattn.sdpa (torch.nn.functional.scaled_dot_product_attention's signature on cpattn) against
+torch's own SDPA, and cpattn.context_parallel as a drop-in: an unmodified model that calls
+F.scaled_dot_product_attention, with attention dropout and torch.utils.checkpoint, gives on 2
+and 4 gloo processes the loss and gradients of one process; a group of one or None gives the
+one-process run; misuse raises cpattn.Error on every rank within the deadline."""
+
+import re
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import torch.utils.checkpoint
+
+import cpattn
+from helpers import max_rel, run_processes
+
+# cpattn.sdpa vs torch's SDPA in fp32: two fp32 computations in other orders. Bounds are
+# relative to max(max |torch|, 1): absolute where a gradient is zero up to rounding (S = 1:
+# softmax of one key is exactly 1, dq = dk = 0, both give ~1e-7 noise).
+FP32_TOL = 1e-5
+FLOOR = 1.0
+# bf16 in, bf16 out (cpattn accumulates in fp32 and rounds once; torch's CPU kernel too):
+# against float64 SDPA of the same bf16 values, two bf16 roundings (2^-8 each) and some; against
+# torch's bf16 SDPA, both errors.
+BF16_REF_TOL = 1e-2
+BF16_TORCH_TOL = 2e-2
+# The drop-in model on P ranks vs one process: fp32 partial results merged in another order,
+# through 2 layers and all-reduced gradients.
+CP_TOL = 1e-5
+DEADLINE_S = 10.0  # the context's timeout in the misuse tests
+NEVER_DEADLINE_S = 5.0  # the test that waits for the deadline has a shorter one
+AT_ONCE_S = 3.0    # "at once": far below the deadline (a rank that waited for it took 10 s)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. cpattn.sdpa equals torch's scaled_dot_product_attention.
+
+def _bhsd(B, H, S, D, dtype, g, strided):
+    """A [B, H, S, D] tensor: contiguous, or (strided) the BHSD view of BSHD memory that a model
+    makes with .view(B, S, H, D).transpose(1, 2)."""
+    if strided:
+        return torch.randn(B, S, H, D, generator=g).to(dtype).transpose(1, 2)
+    return torch.randn(B, H, S, D, generator=g).to(dtype)
+
+
+def _sdpa_problem(B, Hq, Hkv, Sq, Sk, D, Dv, dtype=torch.float32, strided=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (_bhsd(B, Hq, Sq, D, dtype, g, strided), _bhsd(B, Hkv, Sk, D, dtype, g, strided),
+            _bhsd(B, Hkv, Sk, Dv, dtype, g, strided), _bhsd(B, Hq, Sq, Dv, dtype, g, False))
+
+
+def _out_and_grads(fn, q, k, v, dout, dtype=None, **kw):
+    """fn(q, k, v, **kw) and its gradients w.r.t. q, k, v for the cotangent dout (inputs cast to
+    dtype first when given)."""
+    leaves = [(t if dtype is None else t.to(dtype)).detach().requires_grad_() for t in (q, k, v)]
+    out = fn(*leaves, **kw)
+    grads = torch.autograd.grad(out, leaves, dout if dtype is None else dout.to(dtype))
+    return [out.detach()] + list(grads)
+
+
+SDPA_CASES = [
+    # name, B, Hq, Hkv, Sq, Sk, D, Dv, is_causal, scale, strided
+    ("causal_S7", 2, 4, 4, 7, 7, 8, 8, True, None, False),
+    ("full_S7_strided", 2, 4, 4, 7, 7, 8, 8, False, None, True),
+    ("causal_S97_gqa_scale", 1, 8, 2, 97, 97, 16, 16, True, 0.3, False),
+    ("full_S97_gqa_strided", 1, 4, 2, 97, 97, 16, 16, False, None, True),
+    ("causal_S1", 2, 2, 2, 1, 1, 8, 8, True, None, False),
+    ("full_S1_mqa_scale", 1, 4, 1, 1, 1, 8, 8, False, 0.5, False),
+    ("full_dv_ne_d_mqa", 1, 4, 1, 33, 33, 16, 12, False, None, True),
+    # Sq != Sk: SDPA's is_causal is top-left (query i sees keys j <= i), as the docstring says.
+    ("causal_sq_lt_sk", 1, 2, 2, 5, 9, 8, 8, True, None, False),
+    ("causal_sq_gt_sk", 1, 2, 2, 9, 5, 8, 8, True, None, False),
+]
+
+
+@pytest.mark.parametrize("name,B,Hq,Hkv,Sq,Sk,D,Dv,causal,scale,strided", SDPA_CASES,
+                         ids=[c[0] for c in SDPA_CASES])
+def test_sdpa_equals_torch_sdpa_fp32(name, B, Hq, Hkv, Sq, Sk, D, Dv, causal, scale, strided):
+    q, k, v, dout = _sdpa_problem(B, Hq, Hkv, Sq, Sk, D, Dv, strided=strided)
+    kw = dict(is_causal=causal, scale=scale, enable_gqa=Hq != Hkv)
+    got = _out_and_grads(cpattn.sdpa, q, k, v, dout, **kw)
+    want = _out_and_grads(F.scaled_dot_product_attention, q, k, v, dout, **kw)
+    assert got[0].shape == want[0].shape == (B, Hq, Sq, Dv)
+    for what, a, b in zip(("out", "dq", "dk", "dv"), got, want):
+        assert a.dtype == torch.float32
+        assert max_rel(a, b, FLOOR) <= FP32_TOL, (what, max_rel(a, b, FLOOR))
+
+
+BF16_CASES = [
+    ("causal_S97_gqa", 2, 4, 2, 97, 16, True, None),
+    ("full_S7_scale", 2, 2, 2, 7, 16, False, 0.2),
+    ("causal_S1", 2, 2, 1, 1, 16, True, None),
+]
+
+
+@pytest.mark.parametrize("name,B,Hq,Hkv,S,D,causal,scale", BF16_CASES,
+                         ids=[c[0] for c in BF16_CASES])
+def test_sdpa_bf16_is_near_torch_and_the_float64_reference(name, B, Hq, Hkv, S, D, causal,
+                                                           scale):
+    q, k, v, dout = _sdpa_problem(B, Hq, Hkv, S, S, D, D, dtype=torch.bfloat16)
+    kw = dict(is_causal=causal, scale=scale, enable_gqa=Hq != Hkv)
+    got = _out_and_grads(cpattn.sdpa, q, k, v, dout, **kw)
+    torch_bf16 = _out_and_grads(F.scaled_dot_product_attention, q, k, v, dout, **kw)
+    ref = _out_and_grads(F.scaled_dot_product_attention, q, k, v, dout, dtype=torch.float64, **kw)
+    for what, a, t, r in zip(("out", "dq", "dk", "dv"), got, torch_bf16, ref):
+        assert a.dtype == torch.bfloat16
+        a = a.float()
+        assert max_rel(a, r, FLOOR) <= BF16_REF_TOL, (what, max_rel(a, r, FLOOR))
+        assert max_rel(a, t.float(), FLOOR) <= BF16_TORCH_TOL, (what, max_rel(a, t.float(), FLOOR))
+
+
+def test_sdpa_dropout_is_cpattns_dropout_repeatable_from_the_seed():
+    # dropout_p is cpattn.attention's dropout on the BSHD views: bitwise the same numbers from
+    # the same seed, other masks from another seed.
+    q, k, v, _ = _sdpa_problem(1, 4, 2, 33, 33, 8, 8)
+    torch.manual_seed(7)
+    a = cpattn.sdpa(q, k, v, dropout_p=0.25, is_causal=True, enable_gqa=True)
+    torch.manual_seed(7)
+    b = cpattn.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                         dropout_p=0.25, causal=True).transpose(1, 2)
+    torch.manual_seed(8)
+    c = cpattn.sdpa(q, k, v, dropout_p=0.25, is_causal=True, enable_gqa=True)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("mask", ["bool", "float", "all_true"])
+def test_sdpa_refuses_a_dense_attn_mask(mask):
+    q, k, v, _ = _sdpa_problem(1, 2, 2, 7, 7, 8, 8)
+    m = {"bool": torch.rand(7, 7) > 0.3, "float": torch.randn(7, 7),
+         "all_true": torch.ones(7, 7, dtype=torch.bool)}[mask]
+    F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # torch takes it: the refusal is ours
+    with pytest.raises(cpattn.Error, match="attn_mask is not supported by cpattn") as info:
+        cpattn.sdpa(q, k, v, attn_mask=m)
+    assert info.value.code == "invalid_argument"
+
+
+def test_gqa_without_enable_gqa_is_refused_as_torch_refuses_it():
+    q, k, v, _ = _sdpa_problem(1, 4, 2, 7, 7, 8, 8)
+    with pytest.raises(RuntimeError):  # torch: "The size of tensor a (4) must match ..."
+        F.scaled_dot_product_attention(q, k, v)
+    with pytest.raises(cpattn.Error, match="query has 4 heads, key 2: pass enable_gqa=True") \
+            as info:
+        cpattn.sdpa(q, k, v)
+    assert isinstance(info.value, RuntimeError) and info.value.code == "shape_mismatch"
+    # Hq not a multiple of Hkv: neither runs it, enable_gqa or not.
+    q3 = torch.randn(1, 3, 7, 8)
+    with pytest.raises(RuntimeError):
+        F.scaled_dot_product_attention(q3, k, v, enable_gqa=True)
+    with pytest.raises(cpattn.Error, match="Hq must be a multiple of Hkv"):
+        cpattn.sdpa(q3, k, v, enable_gqa=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2, 3. The drop-in: a model that knows nothing of cpattn.
+
+VOCAB, MAX_POS, D_MODEL, HEADS, KV_HEADS, HEAD_DIM = 61, 64, 32, 4, 2, 8
+BATCH, SEQ = 2, 29  # 29 tokens: uneven zigzag chunks on 2 and 4 ranks
+IGNORE = -100
+MODEL_SEED, DATA_SEED, STEP_SEED = 0, 1, 2
+
+
+class Block(torch.nn.Module):
+    """Pre-norm attention (F.scaled_dot_product_attention on BHSD, causal, GQA, attention
+    dropout while training) and MLP."""
+
+    def __init__(self, dropout_p):
+        super().__init__()
+        self.dropout_p = dropout_p
+        self.norm1 = torch.nn.LayerNorm(D_MODEL)
+        self.wq = torch.nn.Linear(D_MODEL, HEADS * HEAD_DIM, bias=False)
+        self.wk = torch.nn.Linear(D_MODEL, KV_HEADS * HEAD_DIM, bias=False)
+        self.wv = torch.nn.Linear(D_MODEL, KV_HEADS * HEAD_DIM, bias=False)
+        self.wo = torch.nn.Linear(HEADS * HEAD_DIM, D_MODEL, bias=False)
+        self.norm2 = torch.nn.LayerNorm(D_MODEL)
+        self.w1 = torch.nn.Linear(D_MODEL, 2 * D_MODEL)
+        self.w2 = torch.nn.Linear(2 * D_MODEL, D_MODEL)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        h = self.norm1(x)
+        q = self.wq(h).view(b, s, HEADS, HEAD_DIM).transpose(1, 2)
+        k = self.wk(h).view(b, s, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        v = self.wv(h).view(b, s, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout_p if self.training
+                                           else 0.0, is_causal=True, enable_gqa=True)
+        x = x + self.wo(a.transpose(1, 2).reshape(b, s, HEADS * HEAD_DIM))
+        return x + self.w2(F.gelu(self.w1(self.norm2(x))))
+
+
+class TinyLM(torch.nn.Module):
+    """Token and learned position embeddings, blocks checkpointed by torch.utils.checkpoint
+    (use_reentrant=False, or True), a head; forward returns the sum of the per-token
+    cross-entropy losses over the labels that are not IGNORE."""
+
+    def __init__(self, dropout_p, layers=2, reentrant=False):
+        super().__init__()
+        self.reentrant = reentrant
+        torch.manual_seed(MODEL_SEED)
+        self.tok = torch.nn.Embedding(VOCAB, D_MODEL)
+        self.pos = torch.nn.Embedding(MAX_POS, D_MODEL)
+        self.blocks = torch.nn.ModuleList(Block(dropout_p) for _ in range(layers))
+        self.norm = torch.nn.LayerNorm(D_MODEL)
+        self.head = torch.nn.Linear(D_MODEL, VOCAB)
+
+    def forward(self, input_ids, position_ids, labels):
+        x = self.tok(input_ids) + self.pos(position_ids)
+        for block in self.blocks:
+            x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=self.reentrant)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
+                               reduction="sum")
+
+
+def _batch():
+    """(input_ids, position_ids, labels) [BATCH, SEQ] of the whole sequence; some labels are
+    IGNORE, so the ranks hold different numbers of targets."""
+    g = torch.Generator().manual_seed(DATA_SEED)
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
+    ids, labels = tokens[:, :-1].clone(), tokens[:, 1:].clone()
+    labels[torch.rand(BATCH, SEQ, generator=g) < 0.2] = IGNORE
+    pos = torch.arange(SEQ).expand(BATCH, SEQ).clone()
+    return ids, pos, labels
+
+
+def _step(model, ids, pos, labels, group, context=True, seed=STEP_SEED, inside=None):
+    """Forward + backward of the mean token loss from `seed`: inside
+    context_parallel(group, [ids, pos, labels]) or (context=False) without one. Returns (this
+    rank's share of the loss, {name: gradient}). `inside(ids, pos, labels)` runs in the
+    context, before the forward."""
+    targets = int((labels != IGNORE).sum())  # of the whole batch
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    if context:
+        with cpattn.context_parallel(group, buffers=[ids, pos, labels], seq_dims=[1, 1, 1],
+                                     timeout=120):
+            if inside is not None:
+                inside(ids, pos, labels)
+            loss = model(ids, pos, labels) / targets
+            loss.backward()
+    else:
+        loss = model(ids, pos, labels) / targets
+        loss.backward()
+    return loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+def _buffers_state(tensors):
+    return [(t.data_ptr(), tuple(t.shape), t.clone()) for t in tensors]
+
+
+def _restored(tensors, before):
+    """Whether each tensor object holds its whole value again: the same storage, shape and
+    data as before the context."""
+    return [t.data_ptr() == ptr and tuple(t.shape) == shape and torch.equal(t, value)
+            for t, (ptr, shape, value) in zip(tensors, before)]
+
+
+def _drop_in(rank, world):
+    """{(dropout_p, reentrant): this rank's results} of the model's step under
+    context_parallel over the world group, for dropout 0 and 0.1 (and 0.1 with reentrant
+    checkpointing): the loss and gradients all-reduced, and whether every buffer was this
+    rank's shard inside and its whole self again after."""
+    runs = {}
+    for dropout_p, reentrant in ((0.0, False), (0.1, False), (0.1, True)):
+        model = TinyLM(dropout_p, reentrant=reentrant)
+        ids, pos, labels = _batch()
+        before = _buffers_state([ids, pos, labels])
+        sharded = []
+
+        def inside(*buffers):  # every buffer is this rank's zigzag shard of its whole tensor
+            sharded.extend(torch.equal(b, cpattn.shard(whole, dim=1)) and b.shape[1] < SEQ
+                           for b, (_, _, whole) in zip(buffers, before))
+
+        loss, grads = _step(model, ids, pos, labels, dist.group.WORLD, inside=inside)
+        dist.all_reduce(loss)
+        for g in grads.values():
+            dist.all_reduce(g)
+        runs[dropout_p, reentrant] = {"loss": float(loss),
+                                      "grads": {n: g.numpy() for n, g in grads.items()},
+                                      "sharded": sharded,
+                                      "restored": _restored([ids, pos, labels], before)}
+    return runs
+
+
+@pytest.fixture(scope="module")
+def drop_in():
+    """drop_in(world): _drop_in's results by rank on `world` processes (one launch per world
+    size, shared by its tests)."""
+    runs = {}
+
+    def run(world):
+        if world not in runs:
+            runs[world] = run_processes(world, _drop_in, timeout=240, start="spawn")
+        return runs[world]
+
+    return run
+
+
+def _one_process(dropout_p, context=True, seed=STEP_SEED, reentrant=False):
+    """The one-process run: under context_parallel(None) (cpattn.sdpa), or without a context
+    (torch's own SDPA)."""
+    loss, grads = _step(TinyLM(dropout_p, reentrant=reentrant), *_batch(), None,
+                        context=context, seed=seed)
+    return float(loss), {n: g.numpy() for n, g in grads.items()}
+
+
+def _assert_close(got_loss, got_grads, want_loss, want_grads, tol):
+    assert abs(got_loss - want_loss) <= tol * abs(want_loss), (got_loss, want_loss)
+    assert got_grads.keys() == want_grads.keys()
+    for name in want_grads:
+        assert max_rel(got_grads[name], want_grads[name]) <= tol, \
+            (name, max_rel(got_grads[name], want_grads[name]))
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.1])
+def test_unmodified_model_under_context_parallel_equals_one_process(drop_in, world, dropout_p):
+    """Loss and every parameter gradient on `world` processes equal one process's within
+    CP_TOL. Without dropout the one-process run is the model as it is (torch's SDPA, no
+    context); with dropout 0.1 it is cp=1 of cpattn (context_parallel(None): torch's SDPA draws
+    other masks, of the same distribution), so equality shows cp=N's masks are cp=1's."""
+    want_loss, want_grads = _one_process(dropout_p, context=dropout_p > 0)
+    for r, runs in enumerate(drop_in(world)):
+        got = runs[dropout_p, False]
+        assert got["sharded"] == [True] * 3, (r, got["sharded"])
+        assert got["restored"] == [True] * 3, (r, got["restored"])
+        _assert_close(got["loss"], got["grads"], want_loss, want_grads, CP_TOL)
+    if dropout_p > 0:  # not vacuous: other masks move the gradients far beyond CP_TOL
+        _, other = _one_process(dropout_p, seed=STEP_SEED + 1)
+        assert max(max_rel(other[n], want_grads[n]) for n in want_grads) > 1e3 * CP_TOL
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_reentrant_checkpointing_under_context_parallel_equals_one_process(drop_in, world):
+    """As above with use_reentrant=True and dropout 0.1: the recompute runs in the backward of
+    checkpoint's own autograd Function, inside the engine; it must run cpattn over the group
+    too, or its gradients are the attention of this rank's tokens alone, without an error."""
+    want_loss, want_grads = _one_process(0.1, reentrant=True)
+    for runs in drop_in(world):
+        got = runs[0.1, True]
+        _assert_close(got["loss"], got["grads"], want_loss, want_grads, CP_TOL)
+
+
+def _group_of_one(rank, world):
+    out = {}
+    for dropout_p in (0.0, 0.1):
+        model = TinyLM(dropout_p)
+        ids, pos, labels = _batch()
+        before = _buffers_state([ids, pos, labels])
+        untouched = []
+        loss, grads = _step(model, ids, pos, labels, dist.group.WORLD,
+                            inside=lambda *b: untouched.extend(_restored(b, before)))
+        out[dropout_p] = {"loss": float(loss), "grads": {n: g.numpy() for n, g in grads.items()},
+                          "untouched": untouched,
+                          "restored": _restored([ids, pos, labels], before)}
+    return out
+
+
+def test_a_group_of_one_and_none_run_on_one_rank_as_the_one_process_run(monkeypatch):
+    """context_parallel over a group of one (a world of one process) and over None leaves the
+    buffers as they are and runs the model on one rank: without dropout it equals the run
+    without a context (torch's SDPA) within CP_TOL; with dropout it is cpattn.sdpa's run (the
+    model's SDPA replaced by cpattn.sdpa): bitwise for None, within CP_TOL for the group of
+    one (another process)."""
+    (one,) = run_processes(1, _group_of_one, timeout=120, start="spawn")
+    for dropout_p in (0.0, 0.1):
+        assert one[dropout_p]["untouched"] == [True] * 3
+        assert one[dropout_p]["restored"] == [True] * 3
+
+    ids, pos, labels = _batch()
+    before = _buffers_state([ids, pos, labels])
+    untouched = []
+    none_loss, none_grads = _step(TinyLM(0.0), ids, pos, labels, None,
+                                  inside=lambda *b: untouched.extend(_restored(b, before)))
+    assert untouched == [True] * 3
+    plain_loss, plain_grads = _one_process(0.0, context=False)
+    for loss, grads in ((one[0.0]["loss"], one[0.0]["grads"]),
+                        (float(none_loss), {n: g.numpy() for n, g in none_grads.items()})):
+        _assert_close(loss, grads, plain_loss, plain_grads, CP_TOL)
+
+    none_loss, none_grads = _one_process(0.1)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", cpattn.sdpa)
+    direct_loss, direct_grads = _one_process(0.1, context=False)
+    monkeypatch.undo()
+    torch_loss, _ = _one_process(0.1, context=False)
+    assert none_loss == direct_loss
+    for n in direct_grads:
+        assert np.array_equal(none_grads[n], direct_grads[n]), n
+    # The process of one rank runs 1 thread, this one more (other summation orders in torch's
+    # matmuls): within CP_TOL, where other dropout masks would be far off.
+    _assert_close(one[0.1]["loss"], one[0.1]["grads"], direct_loss, direct_grads, CP_TOL)
+    assert none_loss != torch_loss  # cpattn's masks, not torch's: the context ran cpattn
+
+
+def test_a_wrapped_sdpa_still_runs_on_cpattn_in_the_context(monkeypatch):
+    """F.scaled_dot_product_attention replaced by a wrapper that calls torch's SDPA (a
+    profiler's, a library's): inside the context the call still runs on cpattn (with dropout 0.1,
+    bitwise the run with cpattn.sdpa in the model), not on torch's kernel."""
+    torch_sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", cpattn.sdpa)
+    want_loss, want_grads = _one_process(0.1, context=False)
+    monkeypatch.setattr(F, "scaled_dot_product_attention",
+                        lambda *args, **kwargs: torch_sdpa(*args, **kwargs))
+    got_loss, got_grads = _one_process(0.1)
+    assert got_loss == want_loss
+    for n in want_grads:
+        assert np.array_equal(got_grads[n], want_grads[n]), n
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Misuse: cpattn.Error on every rank, within the deadline.
+
+def _attend(x):
+    """A small model's attention: two SDPA calls on x [1, 2, S, 8]."""
+    y = F.scaled_dot_product_attention(x, x, x, is_causal=True)
+    return F.scaled_dot_product_attention(y, y, y, is_causal=True)
+
+
+def _run_misuse(rank, world, cases):
+    """{(case name, *args): case(rank, world, *args)} for every case, one after another on the
+    same group: each ends in the group's agreement (or in one rank's refusal of it), so the
+    ranks start the next in step; a barrier before each keeps its time its own."""
+    results = {}
+    for case, args in cases:
+        dist.barrier()
+        try:
+            results[(case.__name__,) + args] = case(rank, world, *args)
+        except Exception as e:  # not a cpattn.Error: the case's test shows it
+            results[(case.__name__,) + args] = {"code": type(e).__name__, "message": str(e),
+                                                "seconds": None}
+    return results
+
+
+@pytest.fixture(scope="module")
+def misuse():
+    """misuse(case, *args): the outcomes by rank of case(rank, world, *args) on 2 processes.
+    Every case of MISUSE_CASES runs in one launch, shared by the tests."""
+    results = run_processes(2, _run_misuse, MISUSE_CASES, timeout=240, start="spawn")
+    return lambda case, *args: [r[(case.__name__,) + args] for r in results]
+
+
+def _failure(fn):
+    """{"code", "message", "seconds"} of the cpattn.Error fn() raises (code None: it ran)."""
+    start = time.monotonic()
+    try:
+        fn()
+    except cpattn.Error as e:
+        return {"code": e.code, "message": str(e), "seconds": time.monotonic() - start}
+    return {"code": None, "message": "", "seconds": time.monotonic() - start}
+
+
+def _mask_case(rank, world, who):
+    ids = torch.arange(16).reshape(1, 16)
+    whole = ids.clone()
+    mask = torch.ones(8, 8, dtype=torch.bool) if who == "every rank" or rank == 1 else None
+    # Without buffers the ranks first sum their tokens for the whole length: rank 1 joins that.
+    buffers = [] if who == "rank 1 only, no buffers" else [ids]
+
+    def body():
+        with cpattn.context_parallel(dist.group.WORLD, buffers=buffers,
+                                     seq_dims=[1] * len(buffers), timeout=DEADLINE_S):
+            x = torch.randn(1, 2, 8, 8)
+            F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+
+    failure = _failure(body)
+    failure["restored"] = torch.equal(ids, whole)  # an exit by an exception restores too
+    return failure
+
+
+MASK_CASES = ["every rank", "rank 1 only", "rank 1 only, no buffers"]
+
+
+@pytest.mark.parametrize("who", MASK_CASES)
+def test_a_dense_attn_mask_inside_the_context_fails_every_rank_at_once(misuse, who):
+    """An SDPA call with attn_mask inside the context: invalid_argument naming attn_mask on the
+    ranks that pass it; a rank that does not raises rank_disagreement quoting it, at once; the
+    buffers are whole again after the exception."""
+    outcomes = misuse(_mask_case, who)
+    for rank, o in enumerate(outcomes):
+        masked = who == "every rank" or rank == 1
+        assert o["code"] == ("invalid_argument" if masked else "rank_disagreement"), o
+        assert "attn_mask is not supported by cpattn" in o["message"], o
+        if not masked:
+            assert "rank 1 refuses the call (invalid_argument: " in o["message"], o
+        assert o["seconds"] < AT_ONCE_S, o
+        assert o["restored"], o
+
+
+def _buffers_case(rank, world, bad):
+    S = 16
+    if bad == "sequence lengths across ranks" and rank == 1:
+        S = 17
+    ids = torch.arange(S).reshape(1, S)
+    labels = torch.arange(S).reshape(1, S)
+    buffers, seq_dims = [ids, labels], [1, 1]
+    if bad == "lengths between buffers on every rank" or \
+            (bad == "lengths between buffers on rank 1" and rank == 1):
+        buffers[1] = labels[:, 1:]
+    elif bad == "the same buffer twice":
+        buffers[1] = ids
+    elif bad == "a seq_dim beyond the buffer on rank 1" and rank == 1:
+        seq_dims[1] = 2
+    whole = [b.clone() for b in buffers]
+
+    def body():
+        with cpattn.context_parallel(dist.group.WORLD, buffers=buffers, seq_dims=seq_dims,
+                                     timeout=DEADLINE_S):
+            _attend(torch.randn(1, 2, ids.shape[1], 8))
+
+    failure = _failure(body)
+    failure["untouched"] = all(torch.equal(b, w) for b, w in zip(buffers, whole))
+    return failure
+
+
+BUFFER_CASES = ["sequence lengths across ranks", "lengths between buffers on every rank",
+                "lengths between buffers on rank 1", "the same buffer twice",
+                "a seq_dim beyond the buffer on rank 1"]
+
+
+@pytest.mark.parametrize("bad,codes,needles", [
+    # Rank 1's buffers hold 17 tokens, rank 0's 16: the entry agreement names both.
+    ("sequence lengths across ranks", ("rank_disagreement", "rank_disagreement"),
+     ("context_parallel: the ranks do not enter the context alike", "entry: 16 tokens",
+      "entry: 17 tokens")),
+    ("lengths between buffers on every rank", ("shape_mismatch", "shape_mismatch"),
+     ("the buffers' sequence lengths differ: buffers[0] has 16, buffers[1] has 15",)),
+    ("lengths between buffers on rank 1", ("rank_disagreement", "shape_mismatch"),
+     ("the buffers' sequence lengths differ: buffers[0] has 16, buffers[1] has 15",)),
+    ("the same buffer twice", ("invalid_argument", "invalid_argument"),
+     ("buffers[1] is buffers[0] again",)),
+    ("a seq_dim beyond the buffer on rank 1", ("rank_disagreement", "invalid_argument"),
+     ("seq_dims[1] = 2 is not a dimension of buffers[1] (shape (1, 16))",)),
+])
+def test_buffers_that_disagree_fail_every_rank_at_once(misuse, bad, codes, needles):
+    """Buffers the context cannot shard alike on every rank: each rank raises (its own error,
+    or rank_disagreement quoting the rank that refused) at entry, before sharding anything."""
+    outcomes = misuse(_buffers_case, bad)
+    for rank, o in enumerate(outcomes):
+        assert o["code"] == codes[rank], o
+        for needle in needles:
+            assert needle in o["message"], (needle, o)
+        if o["code"] == "rank_disagreement" and codes[1 - rank] != "rank_disagreement":
+            assert "rank 1 refuses the call" in o["message"], o
+        assert o["seconds"] < AT_ONCE_S, o
+        assert o["untouched"], o  # refused on entry: nothing was sharded
+
+
+def _outside_case(rank, world, how):
+    ids = torch.arange(16).reshape(1, 16)
+    x_local = torch.randn(1, 2, 8, 8)
+    x_whole = torch.randn(1, 2, 16, 8)
+    group = dist.group.WORLD
+    deadline = NEVER_DEADLINE_S if how == "never enters" else DEADLINE_S
+    if rank == 0:
+        def body():
+            with cpattn.context_parallel(group, buffers=[ids], seq_dims=[1], timeout=deadline):
+                _attend(x_local)
+    elif how == "never enters":
+        def body():
+            _attend(x_whole)  # torch's SDPA: rank 1 does not know of the context
+            time.sleep(deadline + 3)  # and stays (its next step, a data loader)
+    else:  # "leaves before its SDPA calls"
+        def body():
+            with cpattn.context_parallel(group, buffers=[ids], seq_dims=[1], timeout=deadline):
+                pass
+            _attend(x_whole)
+    return _failure(body)
+
+
+def test_a_rank_that_never_enters_makes_the_other_raise_within_the_deadline():
+    """Rank 1 runs the model without the context (torch's SDPA on the whole sequence): rank 0
+    raises timeout at the context's deadline instead of hanging."""
+    rank0, rank1 = run_processes(2, _outside_case, "never enters", timeout=60, start="spawn")
+    assert rank1["code"] is None  # it never called cpattn: nothing to raise
+    # Rank 0 waits at the context's entry agreement until its deadline (rank 1 is alive).
+    assert rank0["code"] == "timeout", rank0
+    assert NEVER_DEADLINE_S - 1 <= rank0["seconds"] <= NEVER_DEADLINE_S + 3, rank0
+
+
+def test_a_rank_that_calls_sdpa_after_leaving_fails_every_rank_at_once(misuse):
+    """Rank 1 leaves the context (its exit agreement) while rank 0 makes its first SDPA call
+    inside: the two meet in cpattn's call agreement and both raise rank_disagreement naming
+    where each is, instead of crossing messages of different sizes (gloo aborts the process
+    then)."""
+    rank0, rank1 = misuse(_outside_case, "leaves before its SDPA calls")
+    for o in (rank0, rank1):
+        assert o["code"] == "rank_disagreement", o
+        assert "rank 1 at context_parallel exit after 0 SDPA calls" in o["message"], o
+        assert "rank 0 at test_sdpa.py:" in o["message"], o
+        assert o["seconds"] < AT_ONCE_S, o
+    assert rank1["message"].startswith("context_parallel: the ranks leave the context after "
+                                       "different numbers of scaled_dot_product_attention"), rank1
+
+
+def _skip_case(rank, world):
+    ids = torch.arange(16).reshape(1, 16)
+
+    def body():
+        with cpattn.context_parallel(dist.group.WORLD, buffers=[ids], seq_dims=[1],
+                                     timeout=DEADLINE_S):
+            x = torch.randn(1, 2, 8, 8)
+            y = F.scaled_dot_product_attention(x, x, x, is_causal=True)
+            if rank == 0:  # rank 1 skips the second layer
+                F.scaled_dot_product_attention(y, y, y, is_causal=True)
+
+    return _failure(body)
+
+
+def test_a_rank_that_makes_fewer_sdpa_calls_fails_every_rank_at_once(misuse):
+    """Rank 1 skips a layer: rank 0's second SDPA call meets rank 1's exit agreement, and both
+    raise rank_disagreement naming rank 1's count and rank 0's call site."""
+    for o in misuse(_skip_case):
+        assert o["code"] == "rank_disagreement", o
+        assert re.search(r"rank 1 at context_parallel exit after 1 SDPA call(?!s)",
+                         o["message"]), o
+        assert "rank 0 at test_sdpa.py:" in o["message"], o
+        assert o["seconds"] < AT_ONCE_S, o
+
+
+def _shape_case(rank, world, field):
+    ids = torch.arange(16).reshape(1, 16)
+    heads, head_dim = (4 if field == "heads" else 2), (16 if field == "head_dim" else 8)
+    if rank == 0:
+        heads, head_dim = 2, 8
+    x = torch.randn(1, heads, 8, head_dim)
+
+    def body():
+        with cpattn.context_parallel(dist.group.WORLD, buffers=[ids], seq_dims=[1],
+                                     timeout=DEADLINE_S):
+            F.scaled_dot_product_attention(x, x, x, is_causal=True)
+
+    return _failure(body)
+
+
+@pytest.mark.parametrize("field,theirs", [("heads", "[1, S_r, 4, 8]"),
+                                          ("head_dim", "[1, S_r, 2, 16]")])
+def test_sdpa_calls_whose_shapes_differ_across_ranks_fail_naming_the_field(misuse, field,
+                                                                            theirs):
+    """SDPA calls of other heads or head dims on rank 1: rank_disagreement on both ranks, at
+    once, naming the field (q's shape) and both values."""
+    for o in misuse(_shape_case, field):
+        assert o["code"] == "rank_disagreement", o
+        assert "rank 0 has q shape=[1, S_r, 2, 8]" in o["message"], o
+        assert f"rank 1 has q shape={theirs}" in o["message"], o
+        assert o["seconds"] < AT_ONCE_S, o
+
+
+MISUSE_CASES = [(_mask_case, (who,)) for who in MASK_CASES] + \
+    [(_buffers_case, (bad,)) for bad in BUFFER_CASES] + \
+    [(_outside_case, ("leaves before its SDPA calls",)), (_skip_case, ()),
+     (_shape_case, ("heads",)), (_shape_case, ("head_dim",))]
