@@ -71,7 +71,7 @@ class Request {
 /// virtual hooks (do_*) that a backend implements (backend.h has the collectives and the split
 /// planning a backend can build its hooks from); the typed conveniences sit on top, so a backend
 /// declares nothing but its hooks. The shared conformance suite (tests/comm/conformance.h) states
-/// the contract as tests; the in-process and MPI backends run it.
+/// the contract as tests; the in-process, MPI and torch ProcessGroup backends run it.
 class Communicator {
  public:
   virtual ~Communicator() = default;

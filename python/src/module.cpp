@@ -102,13 +102,13 @@ struct Call {
 // The unsigned 64-bit words of an int64 CPU tensor of `n` elements (the RngState [seed, offset],
 // the call number [n]): torch has no uint64, so the words travel as their two's-complement int64.
 std::array<uint64_t, 2> words_of(const at::Tensor& t, int64_t n, const char* name) {
-  CPATTN_CHECK(t.scalar_type() == at::kLong && t.dim() == 1 && t.numel() == n &&
-                   t.device().is_cpu(),
-               ErrorCode::kInvalidArgument, name, " must be an int64 CPU tensor of ", n,
-               " elements");
+  CPATTN_CHECK(
+      t.scalar_type() == at::kLong && t.dim() == 1 && t.numel() == n && t.device().is_cpu(),
+      ErrorCode::kInvalidArgument, name, " must be an int64 CPU tensor of ", n, " elements");
   const at::Tensor c = t.contiguous();
   std::array<uint64_t, 2> w{};
-  for (int64_t i = 0; i < n; ++i) w[static_cast<size_t>(i)] = static_cast<uint64_t>(c[i].item<int64_t>());
+  for (int64_t i = 0; i < n; ++i)
+    w[static_cast<size_t>(i)] = static_cast<uint64_t>(c[i].item<int64_t>());
   return w;
 }
 
@@ -238,10 +238,9 @@ PYBIND11_MODULE(_cpattn, m) {
   py::class_<tb::Call>(m, "Call", "The non-tensor arguments of one attention call")
       .def(py::init([](std::optional<tb::ProcessGroupPtr> group, const std::string& layout,
                        int64_t seq_len, std::optional<int64_t> kv_seq_len,
-                       std::optional<at::Tensor> doc_ids,
-                       std::optional<float> softmax_scale, bool causal, int64_t window_left,
-                       int64_t window_right, float dropout_p, double timeout, int num_threads,
-                       const std::string& strategy,
+                       std::optional<at::Tensor> doc_ids, std::optional<float> softmax_scale,
+                       bool causal, int64_t window_left, int64_t window_right, float dropout_p,
+                       double timeout, int num_threads, const std::string& strategy,
                        std::shared_ptr<cpattn::AttentionWorkspace> workspace,
                        const std::string& call_site) {
              const bool grouped = group.has_value() && *group;

@@ -1,6 +1,8 @@
 // The Communicator conformance suite: test bodies written against Communicator&, run by every
-// rank of a group, on in-process ranks (thread_communicator_test.cpp) and under mpirun
-// (mpi_conformance_main.cpp). Failures are reported with GoogleTest assertions.
+// rank of a group, on in-process ranks (thread_conformance_test.cpp), under mpirun
+// (mpi_conformance_main.cpp) and on torch ProcessGroupGloo processes
+// (python/tests/process_group_conformance_main.cpp). Failures are reported with GoogleTest
+// assertions.
 #pragma once
 
 #include <cstddef>
