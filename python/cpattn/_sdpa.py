@@ -62,18 +62,25 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
                      causal=is_causal).transpose(1, 2)
 
 
-def _agree(group, timeout, site):
+def _agree(group, timeout, site, disagreement):
     """The context's agreement point named `site` (the entry with its sequence length, the exit
     with its SDPA call count): a tiny ring_attention call (one token per rank, no dropout, no
     autograd) whose call site is `site`, so cpattn's call agreement compares it on every rank.
     Ranks whose sites differ, or a rank that is at an SDPA call meanwhile, exchange the same
-    fixed-size records as any call and all raise cpattn.Error rank_disagreement naming the
-    sites (a collective of its own would cross the call's messages: gloo aborts the process on
-    a message of another size). Under the deadline `timeout`."""
+    fixed-size records as any call and all raise cpattn.Error rank_disagreement, its message
+    `disagreement` followed by the agreement's (which names each rank's site); a collective of
+    its own would cross the call's messages (gloo aborts the process on a message of another
+    size). Under the deadline `timeout`."""
     x = torch.zeros(1, 1, 1, 1)
-    with torch.no_grad():
-        ring_attention(x, x, x, group=group, layout="contiguous", seq_len=group.size(),
-                       timeout=timeout, strategy="ring", call_site=site)
+    try:
+        with torch.no_grad():
+            ring_attention(x, x, x, group=group, layout="contiguous", seq_len=group.size(),
+                           timeout=timeout, strategy="ring", call_site=site)
+    except Error as e:
+        if getattr(e, "code", None) != "rank_disagreement":
+            raise
+        raise error("rank_disagreement", f"context_parallel: {disagreement} (each rank's call "
+                    f"site says where it is): {e}") from None
 
 
 def _whole_length(buffers, seq_dims):
@@ -283,15 +290,9 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
     except (Error, TypeError, ValueError) as reason:
         _refuse(group, timeout, reason, "context_parallel entry",
                 _next_number(group_name_of(group)))
-    try:
-        _agree(group, timeout, f"context_parallel entry: {seq_len} tokens" if seq_len >= 0
-               else "context_parallel entry: no buffers")
-    except Error as e:
-        if getattr(e, "code", None) != "rank_disagreement":
-            raise
-        raise error("rank_disagreement", f"context_parallel: the ranks do not enter the context "
-                    f"alike (their buffers hold sequences of different lengths, or a rank is "
-                    f"elsewhere; each rank's call site says where it is): {e}") from None
+    _agree(group, timeout, f"context_parallel entry: {seq_len} tokens" if seq_len >= 0
+           else "context_parallel entry: no buffers", "the ranks do not enter the context "
+           "alike (their buffers hold sequences of different lengths, or a rank is elsewhere)")
     wholes = []  # aliases of each buffer's whole tensor (its storage, sizes and strides)
     with torch.no_grad():
         for buf, dim in zip(buffers, seq_dims):
@@ -307,12 +308,6 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
             for buf, whole in zip(buffers, wholes):
                 buf.set_(whole)
     n = mode.calls
-    try:
-        _agree(group, timeout, f"context_parallel exit after {n} SDPA call" +
-               ("" if n == 1 else "s"))
-    except Error as e:
-        if getattr(e, "code", None) != "rank_disagreement":
-            raise
-        raise error("rank_disagreement", f"context_parallel: the ranks leave the context after "
-                    f"different numbers of scaled_dot_product_attention calls, or a rank is "
-                    f"still in one (each rank's call site says where it is): {e}") from None
+    _agree(group, timeout, f"context_parallel exit after {n} SDPA call" +
+           ("" if n == 1 else "s"), "the ranks leave the context after different numbers of "
+           "scaled_dot_product_attention calls, or a rank is still in one")

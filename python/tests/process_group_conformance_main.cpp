@@ -27,6 +27,7 @@
 #include "cpattn/error.h"
 #include "cpattn/memory.h"
 #include "process_group_communicator.h"
+#include "support/rank_failure_printer.h"
 
 namespace cpattn::testing {
 namespace {
@@ -224,21 +225,6 @@ TEST(ProcessGroupCommunicator, ArgumentsAreChecked) {
                Error);
   comm.barrier();
 }
-
-// Prints only failed assertions, prefixed with the rank (installed on ranks other than 0).
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_,
-                 result.file_name() != nullptr ? result.file_name() : "?", result.line_number(),
-                 result.summary());
-  }
-
- private:
-  int rank_;
-};
 
 c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const std::string& store_path, int rank,
                                                   int size) {

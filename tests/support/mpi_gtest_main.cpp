@@ -6,27 +6,11 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <span>
 
+#include "support/rank_failure_printer.h"
+
 namespace cpattn::testing {
-
-namespace {
-// Prints only failed assertions, prefixed with the rank (installed on ranks other than 0).
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_,
-                 result.file_name() != nullptr ? result.file_name() : "?", result.line_number(),
-                 result.summary());
-  }
-
- private:
-  int rank_;
-};
-}  // namespace
 
 int mpi_gtest_main(int argc, char** argv, std::chrono::milliseconds timeout,
                    const std::function<void(MpiCommunicator&)>& set_up) {
