@@ -70,6 +70,17 @@ struct StateMemoryStats {
 /// The stats of `counter`: the process (default), or one rank's comm.memory().
 StateMemoryStats memory_stats(const MemoryCounter& counter = process_memory());
 
+/// Sets the number of this rank's next checked call on comm's group. The checked calls below
+/// number their calls on a group 0, 1, 2, ... (kept with the communicator, Communicator::
+/// layer_state), and every rank's call agreement compares the numbers, with the rest of the
+/// call's record and its call site, before any data moves, so a rank whose calls are out of step
+/// with the others' (backward calls in another order; a skipped call, when the call that follows
+/// differs from the skipped one in a field or its call site) is caught (two identical calls from
+/// one call site cannot be told apart: docs/design.md section 6, "Call sites"). A caller whose
+/// communicator object lives for one call only (the torch binding makes one per call over a
+/// ProcessGroup) keeps the count itself and passes it here before each call.
+void set_next_call_number(Communicator& comm, uint64_t next);
+
 /// Context-parallel attention forward on rank comm.rank() of a CP group (docs/design.md
 /// sections 1 and 5; math in kernel.h), split as options.strategy says (strategy.h: ring by
 /// default, allgather, ulysses, hybrid:UxR; docs/strategies.md). Every strategy returns the same

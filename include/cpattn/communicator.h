@@ -6,9 +6,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <type_traits>
+#include <typeindex>
+#include <typeinfo>
 
 #include "cpattn/memory.h"
 
@@ -139,16 +142,16 @@ class Communicator {
   /// nothing by default (in-process ranks copy inside wait(); gloo has threads of its own).
   void progress() noexcept { do_progress(); }
 
-  /// The number of this rank's next checked attention call on this group (0, 1, 2, ...). The safe
-  /// API (attention.h) takes one per call and all ranks compare it, with the rest of the call's
-  /// record and its call site, before any data moves, so a rank whose calls are out of step with
-  /// the others' (backward calls in another order; a skipped call, when the call that follows
-  /// differs from the skipped one in a field or its call site) is caught. Two identical calls
-  /// from one call site cannot be told apart: a skip between them is not caught
-  /// (docs/design.md section 6, "Call sites"). A backend object that lives for one call only (the
-  /// torch binding) carries the count over with set_next_call_number.
-  uint64_t take_call_number() { return next_call_++; }
-  void set_next_call_number(uint64_t next) { next_call_ = next; }
+  /// Per-group state of a higher layer, of type T (default-constructed at first use, one per
+  /// type), kept as long as this communicator lives; the communicator itself never reads it. A
+  /// sub-group made by split starts with none. The state layer keeps the count of the group's
+  /// checked calls in it (attention.h, set_next_call_number). Not thread-safe, like the rest.
+  template <typename T>
+  T& layer_state() {
+    std::shared_ptr<void>& slot = layer_state_[std::type_index(typeid(T))];
+    if (!slot) slot = std::make_shared<T>();
+    return *static_cast<T*>(slot.get());
+  }
 
   /// The counter this rank's cpattn allocations are charged to (per rank for in-process ranks;
   /// the process counter under MPI).
@@ -192,7 +195,7 @@ class Communicator {
   std::chrono::milliseconds timeout_{kDefaultCommTimeout};
 
  private:
-  uint64_t next_call_ = 0;
+  std::map<std::type_index, std::shared_ptr<void>> layer_state_;
 };
 
 }  // namespace cpattn

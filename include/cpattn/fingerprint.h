@@ -86,7 +86,7 @@ enum class FingerprintRole {
   X(KernelNumerics, numerics,         KernelNumerics::kFma, "kernel numerics",           kShared) \
   /* the dropout stream */                                                                        \
   X(RngState,       rng,              {},                  "rng",                        kShared) \
-  /* the forward's number among the group's checked calls (Communicator::take_call_number) */     \
+  /* the forward's number among the group's checked calls (set_next_call_number, attention.h) */ \
   X(uint64_t,       call_number,      0,                   "call number",            kCallNumber)
 // clang-format on
 

@@ -141,14 +141,21 @@ _CALL_ARGS = ("group_name", "layout", "seq_len", "kv_seq_len", "softmax_scale", 
 def _call_of(call_number, seq_len_local, doc_ids, group_name, layout, seq_len, kv_seq_len,
              softmax_scale, causal, window_left, window_right, dropout_p, timeout, strategy,
              workspace_id, call_site, backward):
-    """The C++ description of one call (_cpattn.Call). seq_len < 0 is the sum of every rank's
-    local length (a small all-reduce), kv_seq_len < 0 is seq_len. A rank whose arguments are
+    """The C++ description of one call (_cpattn.Call). Over a group the ranks' local lengths
+    are summed first (a small all-reduce): seq_len < 0 is that sum (the C++ call checks that
+    another seq_len fits the shards); kv_seq_len < 0 is seq_len. A rank whose arguments are
     refused still takes part in the group's call agreement, as a rank that refuses the call,
     so the other ranks raise at once instead of waiting for it."""
     group = process_group(group_name)
     try:
-        if seq_len < 0:
-            seq_len = whole_length(seq_len_local, group, None, None, timeout)
+        if group is not None:
+            # Every call over a group counts the ranks' tokens first, with or without a seq_len,
+            # so every rank makes the same exchanges in the same order even when the ranks were
+            # given different arguments (seq_len or doc_ids on one rank only): they then meet
+            # in the call agreement, which names what differs, and the group stays usable.
+            counted = whole_length(seq_len_local, group, None, None, timeout)
+            if seq_len < 0:
+                seq_len = counted
         return _cpattn.Call(group=group, layout=layout, seq_len=seq_len,
                             kv_seq_len=None if kv_seq_len < 0 else kv_seq_len, doc_ids=doc_ids,
                             softmax_scale=softmax_scale, causal=causal,
@@ -160,6 +167,15 @@ def _call_of(call_number, seq_len_local, doc_ids, group_name, layout, seq_len, k
         if group is None:
             raise
         _refuse(group, timeout, reason, call_site, int(call_number[0]), backward)
+
+
+def refuse_grouped_call(group, timeout, reason, call_site, local_tokens):
+    """Raises `reason` for a forward call over `group` that this rank refuses before the op
+    (the package's own argument checks), after joining what the other ranks' op does first:
+    the token count (with this rank's `local_tokens`, 0 when it cannot tell) and the call
+    agreement as a rank that refuses, so the others raise at once, quoting it."""
+    whole_length(local_tokens, group, None, None, timeout)
+    _refuse(group, timeout, reason, call_site, _next_number(group_name_of(group)))
 
 
 def _refuse(group, timeout, reason, call_site, call_number, backward=False):
@@ -292,10 +308,13 @@ def _rng_for(q, dropout_p):
 
 
 def _check_doc_ids_type(doc_ids):
-    """Raises cpattn.Error unless doc_ids is None or a tensor (the op checks its dtype and
+    """Raises cpattn.Error unless doc_ids is None or an int64 tensor (the op checks its
     length)."""
-    if doc_ids is not None and not isinstance(doc_ids, torch.Tensor):
-        raise error("invalid_argument", "doc_ids must be an int64 tensor of the whole sequence")
+    if doc_ids is not None and (not isinstance(doc_ids, torch.Tensor) or
+                                doc_ids.dtype != torch.int64):
+        got = doc_ids.dtype if isinstance(doc_ids, torch.Tensor) else type(doc_ids).__name__
+        raise error("invalid_argument", f"doc_ids must be an int64 tensor of the whole "
+                    f"sequence, got {got}")
 
 
 def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scale, causal,
@@ -312,9 +331,7 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
     except (Error, TypeError, ValueError) as reason:
         if group is None:
             raise
-        if seq_len < 0:  # the others count the tokens first: join them with this shard's
-            whole_length(q.shape[1], group, None, None, timeout)
-        _refuse(group, timeout, reason, call_site, _next_number(name))
+        refuse_grouped_call(group, timeout, reason, call_site, q.shape[1])
     rng = _rng_for(q, dropout_p)
     call_number = take_call_number(q, name)
     out, lse, _ = attention_forward(q, k, v, rng, call_number, doc_ids, name, str(layout),
@@ -398,8 +415,13 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     site = _caller_site() if call_site is None else str(call_site)
     try:  # before the length: a rank with doc_ids does not count tokens
         _check_doc_ids_type(doc_ids)
+        if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
+                                    or seq_len < 0):
+            raise error("invalid_argument", f"seq_len must be None or a whole length >= 0, "
+                        f"got {seq_len!r}")
     except Error as reason:
-        _refuse(group, timeout, reason, site, _next_number(group_name_of(group)))
+        local = q.shape[1] if isinstance(q, torch.Tensor) and q.dim() == 4 else 0
+        refuse_grouped_call(group, timeout, reason, site, local)
     if doc_ids is not None:
         total = doc_ids.numel()
     elif seq_len is not None:
@@ -408,9 +430,7 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
         total = -1  # the op sums the ranks' local lengths
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         reason = error("shape_mismatch", "q must be a 4-dimensional tensor [B, S_r, Hq, Dqk]")
-        if total < 0:  # the others count the tokens first: join them
-            whole_length(0, group, None, None, timeout)
-        _refuse(group, timeout, reason, site, _next_number(group_name_of(group)))
+        refuse_grouped_call(group, timeout, reason, site, 0)
     return _apply(q, k, v, group=group, layout=layout, seq_len=total, kv_seq_len=-1,
                   dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                   window_size=window_size, doc_ids=doc_ids, return_lse=return_lse,

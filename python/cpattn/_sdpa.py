@@ -12,10 +12,10 @@ from torch.autograd.variable import Variable
 from torch.overrides import TorchFunctionMode
 
 from ._errors import Error, error
-from ._groups import group_name_of, resolve_group
-from ._ops import (DEFAULT_TIMEOUT_S, _caller_site, _next_number, _refuse, attention,
+from ._groups import resolve_group
+from ._ops import (DEFAULT_TIMEOUT_S, _caller_site, attention, refuse_grouped_call,
                    ring_attention)
-from ._sharding import token_indices, whole_length
+from ._sharding import token_indices
 
 
 # torch's SDPA itself (the builtin a TorchFunctionMode sees as `func`), not whatever
@@ -227,12 +227,8 @@ class _SdpaMode(TorchFunctionMode):
         try:
             q, k, v = _bshd(query, key, value, attn_mask, is_causal, enable_gqa)
         except Error as reason:
-            if self.seq_len is None:  # the others count the tokens first: join them
-                local = query.shape[2] if isinstance(query, torch.Tensor) and \
-                    query.dim() == 4 else 0
-                whole_length(local, self.group, None, None, self.timeout)
-            _refuse(self.group, self.timeout, reason, site,
-                    _next_number(group_name_of(self.group)))
+            local = query.shape[2] if isinstance(query, torch.Tensor) and query.dim() == 4 else 0
+            refuse_grouped_call(self.group, self.timeout, reason, site, local)
         out = ring_attention(q, k, v, group=self.group, layout=self.layout, dropout_p=dropout_p,
                              softmax_scale=scale, causal=is_causal, seq_len=self.seq_len,
                              timeout=self.timeout, strategy=self.strategy,
@@ -274,7 +270,10 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
     ran a different model or skipped a layer), both in cpattn's call agreement (a tiny
     attention call named for them), so a rank that meanwhile is at an SDPA call, or whose
     buffers are refused, fails every rank at once too. Every wait has the deadline `timeout`
-    (seconds). workspace: a cpattn.Workspace every call borrows its scratch from."""
+    (seconds). workspace: a cpattn.Workspace every call borrows its scratch from. The backward
+    must run inside the block (a graph that saved a buffer refuses once it is whole again);
+    only F.scaled_dot_product_attention is intercepted (not torch.ops.aten's SDPA ops); a
+    buffer an enclosing context already sharded is refused."""
     buffers, seq_dims = list(buffers), list(seq_dims)
     if group is not None:
         group, strategy = resolve_group(group, strategy)
@@ -285,11 +284,14 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
         return
 
     try:  # a rank whose buffers are refused still joins the entry agreement, as refusing
+        outer = active_context()
+        if outer is not None and any(outer.whole_of(b) is not None for b in buffers):
+            raise error("invalid_argument", "context_parallel: a buffer is already this rank's "
+                        "shard of an enclosing context_parallel (it would be sharded twice)")
         seq_len = _whole_length(buffers, seq_dims)
         idx = token_indices(layout, seq_len, group) if buffers else None
-    except (Error, TypeError, ValueError) as reason:
-        _refuse(group, timeout, reason, "context_parallel entry",
-                _next_number(group_name_of(group)))
+    except (Error, TypeError, ValueError) as reason:  # _agree's call holds one token per rank
+        refuse_grouped_call(group, timeout, reason, "context_parallel entry", 1)
     _agree(group, timeout, f"context_parallel entry: {seq_len} tokens" if seq_len >= 0
            else "context_parallel entry: no buffers", "the ranks do not enter the context "
            "alike (their buffers hold sequences of different lengths, or a rank is elsewhere)")

@@ -70,7 +70,7 @@ std::unique_ptr<Communicator> group_of(const std::optional<ProcessGroupPtr>& gro
     comm = std::make_unique<SingleRankCommunicator>();
     comm->set_timeout(timeout);
   }
-  comm->set_next_call_number(call_number);
+  set_next_call_number(*comm, call_number);
   return comm;
 }
 

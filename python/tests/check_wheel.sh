@@ -10,7 +10,7 @@ python=$1 source=$2 work=$3 version=$4
 rm -rf "$work/wheelhouse" "$work/venv"
 mkdir -p "$work"
 "$python" -m pip wheel "$source" --no-build-isolation --no-deps -q -w "$work/wheelhouse" \
-  -C build-dir="$work/build"
+  --config-settings=build-dir="$work/build"
 wheel=$(ls "$work"/wheelhouse/cpattn-"$version"-*.whl)
 echo "wheel: $(basename "$wheel")"
 /usr/bin/python3 -m venv "$work/venv"

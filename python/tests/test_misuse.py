@@ -184,3 +184,64 @@ def test_a_skipped_call_fails_every_rank_at_the_next_call_naming_the_sites(where
     else:
         assert "rank 1 at layer 2" in outcomes[0]["message"], outcomes[0]
         assert "rank 0 at layer 1" in outcomes[0]["message"], outcomes[0]
+
+
+def _one_rank_gives_what_the_other_does_not(rank, world, what):
+    # Rank 0 passes seq_len (or doc_ids), rank 1 lets the op count: both still make the same
+    # exchanges (every call over a group counts its tokens first), so the calls agree (the
+    # same seq_len) or the call agreement names the difference (documents on one rank only),
+    # and the group works for the next call.
+    q = torch.randn(1, 8, 2, 8)
+    kwargs = dict(causal=True, timeout=20)
+    if rank == 0:
+        if what == "seq_len":
+            kwargs["seq_len"] = 16
+        else:
+            kwargs["doc_ids"] = torch.zeros(16, dtype=torch.int64)
+    start = time.monotonic()
+    try:
+        cpattn.ring_attention(q, q, q, **kwargs)
+        first = (None, "")
+    except cpattn.Error as e:
+        first = (e.code, str(e))
+    seconds = time.monotonic() - start
+    out = cpattn.ring_attention(q, q, q, causal=True, seq_len=16, timeout=20)  # works again
+    return first, seconds, tuple(out.shape)
+
+
+@pytest.mark.parametrize("what", ["seq_len", "doc_ids"])
+def test_an_argument_on_one_rank_only_is_named_and_the_group_stays_usable(what):
+    for rank, ((code, message), seconds, shape) in enumerate(
+            run_processes(2, _one_rank_gives_what_the_other_does_not, what)):
+        if what == "seq_len":  # the length rank 1 counts is rank 0's seq_len: one call
+            assert code is None, (rank, message)
+        else:
+            assert code == "rank_disagreement", (rank, message)
+            assert "doc" in message, message
+        assert seconds < 10, (rank, seconds)
+        assert shape == (1, 8, 2, 8)
+
+
+def _refusals(rank, world):
+    q = torch.randn(1, 4, 2, 8)
+    outcomes = []
+    for kwargs in (dict(seq_len=-3), dict(seq_len=4.0),
+                   dict(doc_ids=torch.tensor([0.2, 0.7, 1.5, 1.9])),
+                   dict(doc_ids=torch.zeros(4, dtype=torch.int32))):
+        try:
+            cpattn.ring_attention(q, q, q, timeout=20, **kwargs)
+            outcomes.append((None, ""))
+        except cpattn.Error as e:
+            outcomes.append((e.code, str(e)))
+    return outcomes
+
+
+def test_seq_len_must_be_a_whole_length_and_doc_ids_int64():
+    (negative, float_len, float_docs, int32_docs), = run_processes(1, _refusals)
+    for code, _ in (negative, float_len, float_docs, int32_docs):
+        assert code == "invalid_argument"
+    assert "seq_len must be None or a whole length >= 0, got -3" in negative[1]
+    assert "got 4.0" in float_len[1]
+    assert "doc_ids must be an int64 tensor of the whole sequence, got torch.float32" in \
+        float_docs[1]
+    assert "got torch.int32" in int32_docs[1]

@@ -652,3 +652,24 @@ MISUSE_CASES = [(_mask_case, (who,)) for who in MASK_CASES] + \
     [(_buffers_case, (bad,)) for bad in BUFFER_CASES] + \
     [(_outside_case, ("leaves before its SDPA calls",)), (_skip_case, ()),
      (_shape_case, ("heads",)), (_shape_case, ("head_dim",))]
+
+
+def _nested_over_the_same_buffers(rank, world):
+    ids = torch.arange(8).view(1, 8)
+    with cpattn.context_parallel(dist.group.WORLD, buffers=[ids], seq_dims=[1], timeout=20):
+        try:
+            with cpattn.context_parallel(dist.group.WORLD, buffers=[ids], seq_dims=[1],
+                                         timeout=20):
+                pass
+            inner = (None, "")
+        except cpattn.Error as e:
+            inner = (e.code, str(e))
+        shard = ids.tolist()
+    return inner, shard, ids.tolist()
+
+
+def test_a_nested_context_over_an_already_sharded_buffer_is_refused():
+    for rank, (inner, shard, after) in enumerate(run_processes(2, _nested_over_the_same_buffers)):
+        assert inner[0] in ("invalid_argument", "rank_disagreement"), inner
+        assert "already this rank's shard" in inner[1], inner
+        assert len(shard[0]) == 4 and after == [list(range(8))], (rank, shard, after)

@@ -6,6 +6,7 @@
 
 #include "cpattn/detail/cp.h"
 #include "cpattn/error.h"
+#include "state/call_agreement.h"
 #include "state/state_detail.h"
 
 namespace cpattn {
@@ -49,6 +50,10 @@ StateMemoryStats memory_stats(const MemoryCounter& counter) {
   // ForwardResults are the only objects the library registers (ForwardResult's constructor).
   const MemoryStats s = counter.stats();
   return {s.live_bytes, s.peak_bytes, s.live_objects, s.peak_objects};
+}
+
+void set_next_call_number(Communicator& comm, uint64_t next) {
+  comm.layer_state<detail::CallNumbering>().next = next;
 }
 
 namespace detail {

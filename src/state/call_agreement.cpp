@@ -256,11 +256,13 @@ std::string site_difference(const std::vector<CallRecord>& all) {
 
 }  // namespace
 
+uint64_t take_call_number(Communicator& comm) { return comm.layer_state<CallNumbering>().next++; }
+
 uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint* fp,
                         const CpOptions& options, std::string_view call_site,
                         std::optional<uint64_t> forward_number,
                         const std::optional<Error>& local_error) {
-  const uint64_t number = comm.take_call_number();
+  const uint64_t number = take_call_number(comm);
   CallRecord record =
       call_record(op, number, forward_number.value_or(number), comm.size(), fp, options, call_site);
   if (local_error) {

@@ -30,7 +30,7 @@ enum class CallOp : uint32_t { kForward = 1, kBackward = 2, kRecompute = 3, kStr
 struct CallRecord {
   uint32_t op = 0;
   uint32_t cp_size = 0;
-  uint64_t call_number = 0;        ///< Communicator::take_call_number of this call
+  uint64_t call_number = 0;        ///< take_call_number of this call
   uint64_t forward_number = 0;     ///< the forward's call number (this call's, for a forward)
   int32_t local_check_passed = 1;  ///< 0: this rank refuses the call (refusal_code, refusal)
   int32_t document_aware = 0;      ///< CpOptions::document_aware (ranks that differ would send
@@ -82,6 +82,15 @@ void agree_on_call(Communicator& comm, const CallRecord& mine);
 /// from rank 0. Any bytes are accepted (a record is what a peer sent): enum fields outside their
 /// range read as "unknown", texts are read up to their NUL or their field's end.
 Error call_disagreement(const std::vector<CallRecord>& all);
+
+/// The numbering of a group's checked calls, kept with its communicator (Communicator::
+/// layer_state; set_next_call_number in attention.h sets it).
+struct CallNumbering {
+  uint64_t next = 0;
+};
+
+/// The number of this rank's next checked call on comm's group (0, 1, 2, ...), counted on.
+uint64_t take_call_number(Communicator& comm);
 
 /// The checked-call protocol: takes comm's next call number, makes the record (forward_number:
 /// the forward this call uses the state of; nullopt = this call itself; call_site:

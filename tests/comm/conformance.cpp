@@ -184,6 +184,25 @@ void barrier_orders(Communicator& comm) {
     EXPECT_LE(all[r], left) << "rank " << r << " entered late";
 }
 
+// A higher layer's per-group state (Communicator::layer_state): default-constructed at first use,
+// kept across uses, one per type, and a split's sub-group starts with its own.
+void layer_state_is_per_communicator(Communicator& comm) {
+  struct Count {
+    int n = 0;
+  };
+  struct Other {
+    int n = 100;
+  };
+  EXPECT_EQ(comm.layer_state<Count>().n, 0);
+  comm.layer_state<Count>().n += 5;
+  EXPECT_EQ(comm.layer_state<Count>().n, 5);
+  EXPECT_EQ(comm.layer_state<Other>().n, 100);
+  std::unique_ptr<Communicator> sub = comm.split(0, comm.rank());
+  EXPECT_EQ(sub->layer_state<Count>().n, 0);
+  sub->layer_state<Count>().n = 9;
+  EXPECT_EQ(comm.layer_state<Count>().n, 5);
+}
+
 // Split into rows of `width` consecutive ranks (color = rank / width) with reversed keys, so a
 // row numbers its members backwards. Checks rank/size, point-to-point and collectives inside the
 // row while the parent exchanges a message with the same tag, so neither can match the other's.
@@ -298,6 +317,7 @@ std::vector<ConformanceCase> conformance_cases() {
   }
   cases.push_back({"AllreduceEmpty", [](Communicator& c) { allreduce<float>(c, 0, true); }});
   cases.push_back({"TruncatedReceiveFails", truncated_receive});
+  cases.push_back({"LayerStateIsPerCommunicator", layer_state_is_per_communicator});
   cases.push_back({"SplitRowsOfTwo", [](Communicator& c) { split_rows(c, 2); }});
   cases.push_back({"SplitRowsOfThree", [](Communicator& c) { split_rows(c, 3); }});
   cases.push_back({"SplitColumnsTwice", split_columns_twice});

@@ -72,6 +72,32 @@ TEST(CallAgreement, AWrappersRefusalJoinsTheAgreement) {
   }
 }
 
+// Each communicator numbers its group's checked calls 0, 1, 2, ...; set_next_call_number moves
+// the count (a binding whose communicator lives for one call), and ranks whose counts differ fail
+// the agreement naming the call numbers.
+TEST(CallAgreement, CallNumbersAreCountedPerGroupAndCanBeSet) {
+  const Case c;
+  const RankOutcomes o = run_all(2, [&](Communicator& comm) {
+    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    const auto forward = [&] {
+      return attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(2, comm.rank()),
+                               c.params, {1, 0});
+    };
+    EXPECT_EQ(forward().fingerprint.call_number, 0u);
+    EXPECT_EQ(forward().fingerprint.call_number, 1u);
+    set_next_call_number(comm, 7);
+    EXPECT_EQ(forward().fingerprint.call_number, 7u);
+    EXPECT_EQ(forward().fingerprint.call_number, 8u);
+    if (comm.rank() == 1) set_next_call_number(comm, 12);
+    forward();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kRankDisagreement) << "rank " << r;
+    EXPECT_THAT(o.messages[static_cast<size_t>(r)],
+                HasSubstr("rank 1 has call number=12, rank 0 has call number=9"));
+  }
+}
+
 TEST(CallAgreement, EachFieldIsCompared) {
   const Case c;
   // field name in the message -> how rank 1 differs

@@ -35,10 +35,8 @@ import inspect
 import torch
 
 from .._errors import Error, error
-from .._groups import group_name_of
-from .._ops import _next_number, _refuse, attention, ring_attention
+from .._ops import attention, refuse_grouped_call, ring_attention
 from .._sdpa import active_context
-from .._sharding import whole_length
 
 NAME = "cpattn"
 
@@ -153,9 +151,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
             raise
         # As ring_attention's own refusals: join the group's call agreement as refusing, so
         # that a rank refusing alone (a padding mask in its shard only) fails every rank now.
-        if cp.seq_len is None:  # the others count the tokens first: join them
-            whole_length(query.shape[2], cp.group, None, None, cp.timeout)
-        _refuse(cp.group, cp.timeout, reason, site, _next_number(group_name_of(cp.group)))
+        refuse_grouped_call(cp.group, cp.timeout, reason, site, query.shape[2])
     if grouped:
         out = ring_attention(q, k, v, group=cp.group, layout=cp.layout, strategy=cp.strategy,
                              dropout_p=dropout, softmax_scale=scaling, causal=causal,
