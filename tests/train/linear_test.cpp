@@ -10,10 +10,7 @@
 namespace cpattn::train {
 namespace {
 
-using testing::expect_grad_near;
-using testing::numeric_grad;
-using testing::random_vector;
-using testing::weighted_sum;
+using namespace testing;  // grad_check.h: numeric gradients, random inputs
 
 struct LinearCase {
   int64_t n, in, out;

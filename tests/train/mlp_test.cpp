@@ -9,10 +9,7 @@
 namespace cpattn::train {
 namespace {
 
-using testing::expect_grad_near;
-using testing::numeric_grad;
-using testing::random_vector;
-using testing::weighted_sum;
+using namespace testing;  // grad_check.h: numeric gradients, random inputs
 
 TEST(Gelu, KnownValues) {
   // Reference values of 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

@@ -13,10 +13,7 @@
 namespace cpattn::train {
 namespace {
 
-using testing::expect_grad_near;
-using testing::numeric_grad;
-using testing::random_vector;
-using testing::weighted_sum;
+using namespace testing;  // grad_check.h: numeric gradients, random inputs
 
 constexpr double kBase = 10000.0;
 
