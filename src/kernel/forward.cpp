@@ -23,22 +23,22 @@ int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 //   vp [Dv_pad/nr][kTileK][nr]  V panels of the current k tile
 //   st [kTileK][kTileQ]         S^T scores, then probabilities
 //   al [kTileQ]                 per-query rescale factors exp(m_old - m_new)
-//   per head of the item (head_stride apart): qt [kTileQ/nr][Dqk][nr] Q^T panels,
+//   per lane (q tile, head) of the item (lane_stride apart): qt [kTileQ/nr][Dqk][nr] Q^T panels,
 //     o [kTileQ][Dv_pad] accumulator, m [kTileQ] running max, l [kTileQ] running sum
-ForwardOffsets plan_scratch(const ForwardProblem& p, int64_t dv_pad, int64_t heads_per_item,
+ForwardOffsets plan_scratch(const ForwardProblem& p, int64_t dv_pad, int64_t lanes,
                             ScratchLayout& item) {
   ForwardOffsets at{};
-  ScratchLayout head;
-  at.qt = head.add(kForwardTileQ * p.Dqk);
-  at.o = head.add(kForwardTileQ * dv_pad);
-  at.m = head.add(kForwardTileQ);
-  at.l = head.add(kForwardTileQ);
-  at.head_stride = head.total();
+  ScratchLayout lane;
+  at.qt = lane.add(kForwardTileQ * p.Dqk);
+  at.o = lane.add(kForwardTileQ * dv_pad);
+  at.m = lane.add(kForwardTileQ);
+  at.l = lane.add(kForwardTileQ);
+  at.lane_stride = lane.total();
   at.kr = item.add(kForwardTileK * p.Dqk);
   at.vp = item.add(kForwardTileK * dv_pad);
   at.st = item.add(kForwardTileK * kForwardTileQ);
   at.alpha = item.add(kForwardTileQ);
-  at.heads = item.add(heads_per_item * at.head_stride);
+  at.lanes = item.add(lanes * at.lane_stride);
   return at;
 }
 
@@ -70,13 +70,24 @@ void run_forward(const ForwardProblem& p) {
   plan.k_tiles = k_tiles.data();
   plan.n_k_tiles = static_cast<int64_t>(k_tiles.size());
   plan.q_order = q_order.data();
+  plan.n_q_tiles = static_cast<int64_t>(q_tiles.size());
   plan.heads_per_item = std::min(p.group, kForwardMaxHeadsPerItem);
   plan.head_chunks = (p.group + plan.heads_per_item - 1) / plan.heads_per_item;
+  // As many q tiles per item as the lanes allow, but never so few items that a thread idles
+  // (two items per thread at least, when the call has them).
+  const int64_t other_items = p.B * p.Hkv * plan.head_chunks;
+  plan.tiles_per_item = std::max<int64_t>(1, kForwardMaxLanesPerItem / plan.heads_per_item);
+  while (plan.tiles_per_item > 1 &&
+         (plan.n_q_tiles + plan.tiles_per_item - 1) / plan.tiles_per_item * other_items <
+             2 * p.num_threads) {
+    --plan.tiles_per_item;
+  }
+  plan.q_runs = (plan.n_q_tiles + plan.tiles_per_item - 1) / plan.tiles_per_item;
   plan.dv_pad = round_up(p.Dv, isa.nr);
   ScratchLayout layout;
-  plan.at = plan_scratch(p, plan.dv_pad, plan.heads_per_item, layout);
+  plan.at = plan_scratch(p, plan.dv_pad, plan.tiles_per_item * plan.heads_per_item, layout);
 
-  const int64_t items = static_cast<int64_t>(q_order.size()) * p.B * p.Hkv * plan.head_chunks;
+  const int64_t items = plan.q_runs * other_items;
   std::vector<Tensor> scratch(static_cast<size_t>(worker_count(items, p.num_threads)));
   parallel_for(items, p.num_threads, p.interruption_point, [&](int64_t item, int worker) {
     Tensor& buf = scratch[static_cast<size_t>(worker)];

@@ -25,6 +25,13 @@ constexpr int64_t kForwardTileQ = 192;
 constexpr int64_t kForwardTileK = 128;
 /// Query heads of one kv group handled by one forward work item (they share each packed K/V tile).
 constexpr int64_t kForwardMaxHeadsPerItem = 4;
+/// (q tile, q head) pairs of one forward work item, its "lanes": every lane shares each packed K/V
+/// tile, so an item of one head takes up to 4 q tiles (consecutive in q_order) and reads and packs
+/// each K/V tile once for all of them; with Hkv = Hq every K/V tile was otherwise read from memory
+/// once per 192 queries (docs/performance.md, "Intel Xeon"). Each lane runs exactly the steps it
+/// would run alone (same k tiles, same order), so the grouping changes no bit of any result.
+/// Lane state (Q^T panels, O, m, l: ~192 KiB at D = 128) x 4 and the shared tiles fit a 2 MiB L2.
+constexpr int64_t kForwardMaxLanesPerItem = 8;
 /// Backward: five products per (q tile, k tile) pair; 64 x 64 keeps the pair's operands (S^T,
 /// dP^T/dS^T, Z P: 16 KiB each; packed Q/dO/K/V tiles: <= 32 KiB each at D = 128) in L2.
 constexpr int64_t kBackwardTileQ = 64;
@@ -32,12 +39,14 @@ constexpr int64_t kBackwardTileK = 64;
 
 /// Offsets (floats) of the arrays of a forward worker's scratch buffer (ScratchLayout).
 struct ForwardOffsets {
-  int64_t kr, vp, st, alpha, heads;  ///< in the worker's buffer
-  int64_t qt, o, m, l, head_stride;  ///< in one head's block (heads + hh * head_stride)
+  int64_t kr, vp, st, alpha, lanes;  ///< in the worker's buffer
+  int64_t qt, o, m, l, lane_stride;  ///< in one lane's block (lanes + lane * lane_stride)
 };
 
-/// A forward call's work: items (q tile in q_order, batch, kv head, chunk of <= heads_per_item q
-/// heads), item index = ((q_order index * B + b) * Hkv + g) * head_chunks + chunk.
+/// A forward call's work: items (a run of <= tiles_per_item q tiles of q_order, batch, kv head,
+/// chunk of <= heads_per_item q heads), item index = ((q run * B + b) * Hkv + g) * head_chunks +
+/// chunk; q run r holds q_order[r * tiles_per_item ...]. An item's lanes (tile, head) number
+/// tiles_per_item * heads_per_item <= kForwardMaxLanesPerItem.
 struct ForwardPlan {
   const ForwardProblem* p;
   const TileMask* mask;
@@ -45,6 +54,8 @@ struct ForwardPlan {
   const TileRange* k_tiles;
   int64_t n_k_tiles;
   const size_t* q_order;  ///< q tiles, longest job first
+  int64_t n_q_tiles;
+  int64_t tiles_per_item, q_runs;
   int64_t heads_per_item, head_chunks;
   int64_t dv_pad;  ///< Dv rounded up to the ISA's panel width
   ForwardOffsets at;

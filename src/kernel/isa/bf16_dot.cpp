@@ -24,13 +24,10 @@ uint32_t pair(uint16_t lo, uint16_t hi) { return lo | static_cast<uint32_t>(hi) 
 template <int MR, bool kAccumulate>
 struct DotKernel {
   static void run(int64_t k2_len, const uint32_t* a, int64_t rs, int64_t ks, const uint32_t* b,
-                  float* c, int64_t ldc) {
+                  float* c, int64_t ldc, const float* row_scale) {
     __m512 lo[MR], hi[MR];
-#pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) {
-      lo[m] = kAccumulate ? _mm512_loadu_ps(c + m * ldc) : _mm512_setzero_ps();
-      hi[m] = kAccumulate ? _mm512_loadu_ps(c + m * ldc + kLanes) : _mm512_setzero_ps();
-    }
+    load_c<MR, kAccumulate>(c, ldc, row_scale, lo, hi,
+                            [](const float* row) { return _mm512_loadu_ps(row); });
     for (int64_t k2 = 0; k2 < k2_len; ++k2) {
       const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + k2 * kNr);
       const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + k2 * kNr + kLanes);
@@ -81,11 +78,11 @@ __m512i interleave16(const uint16_t* r0, const uint16_t* r1) {
 }  // namespace
 
 void gemm_tile_bf16(int64_t m, int64_t n, PairsA a, PairsB b, float* c, int64_t ldc,
-                    bool accumulate) {
+                    bool accumulate, const float* row_scale) {
   if (accumulate) {
-    tile_loops<DotKernel, true>(m, n, a, b, c, ldc);
+    tile_loops<DotKernel, true>(m, n, a, b, c, ldc, row_scale);
   } else {
-    tile_loops<DotKernel, false>(m, n, a, b, c, ldc);
+    tile_loops<DotKernel, false>(m, n, a, b, c, ldc, nullptr);
   }
 }
 

@@ -39,11 +39,12 @@ struct PairsB {
   int64_t k;  ///< word rows per panel: k_pairs of the product's K
 };
 
-/// C[m][n] = (accumulate ? C[m][n] : 0) + sum_{k < K} A[m][k] * B[k][n] for m < M, n < N (N a
-/// multiple of kNr), K = 2 b.k with the zero pads; fp32 C, row-major with leading dimension ldc.
-/// The sum runs over k in pair order (k = 2k2 + 1 then 2k2 within a word, pairs in order).
+/// C[m][n] = (accumulate ? C[m][n] * r_m : 0) + sum_{k < K} A[m][k] * B[k][n] for m < M, n < N
+/// (N a multiple of kNr), K = 2 b.k with the zero pads, r_m = row_scale[m] (1 when null), as
+/// gemm_tile; fp32 C, row-major with leading dimension ldc. The sum runs over k in pair order
+/// (k = 2k2 + 1 then 2k2 within a word, pairs in order).
 void gemm_tile_bf16(int64_t m, int64_t n, PairsA a, PairsB b, float* c, int64_t ldc,
-                    bool accumulate);
+                    bool accumulate, const float* row_scale = nullptr);
 
 /// Row-major pairs (A operand, K = the head dim): dst[i * ld + k2] = (x(b, begin + i, h, 2 k2),
 /// x(.., 2 k2 + 1)) for k2 < k_pairs(D), ld >= k_pairs(D) words, the high half 0 past D.

@@ -1,8 +1,9 @@
 // One forward work item (FlashAttention-2, Dao 2023, Alg. 1) of the plan the driver made
-// (kernel/forward.cpp): a q tile of <= kForwardMaxHeadsPerItem q heads of one kv group streams the
-// k/v tiles it can see, packs each once and runs every q head against it (GQA reuse), with fp32
-// online softmax. bf16 calls on the AVX-512-BF16 copy run the two products on vdpbf16ps
-// (Bf16Products); every other call widens its operands to fp32 while packing (Fp32Products).
+// (kernel/forward.cpp): its lanes, <= kForwardMaxLanesPerItem (q tile, q head) pairs of one kv
+// group, stream the k/v tiles they can see; each tile is packed once and every lane that sees it
+// runs against it (GQA and q-tile reuse), with fp32 online softmax. bf16 calls on the AVX-512-BF16
+// copy run the two products on vdpbf16ps (Bf16Products); every other call widens its operands to
+// fp32 while packing (Fp32Products).
 #include "kernel/isa/forward.h"
 
 #include "kernel/isa/bf16_dot.h"
@@ -105,8 +106,8 @@ void write_rows(const ForwardPlan& plan, int64_t b, int64_t h, const TileRange& 
   }
 }
 
-// The item's two products on fp32 tiles: S^T = K Q^T (kr rows, q panels) and O += P V with P
-// read through S^T (row stride 1, k stride kForwardTileQ). Any dtype: packing widens it.
+// The item's two products on fp32 tiles: S^T = K Q^T (kr rows, q panels) and O = O * alpha + P V
+// with P read through S^T (row stride 1, k stride kForwardTileQ). Any dtype: packing widens it.
 struct Fp32Products {
   static void pack_q(const ForwardProblem& p, TileRows t, float* qt) {
     pack_panels_transposed(p.q, t, 1.0f, qt);
@@ -120,8 +121,8 @@ struct Fp32Products {
     gemm_tile(nk, nq_pad, {kr, p.Dqk, 1}, {qt, p.Dqk}, st, kForwardTileQ, false);
   }
   static void add_pv(int64_t nq, int64_t nk, int64_t /*nq_pad*/, int64_t dv_pad, float* st,
-                     const float* vp, float* o) {
-    gemm_tile(nq, dv_pad, {st, 1, kForwardTileQ}, {vp, nk}, o, dv_pad, true);
+                     const float* vp, const float* alpha, float* o) {
+    gemm_tile(nq, dv_pad, {st, 1, kForwardTileQ}, {vp, nk}, o, dv_pad, true, alpha);
   }
 };
 
@@ -145,12 +146,19 @@ struct Bf16Products {
     gemm_tile_bf16(nk, nq_pad, {words(kr), k2, 1}, {words(qt), k2}, st, kForwardTileQ, false);
   }
   static void add_pv(int64_t nq, int64_t nk, int64_t nq_pad, int64_t dv_pad, float* st,
-                     const float* vp, float* o) {
+                     const float* vp, const float* alpha, float* o) {
     const PairsA pt = scores_to_pairs(st, nk, nq_pad, kForwardTileQ);
-    gemm_tile_bf16(nq, dv_pad, pt, {words(vp), k_pairs(nk)}, o, dv_pad, true);
+    gemm_tile_bf16(nq, dv_pad, pt, {words(vp), k_pairs(nk)}, o, dv_pad, true, alpha);
   }
 };
 #endif
+
+// One (q tile, q head) pair of an item: its packed Q^T and its running O, m, l in scratch.
+struct Lane {
+  const TileRange* qt;
+  int64_t h;
+  float *q_panels, *o, *m, *l;
+};
 
 template <class Products>
 void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
@@ -160,46 +168,61 @@ void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
   const int64_t chunk = item % plan.head_chunks;
   const int64_t g = item / plan.head_chunks % p.Hkv;
   const int64_t b = item / plan.head_chunks / p.Hkv % p.B;
-  const TileRange& qt = plan.q_tiles[plan.q_order[item / plan.head_chunks / p.Hkv / p.B]];
+  const int64_t first_tile = item / plan.head_chunks / p.Hkv / p.B * plan.tiles_per_item;
+  const int64_t tiles_left = plan.n_q_tiles - first_tile;
+  const int64_t n_tiles = plan.tiles_per_item < tiles_left ? plan.tiles_per_item : tiles_left;
   const int64_t h0 = g * p.group + chunk * plan.heads_per_item;
   const int64_t rest = p.group - chunk * plan.heads_per_item;
   const int64_t nh = plan.heads_per_item < rest ? plan.heads_per_item : rest;
-  const int64_t nq_pad = round_up_nr(qt.size);
   const int64_t dv_pad = plan.dv_pad;
 
   float* kr = scratch + at.kr;
   float* vp = scratch + at.vp;
   float* st = scratch + at.st;
   float* alpha = scratch + at.alpha;
-  const auto head = [&](int64_t hh) { return scratch + at.heads + hh * at.head_stride; };
-  for (int64_t hh = 0; hh < nh; ++hh) {
-    Products::pack_q(p, {b, h0 + hh, qt.begin, qt.size}, head(hh) + at.qt);
-    load_state(plan, b, h0 + hh, qt, head(hh) + at.o, head(hh) + at.m, head(hh) + at.l);
+  Lane lanes[kForwardMaxLanesPerItem];
+  const int64_t n_lanes = n_tiles * nh;
+  for (int64_t i = 0; i < n_lanes; ++i) {
+    float* block = scratch + at.lanes + i * at.lane_stride;
+    Lane& lane = lanes[i];
+    lane = {&plan.q_tiles[plan.q_order[first_tile + i / nh]],
+            h0 + i % nh,
+            block + at.qt,
+            block + at.o,
+            block + at.m,
+            block + at.l};
+    Products::pack_q(p, {b, lane.h, lane.qt->begin, lane.qt->size}, lane.q_panels);
+    load_state(plan, b, lane.h, *lane.qt, lane.o, lane.m, lane.l);
   }
   const DropoutTile dropout(p);
 
-  const auto next_visible = [&](int64_t t) {
-    while (t < plan.n_k_tiles && mask.classify(qt, plan.k_tiles[t]) == BlockVisibility::kHidden) {
-      ++t;
+  // The k tiles some lane sees, in order; each lane skips those it does not.
+  const auto seen = [&](int64_t t) {
+    for (int64_t i = 0; i < n_lanes; i += nh) {
+      if (mask.classify(*lanes[i].qt, plan.k_tiles[t]) != BlockVisibility::kHidden) return true;
     }
+    return false;
+  };
+  const auto next_seen = [&](int64_t t) {
+    while (t < plan.n_k_tiles && !seen(t)) ++t;
     return t;
   };
-  for (int64_t t = next_visible(0); t < plan.n_k_tiles;) {
+  for (int64_t t = next_seen(0); t < plan.n_k_tiles;) {
     const TileRange& kv = plan.k_tiles[t];
-    const BlockVisibility kind = mask.classify(qt, kv);
-    const int64_t next = next_visible(t + 1);
+    const int64_t next = next_seen(t + 1);
     if (next < plan.n_k_tiles) {
       const TileRange& nkv = plan.k_tiles[next];
       prefetch_rows(p.k, {b, g, nkv.begin, nkv.size});
       prefetch_rows(p.v, {b, g, nkv.begin, nkv.size});
     }
     Products::pack_kv(p, {b, g, kv.begin, kv.size}, kr, vp);
-    for (int64_t hh = 0; hh < nh; ++hh) {
-      float* qtp = head(hh) + at.qt;
-      float* o = head(hh) + at.o;
-      float* m = head(hh) + at.m;
-      float* l = head(hh) + at.l;
-      Products::scores(p, kv.size, nq_pad, kr, qtp, st);
+    for (int64_t i = 0; i < n_lanes; ++i) {
+      const Lane& lane = lanes[i];
+      const TileRange& qt = *lane.qt;
+      const BlockVisibility kind = mask.classify(qt, kv);
+      if (kind == BlockVisibility::kHidden) continue;
+      const int64_t nq_pad = round_up_nr(qt.size);
+      Products::scores(p, kv.size, nq_pad, kr, lane.q_panels, st);
       float scale = p.scale;
       if (kind == BlockVisibility::kPartial) {
         // Scale first so that masked -inf stays -inf whatever the sign of the scale.
@@ -208,25 +231,21 @@ void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
           store(st + e, load(st + e) * sc);
         }
         scale = 1.0f;
-        for (int64_t i = 0; i < qt.size; ++i) {
-          mask.mask_keys(qt.begin + i, kv, st + i, kForwardTileQ);
+        for (int64_t r = 0; r < qt.size; ++r) {
+          mask.mask_keys(qt.begin + r, kv, st + r, kForwardTileQ);
         }
       }
-      softmax_columns(kv.size, nq_pad, scale, st, m, l, alpha);
-      for (int64_t i = 0; i < qt.size; ++i) {
-        if (alpha[i] == 1.0f) continue;
-        const VF a = splat(alpha[i]);
-        float* orow = o + i * dv_pad;
-        for (int64_t d = 0; d < dv_pad; d += kLanes) store(orow + d, load(orow + d) * a);
-      }
-      if (p.dropout_p > 0.0f) dropout.apply(b, h0 + hh, qt, kv, st, kForwardTileQ);
-      Products::add_pv(qt.size, kv.size, nq_pad, dv_pad, st, vp, o);
+      softmax_columns(kv.size, nq_pad, scale, st, lane.m, lane.l, alpha);
+      if (p.dropout_p > 0.0f) dropout.apply(b, lane.h, qt, kv, st, kForwardTileQ);
+      // O = O * alpha + P V: the rescale happens as the product loads O.
+      Products::add_pv(qt.size, kv.size, nq_pad, dv_pad, st, vp, alpha, lane.o);
     }
     t = next;
   }
 
-  for (int64_t hh = 0; hh < nh; ++hh) {
-    write_rows(plan, b, h0 + hh, qt, head(hh) + at.o, head(hh) + at.m, head(hh) + at.l);
+  for (int64_t i = 0; i < n_lanes; ++i) {
+    const Lane& lane = lanes[i];
+    write_rows(plan, b, lane.h, *lane.qt, lane.o, lane.m, lane.l);
   }
 }
 

@@ -11,13 +11,9 @@ namespace {
 template <int MR, bool kAccumulate>
 struct MicroKernel {
   static void run(int64_t k_len, const float* a, int64_t rs, int64_t ks, const float* b, float* c,
-                  int64_t ldc) {
+                  int64_t ldc, const float* row_scale) {
     VF lo[MR], hi[MR];
-#pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) {
-      lo[m] = kAccumulate ? load(c + m * ldc) : VF{};
-      hi[m] = kAccumulate ? load(c + m * ldc + kLanes) : VF{};
-    }
+    load_c<MR, kAccumulate>(c, ldc, row_scale, lo, hi, load);
     for (int64_t k = 0; k < k_len; ++k) {
       const VF b0 = load(b + k * kNr);
       const VF b1 = load(b + k * kNr + kLanes);
@@ -39,12 +35,12 @@ struct MicroKernel {
 
 }  // namespace
 
-void gemm_tile(int64_t m, int64_t n, AOperand a, PackedB b, float* c, int64_t ldc,
-               bool accumulate) {
+void gemm_tile(int64_t m, int64_t n, AOperand a, PackedB b, float* c, int64_t ldc, bool accumulate,
+               const float* row_scale) {
   if (accumulate) {
-    tile_loops<MicroKernel, true>(m, n, a, b, c, ldc);
+    tile_loops<MicroKernel, true>(m, n, a, b, c, ldc, row_scale);
   } else {
-    tile_loops<MicroKernel, false>(m, n, a, b, c, ldc);
+    tile_loops<MicroKernel, false>(m, n, a, b, c, ldc, nullptr);
   }
 }
 

@@ -43,22 +43,29 @@ struct AOperand {
   int64_t k_stride;
 };
 
-/// C[m][n] = (accumulate ? C[m][n] : 0) + sum_{k < K} A[m][k] * B[k][n], for m < M and n < N,
-/// where N is a multiple of kNr and K = b.k. C is row-major with leading dimension ldc.
-void gemm_tile(int64_t m, int64_t n, AOperand a, PackedB b, float* c, int64_t ldc, bool accumulate);
+/// C[m][n] = (accumulate ? C[m][n] * r_m : 0) + sum_{k < K} A[m][k] * B[k][n], for m < M and
+/// n < N, where N is a multiple of kNr and K = b.k, r_m = row_scale[m] (1 when row_scale is null;
+/// the forward's online-softmax rescale of O, folded into the product's load of C). C is
+/// row-major with leading dimension ldc.
+void gemm_tile(int64_t m, int64_t n, AOperand a, PackedB b, float* c, int64_t ldc, bool accumulate,
+               const float* row_scale = nullptr);
 
 /// The loop nest around a register micro-kernel, shared by the fp32 product (gemm.cpp) and the
 /// bf16 pair product (bf16_dot.cpp): column panels of kNr, row blocks of kMr, and the last
 /// m % kMr rows through Micro<rows>. Micro<MR, kAccumulate>::run(k, a, row_stride, k_stride,
-/// panel, c, ldc) computes C[0:MR, 0:kNr] (+)= A[0:MR, 0:k] * panel; A and B are AOperand /
-/// PackedB or their pair twins (fields data, row_stride, k_stride; data, k).
+/// panel, c, ldc, row_scale) computes C[0:MR, 0:kNr] (+)= A[0:MR, 0:k] * panel, C's rows first
+/// scaled by row_scale[0:MR] when accumulating and row_scale is not null (load_c below); A and B
+/// are AOperand / PackedB or their pair twins (fields data, row_stride, k_stride; data, k).
 template <template <int, bool> class Micro, bool kAccumulate, class A, class B>
-void tile_loops(int64_t m, int64_t n, const A& a, const B& b, float* c, int64_t ldc) {
+void tile_loops(int64_t m, int64_t n, const A& a, const B& b, float* c, int64_t ldc,
+                const float* row_scale) {
+  const auto scale_at = [&](int64_t m0) { return row_scale == nullptr ? nullptr : row_scale + m0; };
   const auto tail = [&]<int... R>(int64_t rows, int64_t m0, const auto* panel, float* c_col,
                                   std::integer_sequence<int, R...>) {
-    ((rows == R + 1 ? Micro<R + 1, kAccumulate>::run(b.k, a.data + m0 * a.row_stride, a.row_stride,
-                                                     a.k_stride, panel, c_col + m0 * ldc, ldc)
-                    : void()),
+    ((rows == R + 1
+          ? Micro<R + 1, kAccumulate>::run(b.k, a.data + m0 * a.row_stride, a.row_stride,
+                                           a.k_stride, panel, c_col + m0 * ldc, ldc, scale_at(m0))
+          : void()),
      ...);
   };
   for (int64_t n0 = 0; n0 < n; n0 += kNr) {
@@ -67,9 +74,28 @@ void tile_loops(int64_t m, int64_t n, const A& a, const B& b, float* c, int64_t 
     int64_t m0 = 0;
     for (; m0 + kMr <= m; m0 += kMr) {
       Micro<kMr, kAccumulate>::run(b.k, a.data + m0 * a.row_stride, a.row_stride, a.k_stride, panel,
-                                   c_col + m0 * ldc, ldc);
+                                   c_col + m0 * ldc, ldc, scale_at(m0));
     }
     if (m0 < m) tail(m - m0, m0, panel, c_col, std::make_integer_sequence<int, kMr - 1>{});
+  }
+}
+
+/// The start of a micro-kernel's MR x kNr accumulators lo (columns 0 .. kLanes - 1) and hi (the
+/// next kLanes): 0, or C's rows, each times row_scale[m] when row_scale is not null.
+template <int MR, bool kAccumulate, class V, class Load>
+inline void load_c(const float* c, int64_t ldc, const float* row_scale, V (&lo)[MR], V (&hi)[MR],
+                   Load load_row) {
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m) {
+    lo[m] = kAccumulate ? load_row(c + m * ldc) : V{};
+    hi[m] = kAccumulate ? load_row(c + m * ldc + kLanes) : V{};
+  }
+  if (!kAccumulate || row_scale == nullptr) return;
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m) {
+    const VF r = splat(row_scale[m]);
+    lo[m] = lo[m] * r;
+    hi[m] = hi[m] * r;
   }
 }
 
