@@ -76,11 +76,16 @@ struct KernelOptions {
 /// Forward: writes out [B, Sq, Hq, Dv] (any strides) and lse fp32 [B, Hq, Sq] (contiguous,
 /// natural log). q, k, v are fp32, bf16 or fp16 (one dtype per call); out is of that dtype or
 /// fp32, rounded once on store; accumulation is fp32 (docs/design.md section 1.1). Outputs must not
-/// alias any input (that is not detected; the result is undefined). Computes, for each (b, h, i):
-///   s_ij = scale * <q_i, k_j>,  lse_i = log sum_{visible j} exp(s_ij),
+/// alias any input (that is not detected; the result is undefined). Computes, for each (b, h, i),
+/// with H = head_offset + h the head of the whole call (AttentionInputs):
+///   s_ij = scale * <q_i, k_j>;  s_ij = softcap * tanh(s_ij / softcap) when softcap > 0;
+///   s_ij -= alibi_slopes[H] * |q_pos_i - k_pos_j| when slopes are given;
+///   lse_i = log(exp(sink[H]) + sum_{visible j} exp(s_ij))   (no exp(sink) term without sinks),
 ///   out_i = sum_{visible j} keep_ij / (1 - p) * exp(s_ij - lse_i) * v_j.
-/// A row with no visible key gets out_i = 0, lse_i = -inf. Online softmax with fp32
-/// accumulation (FlashAttention-2, Dao 2023, Alg. 1); never materialises an Sq x Sk matrix.
+/// A row with no visible key gets out_i = 0 and lse_i = -inf (sink[H] with a sink). Online
+/// softmax with fp32 accumulation (FlashAttention-2, Dao 2023, Alg. 1); never materialises an
+/// Sq x Sk matrix. Per-head parameters have the length of the whole call's heads (total_heads,
+/// or Hq).
 /// Throws Error(kShapeMismatch | kInvalidArgument) naming expected vs got for any bad shape,
 /// stride, span length, position, or parameter.
 void attention_kernel_forward(const AttentionInputs& in, const AttentionParams& params,
@@ -135,6 +140,13 @@ struct BackwardOptions {
   /// Optional precomputed D_i = <dout_i, out_i>, fp32 [B, Hq, Sq]. When empty, the kernel
   /// computes it from dout and out.
   std::span<const float> delta;
+  /// When non-empty (params.sink must be set), receives the sinks' gradient from this call's
+  /// rows, fp32 [total heads] (AttentionInputs::total_heads, or Hq):
+  ///   dsink[H] = -sum_{b, i} exp(sink[H] - lse_i) * D_i     for the call's heads H,
+  /// overwritten, or added with `accumulate`; entries of heads outside the call are untouched.
+  /// It depends on the rows alone (lse and D), not on the keys: a split backward (the ring's
+  /// blocks) asks for it in one call of the split only.
+  std::span<float> dsink;
 };
 
 /// Backward (FlashAttention-2, Dao 2023, Alg. 2): given dout [B, Sq, Hq, Dv], the forward's out
@@ -146,8 +158,11 @@ struct BackwardOptions {
 ///   dq_i = scale * sum_j dS_ij k_j,  dk_j = scale * sum_i dS_ij q_i
 /// dk/dv are summed over the GQA group. Shapes: dq like q, dk like k, dv like v (any strides);
 /// dq/dk/dv must not alias any input.
-/// Rows with lse = -inf contribute nothing. dout has the inputs' dtype; dq, dk, dv are of it or
-/// fp32 (rounded once on store, fp32 sums). Throws like the forward.
+/// Rows with lse = -inf contribute nothing. With softcap, dS_ij is multiplied by the derivative
+/// of the cap, 1 - tanh^2(scale <q_i, k_j> / softcap); ALiBi slopes and sinks are constants of
+/// the scores (sinks get their own gradient: BackwardOptions::dsink). dout has the inputs'
+/// dtype; dq, dk, dv are of it or fp32 (rounded once on store, fp32 sums). Throws like the
+/// forward.
 void attention_kernel_backward(const AttentionInputs& in, const AttentionParams& params,
                                RngState rng, ConstView dout, ConstView out,
                                std::span<const float> lse, View dq, View dk, View dv,
@@ -172,6 +187,9 @@ struct AttentionGradients {
   Tensor dq;
   Tensor dk;
   Tensor dv;
+  /// fp32 [Hq of the whole call]: the gradient of AttentionParams::sink (BackwardOptions::dsink;
+  /// under CP summed over every rank's rows, the same on every rank); empty without sinks.
+  Tensor dsink{};
 };
 KernelForwardResult attention_kernel_forward(const AttentionInputs& in,
                                              const AttentionParams& params, RngState rng,

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "cpattn/params.h"
 
@@ -34,16 +35,41 @@ struct KeyBounds {
   int64_t lo, hi;
 };
 
+/// The visible region of a MaskSlice (params.h) as a rectangle and a diagonal band, all bounds
+/// inclusive: query positions [q_lo, q_hi], key positions [k_lo, k_hi], and the diagonal
+/// d = kp - qp in [d_lo, d_hi] (INT64_MIN / INT64_MAX when unbounded). Every slice type is one of
+/// these; so is the intersection of two.
+struct SliceRegion {
+  int64_t q_lo = 0, q_hi = -1, k_lo = 0, k_hi = -1;
+  int64_t d_lo = 0, d_hi = 0;
+  /// The region of `slice` (its half-open ranges made inclusive, its type made a band).
+  static SliceRegion of(const MaskSlice& slice);
+  /// True iff no (qp, kp) lies in the region: an empty rectangle, an empty band, or a band that
+  /// misses the rectangle's diagonals [k_lo - q_hi, k_hi - q_lo] (a rectangle of integer points
+  /// holds every diagonal between those two).
+  bool empty() const;
+  /// The pairs in both regions.
+  SliceRegion intersect(const SliceRegion& other) const;
+  /// True iff (qp, kp) lies in the region.
+  bool contains(int64_t qp, int64_t kp) const;
+  /// The keys query position qp sees through the region: [lo, hi], empty (lo > hi) when qp is
+  /// outside [q_lo, q_hi] (bounds saturate instead of overflowing).
+  KeyBounds keys_of(int64_t qp) const;
+};
+
 /// The mask predicate of AttentionParams: key j is visible to query i iff
 ///   (!causal || k_pos <= q_pos) && (window_left < 0 || k_pos >= q_pos - window_left)
-///   && (window_right < 0 || k_pos <= q_pos + window_right) && (!docs || q_doc == k_doc).
+///   && (window_right < 0 || k_pos <= q_pos + window_right) && (!docs || q_doc == k_doc)
+///   && (no slices || some slice's region holds (q_pos, k_pos)).
 /// Positions are >= 0 (the kernel validates them); q_pos + window_right saturates at INT64_MAX.
+/// Slices are taken as resolve_params checked them (at most one holds any pair).
 class MaskRule {
  public:
   /// `has_docs`: the sequences carry document ids (compared by visible() and classify()).
   MaskRule(const AttentionParams& params, bool has_docs);
 
-  /// Bounds of visible key positions for query position q_pos; monotone in q_pos.
+  /// Bounds of visible key positions for query position q_pos from causal and the windows (the
+  /// slices and documents are not included); monotone in q_pos.
   KeyBounds bounds(int64_t q_pos) const;
 
   /// True iff key (k_pos, k_doc) is visible to query (q_pos, q_doc). Without documents the doc
@@ -52,18 +78,41 @@ class MaskRule {
 
   /// kHidden if no pair (i, j) of the blocks is visible, kFull if every pair is, else kPartial.
   /// Uses only the ranges: hi(q.pos_max) < k.pos_min, lo(q.pos_min) > k.pos_max, disjoint
-  /// document ranges or an empty block -> kHidden; hi(q.pos_min) >= k.pos_max and
-  /// lo(q.pos_max) <= k.pos_min and (no documents or one shared document) -> kFull. Conservative:
-  /// a pair classified kPartial may still turn out to have no visible element.
+  /// document ranges, an empty block, or (with slices) no slice region meeting the box
+  /// [q.pos_min, q.pos_max] x [k.pos_min, k.pos_max] -> kHidden; hi(q.pos_min) >= k.pos_max and
+  /// lo(q.pos_max) <= k.pos_min and (no documents or one shared document) and (no slices or one
+  /// slice region holding the whole box) -> kFull. Conservative: a pair classified kPartial may
+  /// still turn out to have no visible element, and boxes covered by several slices together are
+  /// kPartial.
   BlockVisibility classify(const BlockRange& q, const BlockRange& k) const;
 
+  /// classify() with only the slices listed in `slices` (indices into slice_regions()), for a
+  /// caller that classifies many key blocks against one query block: pass slices_meeting(q).
+  BlockVisibility classify(const BlockRange& q, const BlockRange& k,
+                           std::span<const uint32_t> slices) const;
+
+  /// The indices of the slice regions that hold some pair with a query position in
+  /// [q.pos_min, q.pos_max] (all that any key can be visible through for these queries).
+  std::vector<uint32_t> slices_meeting(const BlockRange& q) const;
+
   bool has_docs() const { return has_docs_; }
+  bool has_slices() const { return !slices_.empty(); }
+  /// The regions of the params' slices, in their order.
+  std::span<const SliceRegion> slice_regions() const { return slices_; }
 
  private:
+  BlockVisibility classify_without_slices(const BlockRange& q, const BlockRange& k) const;
+
   bool causal_;
   int64_t window_left_, window_right_;
   bool has_docs_;
+  std::vector<SliceRegion> slices_;
 };
+
+/// Refuses slices that make one pair visible twice: Error(kInvalidArgument) naming the two
+/// slices (by index and ranges) and a pair both make visible. Sorts by q_begin and compares only
+/// slices whose query ranges overlap. (resolve_params calls it; params.h states the rule.)
+void check_slices_disjoint(std::span<const MaskSlice> slices);
 
 /// The precondition of the document part of the rule, the same in every tier (kernel, ring,
 /// every strategy, the safe API): document ids are given for the queries and the keys, or for

@@ -127,7 +127,7 @@ void check_problem(const PlanProblem& p, const LinkModel& link, const KernelMode
                    p.Hq % p.Hkv == 0 && p.Dqk >= 1 && p.Dv >= 1,
                kArg,
                "plan: expected S >= 0, P >= 1, B, Dqk, Dv >= 1 and Hq a multiple of Hkv >= 1");
-  resolve_params(p.params, p.Dqk);
+  resolve_params(p.params, p.Dqk, p.Hq);
   if (!p.doc_lengths.empty()) {
     int64_t sum = 0;
     for (const int64_t l : p.doc_lengths) {

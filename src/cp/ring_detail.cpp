@@ -42,7 +42,7 @@ CpCall validate_cp_call(Communicator& comm, ConstView q, ConstView k, ConstView 
                "head dims must be >= 1, got Dqk ", d.Dqk, ", Dv ", d.Dv);
   // Checked here although the kernel checks them too: a rank whose blocks are all masked never
   // calls the kernel, and every rank must reject a bad call alike, before any message.
-  resolve_params(params, d.Dqk);
+  resolve_params(params, d.Dqk, d.Hq);
   resolve_isa(options.isa);  // an ISA this CPU lacks fails on every rank before any message
   for (int r = 0; r < d.world; ++r) {
     d.max_block = std::max(d.max_block, kv_sharding.local_length(r));

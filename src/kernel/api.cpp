@@ -57,9 +57,11 @@ AttentionGradients attention_kernel_backward(const AttentionInputs& in,
                                              const KernelOptions& options) {
   const detail::Problem p = detail::validate_inputs(in, params, rng, options);
   AttentionGradients g{Tensor({p.B, p.Sq, p.Hq, p.Dqk}), Tensor({p.B, p.Sk, p.Hkv, p.Dqk}),
-                       Tensor({p.B, p.Sk, p.Hkv, p.Dv})};
+                       Tensor({p.B, p.Sk, p.Hkv, p.Dv}),
+                       Tensor({p.sink.empty() ? 0 : p.dropout_heads})};
   BackwardOptions bwd;
   bwd.kernel = options;
+  bwd.dsink = g.dsink.span();
   attention_kernel_backward(in, params, rng, dout, out, lse, g.dq.view(), g.dk.view(), g.dv.view(),
                             bwd);
   return g;

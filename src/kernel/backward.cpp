@@ -5,7 +5,9 @@
 #include "kernel/backward.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -36,8 +38,11 @@ BackwardOffsets plan_scratch(const BackwardProblem& p, const BackwardPlan& plan,
   o.st = layout.add(tk * tq);
   o.dst = layout.add(tk * tq);
   o.pzt = layout.add(tk * tq);
+  o.dcap = layout.add(p.softcap > 0.0f ? tk * tq : 0);
   o.lse_safe = layout.add(tq);
   o.dd = layout.add(tq);
+  o.q_rel = layout.add(tq);
+  o.k_rel = layout.add(tk);
   o.dk = layout.add(plan.tiles_per_chunk * tk * plan.dqk_pad);
   o.dv = layout.add(plan.tiles_per_chunk * tk * plan.dv_pad);
   return o;
@@ -73,6 +78,27 @@ void reduce_dq(const BackwardProblem& p, const BackwardPlan& plan) {
   });
 }
 
+// BackwardOptions::dsink: dsink[H] (+)= -sum_{b, i} exp(sink[H] - lse_i) D_i over the call's
+// rows of each head, summed in double in row order (deterministic), rounded once. Rows with
+// lse = -inf contribute nothing (as everywhere in the backward).
+void sink_gradient(const BackwardProblem& p, const float* delta) {
+  for (int64_t h = 0; h < p.Hq; ++h) {
+    const size_t head = static_cast<size_t>(p.dropout_head_offset + h);
+    const double sigma = p.sink[head];
+    double sum = 0.0;
+    for (int64_t b = 0; b < p.B; ++b) {
+      const int64_t row0 = (b * p.Hq + h) * p.Sq;
+      for (int64_t i = 0; i < p.Sq; ++i) {
+        const float lse = p.lse[static_cast<size_t>(row0 + i)];
+        if (lse == -std::numeric_limits<float>::infinity()) continue;
+        sum += std::exp(sigma - lse) * delta[row0 + i];
+      }
+    }
+    const float grad = static_cast<float>(-sum);
+    p.dsink[head] = p.accumulate ? p.dsink[head] + grad : grad;
+  }
+}
+
 }  // namespace
 
 void before_dkdv_write(const BackwardPlan& plan) {
@@ -102,9 +128,9 @@ void run_delta(ConstView dout, ConstView out, std::span<float> delta, int num_th
 void run_backward(const BackwardProblem& p) {
   // No early exit for empty q or k sides: overwrite mode must still zero dk/dv (or dq).
   const IsaKernels isa = isa_kernels(p.isa);
-  const TileMask mask(p);
   const std::vector<TileRange> q_tiles = make_tiles(p.q_pos, p.q_doc, kBackwardTileQ);
   const std::vector<TileRange> k_tiles = make_tiles(p.k_pos, p.k_doc, kBackwardTileK);
+  const TileMask mask(p, q_tiles);
   BackwardPlan plan{};
   plan.p = &p;
   plan.mask = &mask;
@@ -131,6 +157,7 @@ void run_backward(const BackwardProblem& p) {
   } else {
     plan.delta = p.delta.data();
   }
+  if (!p.dsink.empty()) sink_gradient(p, plan.delta);
   Tensor dq_partial;  // [chunks][B][Hq][Sq][dqk_pad] fp32 dq contributions
   if (plan.chunks > 1) {
     dq_partial = Tensor({plan.chunks, p.B, p.Hq, p.Sq, plan.dqk_pad});

@@ -23,6 +23,7 @@ int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 //   vp [Dv_pad/nr][kTileK][nr]  V panels of the current k tile
 //   st [kTileK][kTileQ]         S^T scores, then probabilities
 //   al [kTileQ]                 per-query rescale factors exp(m_old - m_new)
+//   q_rel [kTileQ], k_rel [kTileK]  ALiBi: positions of a tile pair as floats (isa/scores.h)
 //   per lane (q tile, head) of the item (lane_stride apart): qt [kTileQ/nr][Dqk][nr] Q^T panels,
 //     o [kTileQ][Dv_pad] accumulator, m [kTileQ] running max, l [kTileQ] running sum
 ForwardOffsets plan_scratch(const ForwardProblem& p, int64_t dv_pad, int64_t lanes,
@@ -38,6 +39,8 @@ ForwardOffsets plan_scratch(const ForwardProblem& p, int64_t dv_pad, int64_t lan
   at.vp = item.add(kForwardTileK * dv_pad);
   at.st = item.add(kForwardTileK * kForwardTileQ);
   at.alpha = item.add(kForwardTileQ);
+  at.q_rel = item.add(kForwardTileQ);
+  at.k_rel = item.add(kForwardTileK);
   at.lanes = item.add(lanes * at.lane_stride);
   return at;
 }
@@ -47,9 +50,9 @@ ForwardOffsets plan_scratch(const ForwardProblem& p, int64_t dv_pad, int64_t lan
 void run_forward(const ForwardProblem& p) {
   if (p.B == 0 || p.Hq == 0 || p.Sq == 0) return;
   const IsaKernels isa = isa_kernels(p.isa);
-  const TileMask mask(p);
   const std::vector<TileRange> q_tiles = make_tiles(p.q_pos, p.q_doc, kForwardTileQ);
   const std::vector<TileRange> k_tiles = make_tiles(p.k_pos, p.k_doc, kForwardTileK);
+  const TileMask mask(p, q_tiles);
   // Dynamic scheduling hands out items in index order; putting the q tiles that see the most
   // k tiles first (longest job first) balances causal and windowed work across threads.
   std::vector<int64_t> cost(q_tiles.size(), 0);

@@ -21,13 +21,18 @@ struct Problem : AttentionDims {
   std::span<const int64_t> q_pos, k_pos;
   std::span<const int64_t> q_doc, k_doc;  ///< both empty or both full length
   bool has_docs = false;
-  float scale = 1.0f;
-  bool causal = false;
-  int64_t window_left = -1, window_right = -1;
+  /// The caller's parameters (alive for the call): the mask (causal, windows, slices) is built
+  /// from them; the resolved values the hot loops read are the fields below.
+  const AttentionParams* params = nullptr;
+  float scale = 1.0f;  ///< softmax_scale, resolved
   float dropout_p = 0.0f;
+  float softcap = 0.0f;                   ///< 0: off
+  std::span<const float> alibi_slopes{};  ///< [dropout_heads] or empty, by global head
+  std::span<const float> sink{};          ///< [dropout_heads] or empty, by global head
   RngState rng;
-  /// Dropout's head coordinates: head h draws head dropout_head_offset + h of a call with
-  /// dropout_heads query heads (AttentionInputs::head_offset / total_heads, resolved).
+  /// The global head coordinates (AttentionInputs::head_offset / total_heads, resolved): head h
+  /// is head dropout_head_offset + h of a call with dropout_heads query heads, for dropout and
+  /// the per-head ALiBi slopes and sinks.
   int64_t dropout_head_offset = 0, dropout_heads = 0;
   int num_threads = 1;
   const std::function<void()>* interruption_point = nullptr;  ///< KernelOptions', when set
@@ -52,6 +57,7 @@ struct BackwardProblem : Problem {
   View dq, dk, dv;               ///< like q, k, v
   bool accumulate = false;
   bool overwrite_dkdv = false;                         ///< BackwardOptions'
+  std::span<float> dsink{};                            ///< BackwardOptions', when a sink is set
   const std::function<void()>* before_dkdv = nullptr;  ///< BackwardOptions', when set
 };
 

@@ -39,7 +39,7 @@ constexpr int64_t kBackwardTileK = 64;
 
 /// Offsets (floats) of the arrays of a forward worker's scratch buffer (ScratchLayout).
 struct ForwardOffsets {
-  int64_t kr, vp, st, alpha, lanes;  ///< in the worker's buffer
+  int64_t kr, vp, st, alpha, q_rel, k_rel, lanes;  ///< in the worker's buffer
   int64_t qt, o, m, l, lane_stride;  ///< in one lane's block (lanes + lane * lane_stride)
 };
 
@@ -64,7 +64,7 @@ struct ForwardPlan {
 /// Offsets (floats) of the arrays of a backward worker's scratch buffer (sizes in
 /// isa/backward.cpp).
 struct BackwardOffsets {
-  int64_t qt, ot, qp, op, dq, kr, kp, vr, st, dst, pzt, lse_safe, dd, dk, dv;
+  int64_t qt, ot, qp, op, dq, kr, kp, vr, st, dst, pzt, dcap, lse_safe, dd, q_rel, k_rel, dk, dv;
 };
 
 /// A backward call's work: items (batch, kv head, k-tile chunk), item index = (b * Hkv + g) *
@@ -99,6 +99,8 @@ struct IsaKernels {
                    int64_t rows, float* d);
   /// The kernel's exp over x[0 .. n) (n a multiple of 16): the exp test checks every copy.
   void (*exp)(const float* x, float* y, int64_t n);
+  /// The kernel's tanh (softcap) over x[0 .. n) (n a multiple of 16): the tanh test checks it.
+  void (*tanh)(const float* x, float* y, int64_t n);
   /// vdpbf16ps / vfmadd231ps instruction throughput on this core (isa/dot_rate.h); 0 in copies
   /// without AVX512_BF16.
   double (*bf16_dot_vs_fma_rate)();

@@ -2,6 +2,7 @@
 #include "kernel/tiles.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 
 namespace cpattn::detail {
@@ -15,6 +16,7 @@ std::vector<TileRange> make_tiles(std::span<const int64_t> pos, std::span<const 
     TileRange t;
     t.begin = begin;
     t.size = std::min(tile, n - begin);
+    t.index = begin / tile;
     const auto rows = [&](std::span<const int64_t> x) {
       return x.empty() ? x : x.subspan(static_cast<size_t>(begin), static_cast<size_t>(t.size));
     };
@@ -24,28 +26,58 @@ std::vector<TileRange> make_tiles(std::span<const int64_t> pos, std::span<const 
   return tiles;
 }
 
-TileMask::TileMask(const Problem& p)
-    : rule_(AttentionParams{p.scale, p.causal, p.window_left, p.window_right, p.dropout_p},
-            p.has_docs),
+TileMask::TileMask(const Problem& p, std::span<const TileRange> q_tiles)
+    : rule_(*p.params, p.has_docs),
       q_pos_(p.q_pos),
       k_pos_(p.k_pos),
       q_doc_(p.q_doc),
-      k_doc_(p.k_doc) {}
+      k_doc_(p.k_doc) {
+  if (!rule_.has_slices()) return;
+  q_tile_slices_.reserve(q_tiles.size());
+  for (const TileRange& t : q_tiles) q_tile_slices_.push_back(rule_.slices_meeting(t.range));
+}
 
-void TileMask::mask_keys(int64_t q_index, const TileRange& k, float* x, int64_t stride) const {
-  const KeyBounds b = rule_.bounds(q_pos_[static_cast<size_t>(q_index)]);
+void TileMask::mask_keys(const TileRange& q, int64_t q_index, const TileRange& k, float* x,
+                         int64_t stride) const {
+  const int64_t qp = q_pos_[static_cast<size_t>(q_index)];
+  const KeyBounds b = rule_.bounds(qp);
   const int64_t* kp = k_pos_.data() + k.begin;
+  const int64_t* kd = rule_.has_docs() ? k_doc_.data() + k.begin : nullptr;
+  const int64_t qd = rule_.has_docs() ? q_doc_[static_cast<size_t>(q_index)] : 0;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  if (rule_.has_docs()) {
-    const int64_t qd = q_doc_[static_cast<size_t>(q_index)];
-    const int64_t* kd = k_doc_.data() + k.begin;
-    for (int64_t j = 0; j < k.size; ++j) {
-      if (kp[j] < b.lo || kp[j] > b.hi || kd[j] != qd) x[j * stride] = kNegInf;
+  // The slices' part: the key intervals of this query's slices (at most one slice holds any
+  // pair, but several may hold keys of one query).
+  constexpr size_t kMaxIntervals = 16;
+  std::array<KeyBounds, kMaxIntervals> intervals;
+  size_t n_intervals = 0;
+  bool many = false;
+  if (rule_.has_slices()) {
+    for (const uint32_t s : slices_of_(q)) {
+      const KeyBounds kb = rule_.slice_regions()[s].keys_of(qp);
+      if (kb.lo > kb.hi) continue;
+      if (n_intervals == kMaxIntervals) {
+        many = true;
+        break;
+      }
+      intervals[n_intervals++] = kb;
     }
-  } else {
-    for (int64_t j = 0; j < k.size; ++j) {
-      if (kp[j] < b.lo || kp[j] > b.hi) x[j * stride] = kNegInf;
+  }
+  const auto through_slices = [&](int64_t key) {
+    if (many) {
+      for (const uint32_t s : slices_of_(q)) {
+        if (rule_.slice_regions()[s].contains(qp, key)) return true;
+      }
+      return false;
     }
+    for (size_t i = 0; i < n_intervals; ++i) {
+      if (key >= intervals[i].lo && key <= intervals[i].hi) return true;
+    }
+    return false;
+  };
+  for (int64_t j = 0; j < k.size; ++j) {
+    const bool hidden = kp[j] < b.lo || kp[j] > b.hi || (kd != nullptr && kd[j] != qd) ||
+                        (rule_.has_slices() && !through_slices(kp[j]));
+    if (hidden) x[j * stride] = kNegInf;
   }
 }
 

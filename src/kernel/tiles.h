@@ -16,6 +16,7 @@ namespace cpattn::detail {
 /// document ids.
 struct TileRange {
   int64_t begin = 0, size = 0;
+  int64_t index = 0;  ///< the tile's number in its sequence (begin / tile)
   BlockRange range;
 };
 
@@ -24,23 +25,35 @@ struct TileRange {
 std::vector<TileRange> make_tiles(std::span<const int64_t> pos, std::span<const int64_t> doc,
                                   int64_t tile);
 
-/// The mask of one kernel call: MaskRule plus the call's positions and document ids.
+/// The mask of one kernel call: MaskRule plus the call's positions and document ids, and, when
+/// the call has mask slices, the slices each query tile meets (found once per call, so that a
+/// tile pair or a row looks at those only).
 class TileMask {
  public:
-  explicit TileMask(const Problem& p);
+  /// `q_tiles`: the call's query tiles (make_tiles of q_pos), by which classify and mask_keys
+  /// are called.
+  TileMask(const Problem& p, std::span<const TileRange> q_tiles);
 
   /// MaskRule::classify of the two tiles' ranges.
   BlockVisibility classify(const TileRange& q, const TileRange& k) const {
-    return rule_.classify(q.range, k.range);
+    if (!rule_.has_slices()) return rule_.classify(q.range, k.range);
+    return rule_.classify(q.range, k.range, slices_of_(q));
   }
 
-  /// Sets x[j * stride] = -inf for every key j < k.size of the tile that query q_index may not
-  /// see (partially visible tiles only; stride > 1 walks a column of a transposed score tile).
-  void mask_keys(int64_t q_index, const TileRange& k, float* x, int64_t stride) const;
+  /// Sets x[j * stride] = -inf for every key j < k.size of the tile that query q_index (a row of
+  /// query tile q) may not see (partially visible tiles only; stride > 1 walks a column of a
+  /// transposed score tile).
+  void mask_keys(const TileRange& q, int64_t q_index, const TileRange& k, float* x,
+                 int64_t stride) const;
 
  private:
+  std::span<const uint32_t> slices_of_(const TileRange& q) const {
+    return q_tile_slices_[static_cast<size_t>(q.index)];
+  }
+
   MaskRule rule_;
   std::span<const int64_t> q_pos_, k_pos_, q_doc_, k_doc_;
+  std::vector<std::vector<uint32_t>> q_tile_slices_;  ///< [q tile]: MaskRule::slices_meeting
 };
 
 }  // namespace cpattn::detail

@@ -90,15 +90,6 @@ void fill_problem(const AttentionInputs& in, const AttentionParams& params, RngS
     p.k_doc = in.k_doc;
   }
 
-  const AttentionParams resolved = resolve_params(params, p.Dqk);
-  p.scale = *resolved.softmax_scale;
-  CPATTN_CHECK(options.num_threads >= 1, ErrorCode::kInvalidArgument,
-               "num_threads must be >= 1, got ", options.num_threads);
-  p.causal = resolved.causal;
-  p.window_left = resolved.window_left;
-  p.window_right = resolved.window_right;
-  p.dropout_p = resolved.dropout_p;
-  p.rng = rng;
   CPATTN_CHECK(in.head_offset >= 0 && in.total_heads >= 0, ErrorCode::kInvalidArgument,
                "head_offset and total_heads must be >= 0, got ", in.head_offset, " and ",
                in.total_heads);
@@ -107,6 +98,17 @@ void fill_problem(const AttentionInputs& in, const AttentionParams& params, RngS
                in.head_offset, " + ", p.Hq, " > ", in.total_heads);
   p.dropout_head_offset = in.head_offset;
   p.dropout_heads = in.total_heads > 0 ? in.total_heads : p.Hq;
+  // Per-head parameters (ALiBi slopes, sinks) cover the heads of the whole call.
+  const AttentionParams resolved = resolve_params(params, p.Dqk, p.dropout_heads);
+  CPATTN_CHECK(options.num_threads >= 1, ErrorCode::kInvalidArgument,
+               "num_threads must be >= 1, got ", options.num_threads);
+  p.params = &params;
+  p.scale = *resolved.softmax_scale;
+  p.dropout_p = resolved.dropout_p;
+  p.softcap = resolved.softcap;
+  p.alibi_slopes = params.alibi_slopes;
+  p.sink = params.sink;
+  p.rng = rng;
   p.num_threads = options.num_threads;
   if (options.interruption_point) p.interruption_point = &options.interruption_point;
   p.isa = resolve_isa(options.isa);
@@ -199,6 +201,15 @@ BackwardProblem validate_backward(const AttentionInputs& in, const AttentionPara
   p.dv = dv;
   p.accumulate = options.accumulate;
   p.overwrite_dkdv = options.overwrite_dkdv;
+  if (!options.dsink.empty()) {
+    CPATTN_CHECK(!p.sink.empty(), ErrorCode::kInvalidArgument,
+                 "dsink was given but params.sink is empty (no sink to differentiate)");
+    CPATTN_CHECK(static_cast<int64_t>(options.dsink.size()) == p.dropout_heads,
+                 ErrorCode::kShapeMismatch,
+                 "dsink must have one value per query head of the call, Hq = ", p.dropout_heads,
+                 ", got ", options.dsink.size());
+    p.dsink = options.dsink;
+  }
   if (options.before_dkdv) p.before_dkdv = &options.before_dkdv;
   return p;
 }

@@ -149,7 +149,7 @@ Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k,
   check_readable(q, "q");
   check_readable(k, "k");
   check_readable(v, "v");
-  const AttentionParams resolved = resolve_params(params, q.shape[3]);
+  const AttentionParams resolved = resolve_params(params, q.shape[3], q.shape[2]);
   Fingerprint fp;
   fp.q_shape = q.shape;
   fp.k_shape = k.shape;

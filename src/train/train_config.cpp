@@ -48,7 +48,7 @@ void validate_train_config(TrainConfig& config, std::span<const uint8_t> text) {
     throw Error(e.code(), detail::str_cat("--dtype ", dtype_name(config.dtype), ": ", e.what()));
   }
   try {
-    resolve_params(attention_params(config.dropout), config.model.head_dim());
+    resolve_params(attention_params(config.dropout), config.model.head_dim(), config.model.heads);
   } catch (const Error& e) {
     throw Error(e.code(), detail::str_cat("--dropout: ", e.what()));
   }

@@ -53,6 +53,32 @@ bool dropout_keep(RngState rng, int64_t b, int64_t h, int64_t num_heads_q, int64
   return u >= static_cast<double>(dropout_p);
 }
 
+namespace {
+
+// MagiAttention's slice mask types on a slice's local row r < lq and column c < lk.
+bool slice_sees(const MaskSlice& s, int64_t q_pos, int64_t k_pos) {
+  if (q_pos < s.q_begin || q_pos >= s.q_end || k_pos < s.k_begin || k_pos >= s.k_end) {
+    return false;
+  }
+  const int64_t r = q_pos - s.q_begin, c = k_pos - s.k_begin;
+  const int64_t lq = s.q_end - s.q_begin, lk = s.k_end - s.k_begin;
+  const bool below = c <= r + (lk - lq);  // the bottom-right aligned lower triangle
+  const bool above = c >= r;              // the top-left aligned upper triangle
+  switch (s.type) {
+    case SliceType::kFull:
+      return true;
+    case SliceType::kCausal:
+      return below;
+    case SliceType::kInverseCausal:
+      return above;
+    case SliceType::kBiCausal:
+      return below && above;
+  }
+  return false;
+}
+
+}  // namespace
+
 bool visible(const AttentionParams& params, int64_t q_pos, int64_t k_pos, int64_t q_doc,
              int64_t k_doc) {
   if (q_doc != k_doc) return false;
@@ -60,7 +86,11 @@ bool visible(const AttentionParams& params, int64_t q_pos, int64_t k_pos, int64_
   // Differences of positions (both >= 0) cannot overflow; q_pos + window_right could.
   if (params.window_left >= 0 && q_pos - k_pos > params.window_left) return false;
   if (params.window_right >= 0 && k_pos - q_pos > params.window_right) return false;
-  return true;
+  if (params.slices.empty()) return true;
+  for (const MaskSlice& s : params.slices) {
+    if (slice_sees(s, q_pos, k_pos)) return true;
+  }
+  return false;
 }
 
 double softmax_scale(const Problem& problem) {
@@ -94,6 +124,16 @@ void check_problem(const Problem& p, bool with_backward) {
   }
   if (with_backward) {
     CPATTN_CHECK_EQ(p.dout.size(), n({d.B, d.Sq, d.Hq, d.Dv}), code, "reference: dout length");
+  }
+  if (!p.dense_mask.empty()) {
+    CPATTN_CHECK_EQ(p.dense_mask.size(), n({d.Sq, d.Sk}), code, "reference: dense_mask length");
+  }
+  if (!p.params.sink.empty()) {
+    CPATTN_CHECK_EQ(p.params.sink.size(), static_cast<size_t>(d.Hq), code, "reference: sinks");
+  }
+  if (!p.params.alibi_slopes.empty()) {
+    CPATTN_CHECK_EQ(p.params.alibi_slopes.size(), static_cast<size_t>(d.Hq), code,
+                    "reference: alibi_slopes");
   }
 }
 
@@ -138,14 +178,18 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
   const bool docs = !problem.q_doc.empty();
   const int64_t group = d.Hq / d.Hkv;
   const T neg_inf = -std::numeric_limits<T>::infinity();
+  const AttentionParams& params = problem.params;
+  const T softcap = static_cast<T>(params.softcap);
+  const bool sinks = !params.sink.empty();
 
   std::vector<T> out(static_cast<size_t>(d.B * d.Sq * d.Hq * d.Dv), T{0});
   std::vector<T> lse(static_cast<size_t>(d.B * d.Hq * d.Sq), neg_inf);
-  std::vector<T> dq, dk, dv;
+  std::vector<T> dq, dk, dv, dsink;
   if (with_backward) {
     dq.assign(q.size(), T{0});
     dk.assign(k.size(), T{0});
     dv.assign(v.size(), T{0});
+    if (sinks) dsink.assign(static_cast<size_t>(d.Hq), T{0});
   }
   // Magnitudes: the same sums over absolute values of their terms (see reference.h).
   Outputs mag;
@@ -155,6 +199,7 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
       mag.dq.assign(q.size(), 0.0);
       mag.dk.assign(k.size(), 0.0);
       mag.dv.assign(v.size(), 0.0);
+      if (sinks) mag.dsink.assign(static_cast<size_t>(d.Hq), 0.0);
     }
   }
   const double abs_scale = std::fabs(static_cast<double>(scale));
@@ -163,26 +208,47 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
     return static_cast<size_t>(((b * S + s) * H + h) * D);
   };
   std::vector<T> score(static_cast<size_t>(d.Sk)), prob(static_cast<size_t>(d.Sk)),
-      zmask(static_cast<size_t>(d.Sk));
+      zmask(static_cast<size_t>(d.Sk)), capped(static_cast<size_t>(d.Sk));
   for (int64_t b = 0; b < d.B; ++b) {
     for (int64_t h = 0; h < d.Hq; ++h) {
       const int64_t hk = h / group;
+      const T slope = params.alibi_slopes.empty() ? T{0} : static_cast<T>(params.alibi_slopes[h]);
       for (int64_t i = 0; i < d.Sq; ++i) {
         const T* qi = &q[at(b, i, h, d.Sq, d.Hq, d.Dqk)];
         T row_max = neg_inf;
         for (int64_t j = 0; j < d.Sk; ++j) {
-          const bool vis = visible(problem.params, problem.q_pos[i], problem.k_pos[j],
-                                   docs ? problem.q_doc[i] : 0, docs ? problem.k_doc[j] : 0);
-          score[j] = vis ? scale * dot(qi, &k[at(b, j, hk, d.Sk, d.Hkv, d.Dqk)], d.Dqk) : neg_inf;
+          const bool vis = problem.dense_mask.empty()
+                               ? visible(params, problem.q_pos[i], problem.k_pos[j],
+                                         docs ? problem.q_doc[i] : 0, docs ? problem.k_doc[j] : 0)
+                               : problem.dense_mask[static_cast<size_t>(i * d.Sk + j)] != 0;
+          if (!vis) {
+            score[j] = neg_inf;
+            continue;
+          }
+          T s = scale * dot(qi, &k[at(b, j, hk, d.Sk, d.Hkv, d.Dqk)], d.Dqk);
+          if (softcap > T{0}) {
+            const T t = std::tanh(s / softcap);
+            capped[j] = T{1} - t * t;  // d(softcap * tanh(s / softcap)) / ds
+            s = softcap * t;
+          }
+          const T distance = static_cast<T>(problem.q_pos[i] > problem.k_pos[j]
+                                                ? problem.q_pos[i] - problem.k_pos[j]
+                                                : problem.k_pos[j] - problem.q_pos[i]);
+          score[j] = s - slope * distance;
           if (score[j] > row_max) row_max = score[j];
         }
-        if (row_max == neg_inf) continue;  // empty row: out 0, lse -inf, no gradient
-        T sum = 0;
-        for (int64_t j = 0; j < d.Sk; ++j) sum += std::exp(score[j] - row_max);
-        lse[static_cast<size_t>((b * d.Hq + h) * d.Sq + i)] = row_max + std::log(sum);
+        const size_t row = static_cast<size_t>((b * d.Hq + h) * d.Sq + i);
+        // The sink joins the row's normaliser once: max and sum over {sink} and the visible keys.
+        const T sink = sinks ? static_cast<T>(params.sink[h]) : neg_inf;
+        if (row_max == neg_inf && !sinks) continue;  // empty row: out 0, lse -inf, no gradient
+        const T m = row_max > sink ? row_max : sink;
+        T sum = sinks ? std::exp(sink - m) : T{0};
+        for (int64_t j = 0; j < d.Sk; ++j) sum += std::exp(score[j] - m);
+        lse[row] = m + std::log(sum);
+        if (row_max == neg_inf) continue;  // no visible key: out 0, lse = sink, no gradient
         T* oi = &out[at(b, i, h, d.Sq, d.Hq, d.Dv)];
         for (int64_t j = 0; j < d.Sk; ++j) {
-          prob[j] = std::exp(score[j] - row_max) / sum;
+          prob[j] = std::exp(score[j] - m) / sum;
           zmask[j] = p_drop == 0.0f ? T{1}
                      : reference::dropout_keep(problem.rng, b, h, d.Hq, problem.q_pos[i],
                                                problem.k_pos[j], p_drop)
@@ -199,12 +265,21 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
         if (!with_backward) continue;
         const T* doi = &dout[at(b, i, h, d.Sq, d.Hq, d.Dv)];
         const T delta = dot(doi, oi, d.Dv);
+        if (sinks) {
+          const T p_sink = std::exp(sink - lse[row]);
+          dsink[h] -= p_sink * delta;
+          if (magnitudes != nullptr) {
+            double terms = 0.0;  // |D_i|'s terms, cancellation included
+            for (int64_t e = 0; e < d.Dv; ++e) terms += std::fabs(doi[e] * oi[e]);
+            mag.dsink[static_cast<size_t>(h)] += static_cast<double>(p_sink) * terms;
+          }
+        }
         T* dqi = &dq[at(b, i, h, d.Sq, d.Hq, d.Dqk)];
         for (int64_t j = 0; j < d.Sk; ++j) {
           if (prob[j] == T{0}) continue;
           const size_t kj = at(b, j, hk, d.Sk, d.Hkv, d.Dqk), vj = at(b, j, hk, d.Sk, d.Hkv, d.Dv);
           const T dp = zmask[j] * dot(doi, &v[vj], d.Dv);
-          const T ds = prob[j] * (dp - delta);
+          const T ds = prob[j] * (dp - delta) * (softcap > T{0} ? capped[j] : T{1});
           axpy(zmask[j] * prob[j], doi, &dv[vj], d.Dv);
           axpy(scale * ds, &k[kj], dqi, d.Dqk);
           axpy(scale * ds, qi, &dk[kj], d.Dqk);
@@ -212,7 +287,8 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
             // dS = P (dP - D) cancels; its magnitude is that of the two terms.
             const double zp = static_cast<double>(zmask[j] * prob[j]);
             const double ds_mag = static_cast<double>(prob[j]) *
-                                  (std::fabs(static_cast<double>(dp)) + std::fabs(delta));
+                                  (std::fabs(static_cast<double>(dp)) + std::fabs(delta)) *
+                                  (softcap > T{0} ? static_cast<double>(capped[j]) : 1.0);
             const size_t qrow = at(b, i, h, d.Sq, d.Hq, d.Dqk);
             for (int64_t e = 0; e < d.Dv; ++e) mag.dv[vj + e] += zp * std::fabs(doi[e]);
             for (int64_t e = 0; e < d.Dqk; ++e) {
@@ -228,7 +304,7 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
   const auto widen = [](const std::vector<T>& x) {
     return std::vector<double>(x.begin(), x.end());
   };
-  return {widen(out), widen(lse), widen(dq), widen(dk), widen(dv)};
+  return {widen(out), widen(lse), widen(dq), widen(dk), widen(dv), widen(dsink)};
 }
 
 }  // namespace

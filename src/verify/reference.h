@@ -29,12 +29,17 @@ struct Problem {
   /// Double values of the two float parameters, for data computed in double (the golden
   /// vectors); unset = use params.softmax_scale (or 1 / sqrt(Dqk)) and params.dropout_p.
   std::optional<double> exact_scale, exact_dropout_p;
+  /// The mask as a matrix, [Sq][Sk] row-major, nonzero = visible: when not empty it replaces
+  /// params' mask (causal, windows, documents, slices), so a test can state a mask pixel by pixel.
+  std::vector<uint8_t> dense_mask{};
 };
 
-/// Every tensor attention produces, flat BSHD doubles (lse [B, Hq, Sq], -inf for empty rows).
-/// The gradients are empty when only the forward was computed.
+/// Every tensor attention produces, flat BSHD doubles (lse [B, Hq, Sq], -inf for empty rows; the
+/// sink logits' gradient dsink [Hq]). The gradients are empty when only the forward was computed;
+/// dsink also when the problem has no sinks.
 struct Outputs {
   std::vector<double> out, lse, dq, dk, dv;
+  std::vector<double> dsink{};
 };
 
 /// Philox4x32-10 (Salmon et al., SC'11), written here a second time on purpose: the oracle must
@@ -53,23 +58,34 @@ bool dropout_keep(RngState rng, int64_t b, int64_t h, int64_t num_heads_q, int64
 
 /// The mask predicate of AttentionParams on global positions (and document ids; pass equal ids
 /// when there are no documents): causal j <= i, window i - left <= j <= i + right (-1 =
-/// unbounded), same document.
+/// unbounded), same document, and with slices, inside one slice's visible part: with the slice's
+/// local row r = q_pos - q_begin of Lq rows and column c = k_pos - k_begin of Lk columns, full
+/// any (r, c), causal c <= r + Lk - Lq, inv_causal c >= r, bi_causal both (MagiAttention's mask
+/// types, stated here from their definition, not from the kernel's band form).
 bool visible(const AttentionParams& params, int64_t q_pos, int64_t k_pos, int64_t q_doc,
              int64_t k_doc);
 
 /// The softmax scale a problem uses: exact_scale, else params.softmax_scale, else 1 / sqrt(Dqk).
 double softmax_scale(const Problem& problem);
 
-/// Naive attention in double: for each (b, h, i) the full score row, explicit mask, softmax,
+/// Naive attention in double: for each (b, h, i) the full score row s_ij = scale <q_i, k_j>
+/// (then softcap * tanh(s / softcap) with a softcap, then minus slope_h |q_pos_i - k_pos_j| with
+/// ALiBi slopes), explicit mask, softmax whose denominator gains exp(sink_h) with sinks,
 /// explicit dropout mask (dropout_keep), out = sum_j Z_ij P_ij v_j; backward (when
 /// with_backward and dout is given) by the chain rule of the same formulas:
-///   dv_j = sum_i Z_ij P_ij dout_i, dS_ij = P_ij (Z_ij <dout_i, v_j> - <dout_i, out_i>),
-///   dq_i = scale sum_j dS_ij k_j, dk_j = scale sum_i dS_ij q_i (dk, dv summed over GQA groups).
-/// Empty rows: out 0, lse -inf, no gradient. Cost O(B Hq Sq Sk D): a slow oracle, not a kernel.
-/// When `magnitudes` is given its out (and, when backward runs, dq, dk, dv) receive, per element,
-/// the size of the terms that result is summed from, the scale its rounding error is proportional
-/// to, cancellation included: out: sum_j Z P |v_j|; dv: sum_i Z P |dout_i|,
-///   dq: |scale| sum_j P (|Z <dout_i, v_j>| + |D_i|) |k_j|, dk: likewise with |q_i|.
+///   dv_j = sum_i Z_ij P_ij dout_i, dS_ij = P_ij (Z_ij <dout_i, v_j> - <dout_i, out_i>)
+///   (times 1 - tanh^2(scale <q_i, k_j> / softcap) with a softcap),
+///   dq_i = scale sum_j dS_ij k_j, dk_j = scale sum_i dS_ij q_i (dk, dv summed over GQA groups),
+///   dsink_h = -sum_{b, i} exp(sink_h - lse_i) <dout_i, out_i> (d lse_i / d sink_h times the
+///   softmax's usual -D_i).
+/// Empty rows: out 0, lse -inf (sink_h with sinks), no gradient. Cost O(B Hq Sq Sk D): a slow
+/// oracle, not a kernel.
+/// When `magnitudes` is given its out (and, when backward runs, dq, dk, dv, dsink) receive, per
+/// element, the size of the terms that result is summed from, the scale its rounding error is
+/// proportional to, cancellation included: out: sum_j Z P |v_j|; dv: sum_i Z P |dout_i|,
+///   dq: |scale| sum_j P (|Z <dout_i, v_j>| + |D_i|) c_ij |k_j|, dk: likewise with |q_i|
+///   (c_ij the softcap's derivative, 1 without), dsink: sum_{b, i} exp(sink - lse_i)
+///   sum_e |dout_ie out_ie|.
 /// Its lse stays empty.
 /// Throws Error(kShapeMismatch) when a vector's length disagrees with dims.
 Outputs attention(const Problem& problem, bool with_backward = true, Outputs* magnitudes = nullptr);

@@ -27,6 +27,14 @@ const char* mask_kind_name(MaskKind kind) noexcept {
       return "Docs";
     case MaskKind::kDocsCausal:
       return "DocsCausal";
+    case MaskKind::kPrefixLmSlices:
+      return "PrefixLm";
+    case MaskKind::kDocSlices:
+      return "DocSlices";
+    case MaskKind::kSharedPrefixSlices:
+      return "SharedPrefix";
+    case MaskKind::kRandomSlices:
+      return "RandomSlices";
   }
   return "?";
 }
@@ -60,6 +68,14 @@ std::string case_name(const CaseSpec& spec) {
   }
   if (d.B != 1) name += "_B" + std::to_string(d.B);
   if (spec.dtype != DType::kF32) name += std::string("_") + dtype_name(spec.dtype);
+  if (spec.sink) name += "_sink";
+  if (spec.softcap > 0.0f) {
+    std::snprintf(p, sizeof(p), "%g", static_cast<double>(spec.softcap));
+    std::string cap = p;
+    std::replace(cap.begin(), cap.end(), '.', 'p');
+    name += "_cap" + cap;
+  }
+  if (spec.alibi) name += "_alibi";
   return name;
 }
 
@@ -110,6 +126,64 @@ int64_t document_of(int64_t position) {
   return doc;
 }
 
+std::vector<MaskSlice> make_slices(MaskKind kind, int64_t n, uint64_t seed) {
+  std::vector<MaskSlice> slices;
+  const auto add = [&](int64_t qb, int64_t qe, int64_t kb, int64_t ke, SliceType type) {
+    slices.push_back({qb, qe, kb, ke, type});
+  };
+  // The document ranges of document_of over [from, n).
+  const auto documents = [&](int64_t from, auto&& each) {
+    for (int64_t a = from; a < n;) {
+      int64_t b = a + 1;
+      while (b < n && document_of(b) == document_of(a)) ++b;
+      each(a, b);
+      a = b;
+    }
+  };
+  switch (kind) {
+    case MaskKind::kPrefixLmSlices: {
+      const int64_t prefix = n / 3;
+      add(0, n, 0, prefix, SliceType::kFull);
+      add(prefix, n, prefix, n, SliceType::kCausal);
+      break;
+    }
+    case MaskKind::kDocSlices:
+      documents(0, [&](int64_t a, int64_t b) { add(a, b, a, b, SliceType::kCausal); });
+      break;
+    case MaskKind::kSharedPrefixSlices: {
+      const int64_t prefix = n / 4;
+      add(0, prefix, 0, prefix, SliceType::kCausal);
+      documents(prefix, [&](int64_t a, int64_t b) {
+        add(a, b, 0, prefix, SliceType::kFull);
+        add(a, b, a, b, SliceType::kCausal);
+      });
+      break;
+    }
+    case MaskKind::kRandomSlices: {
+      // Cells of a grid never overlap, whatever their types.
+      std::mt19937_64 gen(seed * 7919 + 3);
+      const auto cuts = [&] {
+        std::uniform_int_distribution<int64_t> at(0, n);
+        std::vector<int64_t> c = {0, n, at(gen), at(gen), at(gen), at(gen)};
+        std::sort(c.begin(), c.end());
+        return c;
+      };
+      const std::vector<int64_t> qc = cuts(), kc = cuts();
+      std::uniform_int_distribution<int> type(0, 4);  // 4: no slice in this cell
+      for (size_t a = 0; a + 1 < qc.size(); ++a) {
+        for (size_t b = 0; b + 1 < kc.size(); ++b) {
+          const int t = type(gen);
+          if (t < 4) add(qc[a], qc[a + 1], kc[b], kc[b + 1], static_cast<SliceType>(t));
+        }
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  return slices;
+}
+
 Problem make_problem(const CaseSpec& spec) {
   Problem p;
   p.dims = spec.dims;
@@ -133,6 +207,11 @@ Problem make_problem(const CaseSpec& spec) {
     case MaskKind::kDocsCausal:
       p.params.causal = true;
       break;
+    case MaskKind::kPrefixLmSlices:
+    case MaskKind::kDocSlices:
+    case MaskKind::kSharedPrefixSlices:
+    case MaskKind::kRandomSlices:
+      break;  // the slices, below, once the positions are known
   }
   p.params.dropout_p = spec.dropout_p;
   // hi32(offset) != 0 so the key's second word is exercised too.
@@ -144,8 +223,23 @@ Problem make_problem(const CaseSpec& spec) {
     for (int64_t x : p.q_pos) p.q_doc.push_back(document_of(x));
     for (int64_t x : p.k_pos) p.k_doc.push_back(document_of(x));
   }
+  int64_t n = 0;
+  for (const auto* pos : {&p.q_pos, &p.k_pos}) {
+    for (int64_t x : *pos) n = std::max(n, x + 1);
+  }
+  p.params.slices = make_slices(spec.mask, n, spec.seed);
   std::mt19937_64 gen(spec.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  p.params.softcap = spec.softcap;
+  if (spec.alibi) {
+    for (int64_t h = 0; h < d.Hq; ++h) {
+      p.params.alibi_slopes.push_back(
+          std::exp2(-8.0f * static_cast<float>(h + 1) / static_cast<float>(d.Hq)));
+    }
+  }
+  if (spec.sink) {
+    for (int64_t h = 0; h < d.Hq; ++h) p.params.sink.push_back(2.0f * normal(gen));
+  }
   const auto fill = [&](std::vector<double>& x, int64_t count) {
     x.resize(static_cast<size_t>(count));
     for (double& e : x) e = static_cast<double>(normal(gen));
@@ -252,12 +346,15 @@ Outputs run_kernel(const Problem& p, const KernelRun& run) {
       dv(storage_shape(v_shape, run.layout), run.dtype);
   BackwardOptions backward_options;
   backward_options.kernel = options;
+  std::vector<float> dsink(p.params.sink.size());
+  backward_options.dsink = dsink;
   attention_kernel_backward(in, p.params, p.rng, dout.view(run.layout),
                             std::as_const(out).view(run.layout), lse, dq.view(run.layout),
                             dk.view(run.layout), dv.view(run.layout), backward_options);
   result.dq = to_doubles(dq.view(run.layout));
   result.dk = to_doubles(dk.view(run.layout));
   result.dv = to_doubles(dv.view(run.layout));
+  result.dsink = to_doubles(dsink);
   return result;
 }
 
@@ -293,8 +390,8 @@ Oracle make_oracle(const Problem& problem, bool with_backward, DType dtype) {
 }
 
 namespace {
-std::array<const std::vector<double>*, 5> tensors(const Outputs& o) {
-  return {&o.out, &o.lse, &o.dq, &o.dk, &o.dv};
+std::array<const std::vector<double>*, kTensorNames.size()> tensors(const Outputs& o) {
+  return {&o.out, &o.lse, &o.dq, &o.dk, &o.dv, &o.dsink};
 }
 double max_of(const std::vector<double>& x) {
   double m = 0.0;
@@ -308,8 +405,10 @@ ErrorRow compare(std::string name, const Oracle& oracle, const Outputs& got) {
   row.name = std::move(name);
   const auto exact = tensors(oracle.exact), fp32 = tensors(oracle.fp32),
              magnitude = tensors(oracle.magnitude), result = tensors(got);
-  for (size_t t = 0; t < 5; ++t) {
-    if (t >= 2 && got.dq.empty()) {  // forward only
+  for (size_t t = 0; t < kTensorNames.size(); ++t) {
+    if ((t >= 2 && got.dq.empty()) || (exact[t]->empty() && result[t]->empty())) {
+      // forward only, or no sinks (dsink empty on both sides; one missing on one side throws in
+      // max_abs_error)
       row.err[t] = 0.0;
       row.tol[t] = kTolAbs;
       continue;

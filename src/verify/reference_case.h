@@ -16,8 +16,24 @@
 
 namespace cpattn::reference {
 
-/// Mask families a case can use (window sizes are fixed per kind, see make_problem).
-enum class MaskKind { kNone, kCausal, kWindow, kCausalWindow, kDocs, kDocsCausal };
+/// Mask families a case can use (window sizes are fixed per kind, see make_problem). The last
+/// four are mask slices (AttentionParams::slices) over the positions the case uses, n = the
+/// largest position + 1: prefix-LM (every query sees the first n/3 positions, causal after),
+/// documents (one causal slice per document_of document), shared-prefix packing (a causal prefix
+/// of n/4 positions that every later document sees in full, each document causal in itself) and
+/// random slices (a random grid of query and key cuts, each cell a random type or empty).
+enum class MaskKind {
+  kNone,
+  kCausal,
+  kWindow,
+  kCausalWindow,
+  kDocs,
+  kDocsCausal,
+  kPrefixLmSlices,
+  kDocSlices,
+  kSharedPrefixSlices,
+  kRandomSlices,
+};
 const char* mask_kind_name(MaskKind kind) noexcept;
 
 /// How the global positions of the local q and k rows are laid out (Sq != Sk allowed):
@@ -40,6 +56,12 @@ struct CaseSpec {
   /// problem's inputs are rounded to it (make_problem) and the plain implementation's results
   /// too (make_oracle), so the tolerance rule below stays FlashAttention's.
   DType dtype = DType::kF32;
+  /// Attention sinks: one logit per head, N(0, 2^2) from the seed (AttentionParams::sink).
+  bool sink = false;
+  /// AttentionParams::softcap (0: off).
+  float softcap = 0.0f;
+  /// ALiBi with the geometric slopes of Press et al., 2^(-8 (h + 1) / Hq) for head h.
+  bool alibi = false;
 };
 
 /// A spec from its fields in declaration order (the test sweeps' shorthand).
@@ -56,7 +78,8 @@ inline CaseSpec spec_of(MaskKind mask, Dims dims, PositionKind positions, float 
 }
 
 /// Readable unique name, e.g. "Causal_GQA8x2_Sq97_Sk1025_D192x128_p0p1_BHSD" (plus "_Zigzag",
-/// "_Striped", "_B3" and "_bf16" / "_fp16" when not the defaults). Only letters, digits and '_'.
+/// "_Striped", "_B3", "_bf16" / "_fp16", "_sink", "_cap3" and "_alibi" when not the defaults).
+/// Only letters, digits and '_'.
 std::string case_name(const CaseSpec& spec);
 
 /// Global positions (q_pos, k_pos) for Sq, Sk rows laid out as `kind` (see PositionKind).
@@ -69,9 +92,14 @@ int64_t document_of(int64_t position);
 
 /// The problem a spec describes: inputs ~ N(0, 1) rounded to float (so the kernel sees exactly
 /// the reference's inputs), dout ~ N(0, 1), masks per MaskKind (window: left 37, right 5;
-/// causal+window: left 100), documents from document_of, RngState derived from the seed. For a
-/// bf16 or fp16 spec, q, k, v and dout are then rounded to that dtype (round_inputs).
+/// causal+window: left 100), documents from document_of, the score features of the spec, RngState
+/// derived from the seed. For a bf16 or fp16 spec, q, k, v and dout are then rounded to that
+/// dtype (round_inputs).
 Problem make_problem(const CaseSpec& spec);
+
+/// The mask slices of a slice MaskKind over positions [0, n) (empty for the other kinds); the
+/// random kind draws from `seed`.
+std::vector<MaskSlice> make_slices(MaskKind kind, int64_t n, uint64_t seed);
 
 /// Rounds q, k, v and dout of `problem` to `dtype` (through float; dtype.h's rounding): the
 /// values a kernel fed with that dtype sees, so the double reference answers for exactly them.
@@ -113,8 +141,9 @@ Outputs run_kernel(const Problem& problem, const KernelRun& run);
 /// Throws Error(kShapeMismatch) when the lengths differ.
 double max_abs_error(const std::vector<double>& a, const std::vector<double>& b);
 
-/// The five tensors every row reports, in this order.
-inline constexpr std::array<const char*, 5> kTensorNames = {"out", "lse", "dq", "dk", "dv"};
+/// The tensors every row reports, in this order (dsink only in cases with sinks).
+inline constexpr std::array<const char*, 6> kTensorNames = {"out", "lse", "dq",
+                                                            "dk",  "dv",  "dsink"};
 
 /// Everything a kernel result is judged against: the double answer, the magnitudes of the terms
 /// behind each gradient element (attention()'s `magnitudes`), and the plain fp32 answer.
@@ -127,9 +156,9 @@ struct Oracle {
 /// implementation that stores its results in that dtype would give.
 Oracle make_oracle(const Problem& problem, bool with_backward = true, DType dtype = DType::kF32);
 
-/// Tolerance rule, per tensor t of out, lse, dq, dk, dv:
+/// Tolerance rule, per tensor t of out, lse, dq, dk, dv, dsink:
 ///   err_t <= kTolFactor * err_fp32_t + kTolAbs  (+ kTolUlps * eps_fp32 * max(magnitude_t) for
-///   the gradients dq, dk, dv)
+///   the gradients dq, dk, dv, dsink)
 /// err_t: max abs error vs the double answer; err_fp32_t: that of the plain fp32 implementation.
 /// bf16 / fp16 cases apply the same rule with the plain implementation that takes the inputs in
 /// that dtype, computes in fp32 and rounds its results to that dtype (make_oracle), against the
@@ -167,8 +196,8 @@ inline constexpr double kTolPv16 = 1.0;
 /// The verdict on one case: per tensor (kTensorNames order) the error and its tolerance.
 struct ErrorRow {
   std::string name;
-  std::array<double, 5> err{};
-  std::array<double, 5> tol{};
+  std::array<double, kTensorNames.size()> err{};
+  std::array<double, kTensorNames.size()> tol{};
   bool pass() const;
 };
 

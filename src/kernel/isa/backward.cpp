@@ -6,10 +6,13 @@
 // would keep); the three products of P and dS stay fp32.
 #include "kernel/isa/backward.h"
 
+#include <type_traits>
+
 #include "kernel/isa/bf16_dot.h"
 #include "kernel/isa/dropout.h"
 #include "kernel/isa/gemm.h"
 #include "kernel/isa/pack.h"
+#include "kernel/isa/scores.h"
 #include "kernel/isa/simd.h"
 
 namespace cpattn::detail::CPATTN_ISA_NS {
@@ -40,15 +43,19 @@ struct Scratch {
   float* st;        // [kTileK][kTileQ]          P^T
   float* dst;       // [kTileK][kTileQ]          dP^T, then scale * dS^T
   float* pzt;       // [kTileK][kTileQ]          (Z P)^T (dropout only)
+  float* dcap;      // [kTileK][kTileQ]          1 - tanh^2 of the softcap (softcap only)
   float* lse_safe;  // [kTileQ]                  lse, +inf for empty rows and padding
   float* dd;        // [kTileQ]                  D_i = <dout_i, out_i>
+  float* q_rel;     // [kTileQ]                  ALiBi positions (isa/scores.h)
+  float* k_rel;     // [kTileK]
   float* dk;        // [chunk keys][Dqk_pad]     dK accumulators of the item's k tiles
   float* dv;        // [chunk keys][Dv_pad]      dV accumulators
 };
 
 Scratch carve(const BackwardOffsets& o, float* f) {
-  return {f + o.qt, f + o.ot,  f + o.qp,  f + o.op,       f + o.dq, f + o.kr, f + o.kp, f + o.vr,
-          f + o.st, f + o.dst, f + o.pzt, f + o.lse_safe, f + o.dd, f + o.dk, f + o.dv};
+  return {f + o.qt,       f + o.ot, f + o.qp,    f + o.op,    f + o.dq,  f + o.kr,
+          f + o.kp,       f + o.vr, f + o.st,    f + o.dst,   f + o.pzt, f + o.dcap,
+          f + o.lse_safe, f + o.dd, f + o.q_rel, f + o.k_rel, f + o.dk,  f + o.dv};
 }
 
 class Item {
@@ -135,19 +142,36 @@ class Item {
       gemm_tile(nk, nq_pad, {w_.kr, p_.Dqk, 1}, {w_.qt, p_.Dqk}, w_.st, kTileQ, false);  // S^T
       gemm_tile(nk, nq_pad, {w_.vr, p_.Dv, 1}, {w_.ot, p_.Dv}, w_.dst, kTileQ, false);   // dP^T
     }
-    const VF c = splat(p_.scale);
-    for (int64_t j = 0; j < nk; ++j) {
-      float* s = w_.st + j * kTileQ;
-      for (int64_t i = 0; i < nq_pad; i += kLanes) {
-        // s - lse <= 0 exactly (P <= 1), but rounding can push it above 0 (the forward rounded
-        // scale * s before subtracting its max; here the two may fuse into one FMA): by more than
-        // 88, where exp overflows, once |logits| ~ 1e11. Clamp at 0; NaN stays (NaN > 0 is false).
-        const VF x = load(s + i) * c - load(w_.lse_safe + i);
-        store(s + i, x > VF{} ? VF{} : x);
+    // s - lse <= 0 exactly (P <= 1), but rounding can push it above 0 (the forward rounded
+    // scale * s before subtracting its max; here the two may fuse into one FMA): by more than
+    // 88, where exp overflows, once |logits| ~ 1e11. Clamp at 0; NaN stays (NaN > 0 is false).
+    const bool cap = p_.softcap > 0.0f;
+    if (!transforms_scores(p_)) {
+      const VF c = splat(p_.scale);
+      for (int64_t j = 0; j < nk; ++j) {
+        float* s = w_.st + j * kTileQ;
+        for (int64_t i = 0; i < nq_pad; i += kLanes) {
+          const VF x = load(s + i) * c - load(w_.lse_safe + i);
+          store(s + i, x > VF{} ? VF{} : x);
+        }
       }
+    } else {
+      // The forward's scores (scores.h), and the softcap's derivative for dS.
+      with_score_map(p_, h, qt, nq_pad, kv, w_.q_rel, w_.k_rel, [&](const auto& score) {
+        for (int64_t j = 0; j < nk; ++j) {
+          float* s = w_.st + j * kTileQ;
+          float* dcap = w_.dcap + j * kTileQ;
+          for (int64_t i = 0; i < nq_pad; i += kLanes) {
+            VF d;
+            const VF x = score(load(s + i), j, i, d) - load(w_.lse_safe + i);
+            store(s + i, x > VF{} ? VF{} : x);
+            if constexpr (std::decay_t<decltype(score)>::kHasCap) store(dcap + i, d);
+          }
+        }
+      });
     }
     if (kind == BlockVisibility::kPartial) {
-      for (int64_t i = 0; i < nq; ++i) mask_.mask_keys(qt.begin + i, kv, w_.st + i, kTileQ);
+      for (int64_t i = 0; i < nq; ++i) mask_.mask_keys(qt, qt.begin + i, kv, w_.st + i, kTileQ);
     }
     const bool dropout = p_.dropout_p > 0.0f;
     if (dropout) {
@@ -155,11 +179,13 @@ class Item {
       dropout_.fill(b, h, qt, kv, w_.pzt, kTileQ);
       for (int64_t j = 0; j < nk; ++j) fill(w_.pzt + j * kTileQ + nq, nq_pad - nq, 0.0f);
     }
-    // P = exp(scale s - lse); dS = P (Z dP' - D) with dP' = dO V^T (Z enters dP and dV).
+    // P = exp(s - lse); dS = P (Z dP' - D) with dP' = dO V^T (Z enters dP and dV), times the
+    // scale (and the softcap's derivative) for the products with the raw q and k.
     const VF scale = splat(p_.scale);
     for (int64_t j = 0; j < nk; ++j) {
       float* s = w_.st + j * kTileQ;
       float* ds = w_.dst + j * kTileQ;
+      const float* dcap = w_.dcap + j * kTileQ;
       if (dropout) {
         float* pz = w_.pzt + j * kTileQ;
         for (int64_t i = 0; i < nq_pad; i += kLanes) {
@@ -167,13 +193,15 @@ class Item {
           const VF zz = load(pz + i);
           store(s + i, pr);
           store(pz + i, pr * zz);
-          store(ds + i, pr * (load(ds + i) * zz - load(w_.dd + i)) * scale);
+          const VF d = pr * (load(ds + i) * zz - load(w_.dd + i)) * scale;
+          store(ds + i, cap ? d * load(dcap + i) : d);
         }
       } else {
         for (int64_t i = 0; i < nq_pad; i += kLanes) {
           const VF pr = exp_v(load(s + i));
           store(s + i, pr);
-          store(ds + i, pr * (load(ds + i) - load(w_.dd + i)) * scale);
+          const VF d = pr * (load(ds + i) - load(w_.dd + i)) * scale;
+          store(ds + i, cap ? d * load(dcap + i) : d);
         }
       }
     }

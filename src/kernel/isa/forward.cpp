@@ -10,6 +10,7 @@
 #include "kernel/isa/dropout.h"
 #include "kernel/isa/gemm.h"
 #include "kernel/isa/pack.h"
+#include "kernel/isa/scores.h"
 #include "kernel/isa/simd.h"
 
 namespace cpattn::detail::CPATTN_ISA_NS {
@@ -21,21 +22,23 @@ void fill(float* x, int64_t n, float value) {
   for (int64_t i = 0; i < n; ++i) x[i] = value;
 }
 
-// Online softmax down the columns of S^T, kLanes queries per vector: m_new = max(m, max_j s_ji),
+// Online softmax down the columns of S^T, kLanes queries per vector: with s_ji = score(raw_ji, j,
+// c) (the scale, or the whole score transform of scores.h), m_new = max(m, max_j s_ji),
 // s_ji <- exp(s_ji - m_new), l <- l * exp(m - m_new) + sum_j, and alpha = exp(m - m_new) for
 // rescaling O. Masked scores are -inf and give exactly 0; a column that has seen only masked keys
 // keeps m = -inf and subtracts 0 instead (no NaN). Every step is lane-wise and runs down the keys
 // in order, so the results do not depend on the lane count.
-void softmax_columns(int64_t nk, int64_t nq_pad, float scale, float* st, float* m, float* l,
+template <class Score>
+void softmax_columns(int64_t nk, int64_t nq_pad, const Score& score, float* st, float* m, float* l,
                      float* alpha) {
-  const VF neg_inf = splat(kNegInf), sc = splat(scale);
+  const VF neg_inf = splat(kNegInf);
   for (int64_t c = 0; c < nq_pad; c += 2 * kLanes) {
     float* col = st + c;
     const VF m_old0 = load(m + c), m_old1 = load(m + c + kLanes);
     VF mx0 = m_old0, mx1 = m_old1;
     for (int64_t j = 0; j < nk; ++j) {
-      const VF s0 = load(col + j * kForwardTileQ) * sc;
-      const VF s1 = load(col + j * kForwardTileQ + kLanes) * sc;
+      const VF s0 = score(load(col + j * kForwardTileQ), j, c);
+      const VF s1 = score(load(col + j * kForwardTileQ + kLanes), j, c + kLanes);
       store(col + j * kForwardTileQ, s0);
       store(col + j * kForwardTileQ + kLanes, s1);
       mx0 = vmax(mx0, s0);
@@ -62,6 +65,16 @@ void softmax_columns(int64_t nk, int64_t nq_pad, float scale, float* st, float* 
   }
 }
 
+// The plain scores: the scale only (no softcap, no ALiBi).
+struct ScaledScore {
+  VF scale;
+  VF operator()(VF raw, int64_t /*j*/, int64_t /*c*/) const { return raw * scale; }
+};
+// Scores already computed in place (a partially visible tile, transformed before its mask).
+struct ReadyScore {
+  VF operator()(VF s, int64_t /*j*/, int64_t /*c*/) const { return s; }
+};
+
 // The item's start state of one head: empty (O = 0, m = -inf, l = 0), or, when the call resumes a
 // SoftmaxCarry, the rows' O from out and m, l from the carry.
 void load_state(const ForwardPlan& plan, int64_t b, int64_t h, const TileRange& qt, float* o,
@@ -84,11 +97,16 @@ void load_state(const ForwardPlan& plan, int64_t b, int64_t h, const TileRange& 
 
 // The item's end: out_i = O_i / l_i, lse_i = m_i + ln l_i (rows that saw no key get 0 and -inf),
 // rounded once to out's dtype (store_row), or, for a carry that does not finish, O, m and l as
-// they are (out is then fp32: validate_forward).
+// they are (out is then fp32: validate_forward). With a sink logit sigma (the head's), the
+// normaliser gains exp(sigma) once, here where the row's softmax ends: m' = max(m, sigma),
+// l' = l exp(m - m') + exp(sigma - m'), out_i = O_i exp(m - m') / l', lse_i = m' + ln l' (a row
+// that saw no key gets out 0 and lse sigma).
 void write_rows(const ForwardPlan& plan, int64_t b, int64_t h, const TileRange& qt, const float* o,
                 const float* m, const float* l) {
   const ForwardProblem& p = *plan.p;
   const int64_t row0 = (b * p.Hq + h) * p.Sq + qt.begin;
+  const bool sink = !p.sink.empty();
+  const float sigma = sink ? p.sink[static_cast<size_t>(p.dropout_head_offset + h)] : 0.0f;
   for (int64_t i = 0; i < qt.size; ++i) {
     const float* src = o + i * plan.dv_pad;
     const size_t row = static_cast<size_t>(row0 + i);
@@ -96,6 +114,12 @@ void write_rows(const ForwardPlan& plan, int64_t b, int64_t h, const TileRange& 
       store_row(p.out, b, qt.begin + i, h, src, 1.0f, false);
       p.row_max[row] = m[i];
       p.row_sum[row] = l[i];
+    } else if (sink && !__builtin_isnan(l[i])) {
+      const float m_sink = m[i] > sigma ? m[i] : sigma;
+      const float kept = __builtin_expf(m[i] - m_sink);  // 0 for a row that saw no key
+      const float l_sink = l[i] * kept + __builtin_expf(sigma - m_sink);
+      store_row(p.out, b, qt.begin + i, h, src, kept / l_sink, false);
+      p.lse[row] = m_sink + __builtin_logf(l_sink);
     } else if (l[i] > 0.0f || __builtin_isnan(l[i])) {  // NaN: a NaN input reached the row
       store_row(p.out, b, qt.begin + i, h, src, 1.0f / l[i], false);
       p.lse[row] = m[i] + __builtin_logf(l[i]);
@@ -180,6 +204,8 @@ void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
   float* vp = scratch + at.vp;
   float* st = scratch + at.st;
   float* alpha = scratch + at.alpha;
+  float* q_rel = scratch + at.q_rel;
+  float* k_rel = scratch + at.k_rel;
   Lane lanes[kForwardMaxLanesPerItem];
   const int64_t n_lanes = n_tiles * nh;
   for (int64_t i = 0; i < n_lanes; ++i) {
@@ -223,19 +249,28 @@ void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
       if (kind == BlockVisibility::kHidden) continue;
       const int64_t nq_pad = round_up_nr(qt.size);
       Products::scores(p, kv.size, nq_pad, kr, lane.q_panels, st);
-      float scale = p.scale;
-      if (kind == BlockVisibility::kPartial) {
-        // Scale first so that masked -inf stays -inf whatever the sign of the scale.
-        const VF sc = splat(scale);
-        for (int64_t e = 0; e < kv.size * kForwardTileQ; e += kLanes) {
-          store(st + e, load(st + e) * sc);
+      // The scores into the online softmax: fused into its first pass for fully visible tiles;
+      // a partially visible tile gets its scores first, then the mask (so that masked -inf stays
+      // -inf whatever the scale's sign or the transform).
+      const auto into_softmax = [&](const auto& score) {
+        if (kind == BlockVisibility::kPartial) {
+          for (int64_t j = 0; j < kv.size; ++j) {
+            float* row = st + j * kForwardTileQ;
+            for (int64_t c = 0; c < nq_pad; c += kLanes) store(row + c, score(load(row + c), j, c));
+          }
+          for (int64_t r = 0; r < qt.size; ++r) {
+            mask.mask_keys(qt, qt.begin + r, kv, st + r, kForwardTileQ);
+          }
+          softmax_columns(kv.size, nq_pad, ReadyScore{}, st, lane.m, lane.l, alpha);
+        } else {
+          softmax_columns(kv.size, nq_pad, score, st, lane.m, lane.l, alpha);
         }
-        scale = 1.0f;
-        for (int64_t r = 0; r < qt.size; ++r) {
-          mask.mask_keys(qt.begin + r, kv, st + r, kForwardTileQ);
-        }
+      };
+      if (transforms_scores(p)) {
+        with_score_map(p, lane.h, qt, nq_pad, kv, q_rel, k_rel, into_softmax);
+      } else {
+        into_softmax(ScaledScore{splat(p.scale)});
       }
-      softmax_columns(kv.size, nq_pad, scale, st, lane.m, lane.l, alpha);
       if (p.dropout_p > 0.0f) dropout.apply(b, lane.h, qt, kv, st, kForwardTileQ);
       // O = O * alpha + P V: the rescale happens as the product loads O.
       Products::add_pv(qt.size, kv.size, nq_pad, dv_pad, st, vp, alpha, lane.o);

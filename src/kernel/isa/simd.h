@@ -141,4 +141,26 @@ inline VF exp_v(VF x) {
   return in == in ? out : in;
 }
 
+/// |x| for each lane (the sign bit cleared; NaN stays NaN).
+inline VF abs_v(VF x) { return as_float(as_int(x) & 0x7FFFFFFF); }
+
+/// tanh(x) for each lane (logit soft-capping, docs/design.md section 1). For |x| < 0.3125 the odd
+/// Taylor series to x^11 (the first omitted term is below 1e-9 of the result), else
+/// 1 - 2 / (e^{2|x|} + 1) with exp_v (within ~4 ulps at 0.3125, where the subtraction cancels two
+/// bits; about 1 ulp from |x| > 1 on), the sign of x put back; |x| > 44 gives exactly +-1 (e^{2|x|}
+/// is +inf), NaN stays NaN. Lane-wise, so the same bits for any lane count.
+inline VF tanh_v(VF x) {
+  const VF a = abs_v(x);
+  const VF large = 1.0f - 2.0f / (exp_v(a + a) + 1.0f);
+  const VF a2 = a * a;
+  VF p = splat(-1382.0f / 155925.0f);
+  p = p * a2 + 62.0f / 2835.0f;
+  p = p * a2 + -17.0f / 315.0f;
+  p = p * a2 + 2.0f / 15.0f;
+  p = p * a2 + -1.0f / 3.0f;
+  const VF small = p * a2 * a + a;
+  const VF t = a < splat(0.3125f) ? small : large;
+  return as_float(as_int(t) | (as_int(x) & static_cast<int32_t>(0x80000000u)));
+}
+
 }  // namespace cpattn::detail::CPATTN_ISA_NS

@@ -21,11 +21,15 @@ void exp_entry(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += kLanes) store(y + i, exp_v(load(x + i)));
 }
 
+void tanh_entry(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += kLanes) store(y + i, tanh_v(load(x + i)));
+}
+
 }  // namespace
 
 IsaKernels kernels() {
-  return {Isa::CPATTN_ISA_ENUM, kNr,        &forward_item,        &backward_item,
-          &row_dots_entry,      &exp_entry, &bf16_dot_vs_fma_rate};
+  return {Isa::CPATTN_ISA_ENUM, kNr,        &forward_item, &backward_item,
+          &row_dots_entry,      &exp_entry, &tanh_entry,   &bf16_dot_vs_fma_rate};
 }
 
 }  // namespace cpattn::detail::CPATTN_ISA_NS
