@@ -3,18 +3,24 @@
 // exits 1 if any case fails.
 #include "cli/verify.h"
 
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
+#include <system_error>
 
 #include "cli/commands.h"
 #include "cli/job.h"
+#include "cli/slices_spec.h"
 #include "cli/verify_report.h"
 #include "cli/verify_ring.h"
+#include "cpattn/digest.h"
 #include "cpattn/error.h"
 #include "cpattn/stopwatch.h"
 #include "train/agreement.h"
+#include "train/files.h"
 #ifdef CPATTN_HAVE_MPI
 #include "cpattn/mpi_communicator.h"
 #endif
@@ -51,10 +57,63 @@ struct VerifyOptions {
   bool shape_given = false;
   double timeout_s = 300;
   std::string dtype = "fp32";  // --dtype: of q, k, v, dout and the results
+  // --sink, --softcap, --alibi; the slices are read from slices_arg (resolve_features).
+  CaseFeatures features;
+  bool softcap_given = false;  // --softcap X must then be > 0 (0 is "off" only by default)
+  bool slices_given = false;
+  std::string slices_arg;  // --slices FILE|SPEC as given
 };
 
+// The most bytes a --slices file may have (16 MiB).
+constexpr int64_t kMaxSlicesFileBytes = int64_t{1} << 24;
+
+// --slices FILE|SPEC: the slices of the file `arg` names when it exists, else of the text `arg`.
+std::vector<MaskSlice> read_slices(const std::string& arg) {
+  std::error_code ec;
+  if (std::filesystem::exists(arg, ec)) {
+    const std::vector<uint8_t> bytes =
+        train::read_regular_file(arg, kMaxSlicesFileBytes, "--slices");
+    const std::string text(bytes.begin(), bytes.end());
+    return parse_slices(text, "--slices " + detail::quoted(arg));
+  }
+  // Every slice has a ':'; without one the argument is a file name that names nothing.
+  CPATTN_CHECK(arg.find(':') != std::string::npos, ErrorCode::kInvalidArgument, "--slices ",
+               detail::quoted(arg), ": no such file, and not slices either; expected a file or ",
+               kSlicesGrammar);
+  return parse_slices(arg, "--slices");
+}
+
+// The options' features with the slices read, checked by the library's one validation of
+// AttentionParams (overlapping slices, reversed ranges, the softcap) before any case runs.
+CaseFeatures resolve_features(const VerifyOptions& o) {
+  CaseFeatures f = o.features;
+  CPATTN_CHECK(!o.softcap_given || (std::isfinite(f.softcap) && f.softcap > 0.0f),
+               ErrorCode::kInvalidArgument, "--softcap: expected a finite number > 0, got ",
+               f.softcap);
+  if (o.slices_given) f.slices = read_slices(o.slices_arg);
+  AttentionParams params;
+  params.softcap = f.softcap;
+  params.slices = f.slices;
+  try {
+    resolve_params(params, 1, 1);
+  } catch (const Error& e) {
+    throw Error(e.code(), std::string(f.slices.empty() ? "" : "--slices: ") + e.what());
+  }
+  return f;
+}
+
 #ifdef CPATTN_HAVE_MPI
-// The settings every rank of `verify --backend mpi` must share.
+// The --slices value ranks compare: the slices' canonical text, or for a long list its length and
+// digest.
+std::string slices_field(const std::vector<MaskSlice>& slices) {
+  if (slices.empty()) return "none";
+  const std::string text = format_slices(slices);
+  if (text.size() <= 200) return text;
+  return std::to_string(slices.size()) + " slices, digest " +
+         digest_hex(Digest().string(text).finish());
+}
+
+// The settings every rank of `verify --backend mpi` must share (the features resolved).
 std::vector<train::ConfigField> verify_fields(const VerifyOptions& o) {
   const RingShape& s = o.shape;
   const auto num = [](auto v) { return std::to_string(v); };
@@ -75,6 +134,10 @@ std::vector<train::ConfigField> verify_fields(const VerifyOptions& o) {
           {"--seed", num(s.seed), ""},
           {"--threads", num(o.threads), ""},
           {"--dtype", o.dtype, ""},
+          {"--sink", o.features.sink ? "on" : "off", ""},
+          {"--softcap", train::format_value(o.features.softcap), ""},
+          {"--alibi", o.features.alibi ? "on" : "off", ""},
+          {"--slices", slices_field(o.features.slices), ""},
           {"--json", o.json ? "on" : "off", ""},
           {"--timeout", train::format_value(o.timeout_s), ""}};
 }
@@ -94,6 +157,7 @@ int run_kernel_sweep(const VerifyOptions& o) {
   std::vector<VerifyResult> results;
   for (CaseSpec s : default_kernel_cases()) {
     s.dtype = parse_dtype(o.dtype.c_str());
+    add_features(o.features, s);
     results.push_back(verify_kernel_case(s, o.threads));
   }
   const std::string dtype = o.dtype == "fp32" ? "" : o.dtype + ", ";
@@ -124,12 +188,14 @@ std::vector<RingCase> ring_cases(const VerifyOptions& o, int cp_size) {
     if (!o.shape_given) {
       for (RingCase& c : default_ring_cases(cp_size, layouts, s)) {
         c.shape.dtype = dtype;
+        c.shape.features = o.features;
         cases.push_back(std::move(c));
       }
       continue;
     }
     RingShape shape = o.shape;
     shape.dtype = dtype;
+    shape.features = o.features;
     for (const Layout layout : layouts) cases.push_back({shape, layout, cp_size, s});
   }
   return cases;
@@ -158,10 +224,12 @@ int run_ring_cases(const VerifyOptions& o, int cp_size, Communicator* world) {
   return failed > 0 ? 1 : 0;
 }
 
-int run_verify(const VerifyOptions& o) {
-  refuse_mpirun_without_mpi("verify", o.backend);
-  deadline(o.timeout_s);  // validates --timeout
+int run_verify(const VerifyOptions& given) {
+  refuse_mpirun_without_mpi("verify", given.backend);
+  deadline(given.timeout_s);  // validates --timeout
+  VerifyOptions o = given;
   if (o.backend == "threads") {
+    o.features = resolve_features(given);
     if (o.cp == 0) return run_kernel_sweep(o);
     return run_ring_cases(o, o.cp, nullptr);
   }
@@ -178,6 +246,7 @@ int run_verify(const VerifyOptions& o) {
       CPATTN_CHECK(o.cp == 0 || o.cp == world.size(), ErrorCode::kInvalidArgument, "--cp ", o.cp,
                    " differs from the ", world.size(),
                    " MPI processes (--backend mpi uses one rank per process)");
+      o.features = resolve_features(given);  // a rank that cannot read --slices fails them all
     } catch (const Error& e) {
       failed = e;
     }
@@ -225,10 +294,18 @@ std::vector<CaseSpec> default_kernel_cases() {
   };
 }
 
+void add_features(const CaseFeatures& features, CaseSpec& spec) {
+  spec.sink = features.sink;
+  spec.softcap = features.softcap;
+  spec.alibi = features.alibi;
+  spec.slices.insert(spec.slices.end(), features.slices.begin(), features.slices.end());
+}
+
 VerifyResult verify_kernel_case(const CaseSpec& case_spec, int threads) {
   const Stopwatch watch;
   reference::ErrorRow row = reference::check_kernel_case(case_spec, threads);
-  return {std::move(row), watch.seconds()};
+  // The kernel returns dsink whenever the case has sinks (reference::run_kernel).
+  return {std::move(row), watch.seconds(), case_spec.sink, case_spec.sink};
 }
 
 Command verify_command() {
@@ -250,6 +327,22 @@ Command verify_command() {
                 ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
                 ->capture_default_str();
             add_timeout_option(sub, o->timeout_s);
+            // Features of every case, the kernel sweep's and the CP cases' alike.
+            sub->add_flag("--sink", o->features.sink,
+                          "Attention sinks: one random logit per query head (from the case's "
+                          "seed) in every softmax denominator; the report adds dsink");
+            sub->add_option("--softcap", o->features.softcap,
+                            "Logit softcap X > 0: scores become X tanh(s / X)");
+            sub->add_flag(
+                "--alibi", o->features.alibi,
+                "ALiBi: scores minus slope_h |q_pos - k_pos|, slopes 2^(-8 (h + 1) / Hq)");
+            sub->add_option(
+                "--slices", o->slices_arg,
+                "Mask slices, with each case's own mask: SPEC is "
+                "q_begin:q_end,k_begin:k_end,type[;...] on global positions [begin, end), type "
+                "full | causal | inv_causal | bi_causal (MagiAttention's), e.g. "
+                "'0:197,0:65,full;65:197,65:197,causal' (prefix-LM); FILE (read when the "
+                "argument names a file) has one slice per line, '#' starts a comment");
             CLI::Option* cp = sub->add_option(
                 "--cp", o->cp,
                 "CP mode over P ranks (no shape option: sweep causal/not x dropout 0/0.1, every "
@@ -302,6 +395,8 @@ Command verify_command() {
             };
             return [o, cp, shape_options, sub] {
               for (CLI::Option* opt : shape_options) o->shape_given |= opt->count() > 0;
+              o->softcap_given = sub->count("--softcap") > 0;
+              o->slices_given = sub->count("--slices") > 0;
               // Ring options without ring mode would be silently ignored: refuse them instead.
               const bool ring = cp->count() > 0 || o->backend == "mpi";
               CPATTN_CHECK(ring || (!o->shape_given && sub->count("--layout") == 0 &&

@@ -41,6 +41,16 @@ std::string ring_case_name(const RingCase& c) {
   }
   if (d.B != 1) name += "_B" + std::to_string(d.B);
   if (s.dtype != DType::kF32) name += std::string("_") + dtype_name(s.dtype);
+  const CaseFeatures& f = s.features;
+  if (f.sink) name += "_sink";
+  if (f.softcap > 0.0f) {
+    std::snprintf(p, sizeof(p), "%g", static_cast<double>(f.softcap));
+    std::string cap = p;
+    for (char& ch : cap) ch = ch == '.' ? 'p' : ch == '+' ? 'x' : ch == '-' ? 'm' : ch;
+    name += "_cap" + cap;
+  }
+  if (f.alibi) name += "_alibi";
+  if (!f.slices.empty()) name += "_slices" + std::to_string(f.slices.size());
   name += std::string("_") + layout_name(c.layout) + "_cp" + std::to_string(c.cp_size);
   if (c.strategy != Strategy::ring()) {
     std::string strategy = strategy_name(c.strategy);
@@ -58,6 +68,7 @@ reference::Problem make_ring_problem(const RingShape& shape) {
   spec.dropout_p = shape.dropout_p;
   spec.seed = shape.seed;
   spec.dtype = shape.dtype;
+  add_features(shape.features, spec);
   reference::Problem p = reference::make_problem(spec);
   p.params.causal = shape.causal;
   p.params.window_left = shape.window_left;
@@ -125,31 +136,40 @@ std::vector<VerifyResult> verify_ring_case(const RingCase& c, Communicator* worl
   if (world != nullptr && world->rank() != 0) return {};
 
   const std::string name = ring_case_name(c);
-  reference::ErrorRow vs_exact =
-      reference::compare(name, reference::make_oracle(p, true, c.shape.dtype), ring);
+  reference::Oracle oracle = reference::make_oracle(p, true, c.shape.dtype);
+  // A CP run without dsink leaves it unjudged (the report shows "-"), rather than failing the
+  // comparison of the tensors it does return.
+  const bool sink = !p.params.sink.empty(), dsink = sink && !ring.dsink.empty();
+  if (!dsink) {
+    for (reference::Outputs* o : {&oracle.exact, &oracle.magnitude, &oracle.fp32}) o->dsink = {};
+  }
+  reference::ErrorRow vs_exact = reference::compare(name, oracle, ring);
   const reference::Outputs kernel = reference::run_kernel(
       p, {MemoryLayout::kBSHD, kernel_threads, true, Isa::kAuto, c.shape.dtype});
   reference::ErrorRow vs_kernel;
   vs_kernel.name = name + "_vs_kernel";
-  const std::array<const std::vector<double>*, 5> a = {&ring.out, &ring.lse, &ring.dq, &ring.dk,
-                                                       &ring.dv};
-  const std::array<const std::vector<double>*, 5> b = {&kernel.out, &kernel.lse, &kernel.dq,
-                                                       &kernel.dk, &kernel.dv};
-  for (size_t t = 0; t < a.size(); ++t) vs_kernel.err[t] = reference::max_abs_error(*b[t], *a[t]);
+  const std::array<const std::vector<double>*, 6> a = {&ring.out, &ring.lse, &ring.dq,
+                                                       &ring.dk,  &ring.dv,  &ring.dsink};
+  const std::array<const std::vector<double>*, 6> b = {&kernel.out, &kernel.lse, &kernel.dq,
+                                                       &kernel.dk,  &kernel.dv,  &kernel.dsink};
+  for (size_t t = 0; t < a.size(); ++t) {
+    if (t == 5 && !dsink) continue;  // dsink unjudged: err 0, as in vs_exact
+    vs_kernel.err[t] = reference::max_abs_error(*b[t], *a[t]);
+  }
   vs_kernel.tol = vs_exact.tol;
   // A 16-bit ring result and the kernel's are each one rounding of fp32 values that differ in
   // their last bits (other block order; on avx512bf16 P is rounded at other running maxima), so
   // an element may round to neighbouring 16-bit values: one ulp, 2u of the largest magnitude.
-  // lse (index 1) is fp32.
+  // lse and dsink (indices 1 and 5) are fp32.
   const double u = unit_roundoff(c.shape.dtype);
   for (size_t t = 0; t < a.size() && c.shape.dtype != DType::kF32; ++t) {
-    if (t == 1) continue;
+    if (t == 1 || t == 5) continue;
     double largest = 0.0;
     for (double x : *b[t]) largest = std::max(largest, std::abs(x));
     vs_kernel.tol[t] += 2.0 * u * largest;
   }
-  return {{std::move(vs_exact), ring_seconds},
-          {std::move(vs_kernel), watch.seconds() - ring_seconds}};
+  return {{std::move(vs_exact), ring_seconds, sink, dsink},
+          {std::move(vs_kernel), watch.seconds() - ring_seconds, sink, dsink}};
 }
 
 }  // namespace cpattn::cli

@@ -26,6 +26,8 @@ struct RingShape {
   uint64_t seed = 1;  ///< inputs and the dropout RngState derive from it
   /// q, k, v, dout and results (cpattn/dtype.h); bf16 / fp16 run on the ring strategy only
   DType dtype = DType::kF32;
+  /// sinks, softcap, ALiBi, slices (on the positions 0..S-1, with causal, window and docs)
+  CaseFeatures features;
 };
 
 /// One line of the ring sweep: a shape split over cp_size ranks by layout, with a strategy.
@@ -37,12 +39,14 @@ struct RingCase {
 };
 
 /// Readable unique name, e.g. "Causal_GQA8x2_S197_D64x64_p0p1_W37x5_zigzag_cp4" (window part
-/// only when a window is set; "_ulysses", "_hybrid_2x2" after it for strategies other than the
-/// ring). Only letters, digits and '_'.
+/// only when a window is set; "_sink", "_cap30", "_alibi", "_slices2" (their number) before the
+/// layout when the features are on; "_ulysses", "_hybrid_2x2" after it for strategies other
+/// than the ring). Only letters, digits and '_'.
 std::string ring_case_name(const RingCase& c);
 
 /// The random problem of a shape: reference::make_problem (inputs ~ N(0, 1) rounded to float,
-/// documents when shape.docs) with the shape's causal flag, window and dropout.
+/// documents when shape.docs, the features (add_features)) with the shape's causal flag, window
+/// and dropout.
 reference::Problem make_ring_problem(const RingShape& shape);
 
 /// The default `verify --cp P` sweep of one strategy: the default RingShape, causal and not,
@@ -61,6 +65,7 @@ std::vector<Strategy> sweep_strategies(int cp_size, int64_t Hq, int64_t Hkv,
 ///   "<name>_vs_kernel": max |ring - single-rank kernel| per tensor, held to the same tolerances
 ///                       (splitting the sequence must not move the result further from the
 ///                       kernel's than the rule allows either of them to be from the exact one).
+/// With sinks, dsink is judged in both rows when the CP run returns it (VerifyResult::dsink).
 /// `world` null: cp_size in-process ranks (ThreadCommunicator), each kernel call using
 /// kernel_threads. Otherwise every rank of `world` (size == cp_size) must call it; the ring runs
 /// one rank per process, the references run on rank 0 only and other ranks return no rows.

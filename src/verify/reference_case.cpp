@@ -72,10 +72,11 @@ std::string case_name(const CaseSpec& spec) {
   if (spec.softcap > 0.0f) {
     std::snprintf(p, sizeof(p), "%g", static_cast<double>(spec.softcap));
     std::string cap = p;
-    std::replace(cap.begin(), cap.end(), '.', 'p');
+    for (char& ch : cap) ch = ch == '.' ? 'p' : ch == '+' ? 'x' : ch == '-' ? 'm' : ch;
     name += "_cap" + cap;
   }
   if (spec.alibi) name += "_alibi";
+  if (!spec.slices.empty()) name += "_slices" + std::to_string(spec.slices.size());
   return name;
 }
 
@@ -228,6 +229,7 @@ Problem make_problem(const CaseSpec& spec) {
     for (int64_t x : *pos) n = std::max(n, x + 1);
   }
   p.params.slices = make_slices(spec.mask, n, spec.seed);
+  p.params.slices.insert(p.params.slices.end(), spec.slices.begin(), spec.slices.end());
   std::mt19937_64 gen(spec.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   p.params.softcap = spec.softcap;

@@ -62,6 +62,9 @@ struct CaseSpec {
   float softcap = 0.0f;
   /// ALiBi with the geometric slopes of Press et al., 2^(-8 (h + 1) / Hq) for head h.
   bool alibi = false;
+  /// Mask slices given by the caller (AttentionParams::slices, global positions), after the
+  /// slices of a slice MaskKind and combined with the kind's causal, window and documents.
+  std::vector<MaskSlice> slices{};
 };
 
 /// A spec from its fields in declaration order (the test sweeps' shorthand).
@@ -78,7 +81,8 @@ inline CaseSpec spec_of(MaskKind mask, Dims dims, PositionKind positions, float 
 }
 
 /// Readable unique name, e.g. "Causal_GQA8x2_Sq97_Sk1025_D192x128_p0p1_BHSD" (plus "_Zigzag",
-/// "_Striped", "_B3", "_bf16" / "_fp16", "_sink", "_cap3" and "_alibi" when not the defaults).
+/// "_Striped", "_B3", "_bf16" / "_fp16", "_sink", "_cap3", "_alibi" and "_slices2" (the number
+/// of CaseSpec::slices) when not the defaults).
 /// Only letters, digits and '_'.
 std::string case_name(const CaseSpec& spec);
 
@@ -92,9 +96,9 @@ int64_t document_of(int64_t position);
 
 /// The problem a spec describes: inputs ~ N(0, 1) rounded to float (so the kernel sees exactly
 /// the reference's inputs), dout ~ N(0, 1), masks per MaskKind (window: left 37, right 5;
-/// causal+window: left 100), documents from document_of, the score features of the spec, RngState
-/// derived from the seed. For a bf16 or fp16 spec, q, k, v and dout are then rounded to that
-/// dtype (round_inputs).
+/// causal+window: left 100), documents from document_of, then spec.slices, the score features of
+/// the spec, RngState derived from the seed. For a bf16 or fp16 spec, q, k, v and dout are then
+/// rounded to that dtype (round_inputs).
 Problem make_problem(const CaseSpec& spec);
 
 /// The mask slices of a slice MaskKind over positions [0, n) (empty for the other kinds); the

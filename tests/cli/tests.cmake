@@ -100,3 +100,86 @@ add_test(NAME cli.verify_rejects_bf16_ulysses
          COMMAND cpattn_cli verify --cp 2 --dtype bf16 --strategy ulysses)
 set_tests_properties(cli.verify_rejects_bf16_ulysses PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "strategy ulysses takes fp32 tensors only, got bf16")
+
+# `verify --sink`, `--softcap X`, `--alibi`, `--slices FILE|SPEC`: each one on the kernel sweep
+# and on CP cases passes and changes every case's errors (verify_changes.sh: the flag reached the
+# problem that the kernel, the strategies and the reference solve); sinks add the dsink column.
+# ($<SEMICOLON>: a ';' in a test's argument would split it in two.)
+set(CPATTN_VERIFY_CHANGES bash ${CMAKE_CURRENT_LIST_DIR}/verify_changes.sh
+    $<TARGET_FILE:cpattn_cli>)
+add_test(NAME cli.verify_sink COMMAND ${CPATTN_VERIFY_CHANGES} --with --sink)
+set_tests_properties(cli.verify_sink PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION " dv +dsink +ms.*_sink .*16 cases: 16 passed.*verify_changes: OK: 16 cases changed")
+add_test(NAME cli.verify_softcap COMMAND ${CPATTN_VERIFY_CHANGES} --with --softcap 2.5)
+set_tests_properties(cli.verify_softcap PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "_cap2p5 .*verify_changes: OK: 16 cases changed")
+add_test(NAME cli.verify_alibi COMMAND ${CPATTN_VERIFY_CHANGES} --with --alibi)
+set_tests_properties(cli.verify_alibi PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "_alibi .*verify_changes: OK: 16 cases changed")
+# Every pair except keys 1 to 3 positions before or after the query: kp - qp <= -4 (causal,
+# aligned bottom-right), kp = qp (bi_causal), kp - qp >= 4 (inv_causal, aligned top-left); a
+# mask that moves every case of the sweep.
+add_test(NAME cli.verify_slices_spec
+         COMMAND ${CPATTN_VERIFY_CHANGES} --with --slices
+                 "4:6000,0:5996,causal$<SEMICOLON> 0:6000,0:6000,bi_causal$<SEMICOLON>0:5996,4:6000,inv_causal")
+set_tests_properties(cli.verify_slices_spec PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "_slices3 .*verify_changes: OK: 16 cases changed")
+# A slices file (comments, blank lines, spaces): prefix-LM on one CP shape, every strategy.
+add_test(NAME cli.verify_slices_file_cp
+         COMMAND ${CPATTN_VERIFY_CHANGES} --cp 2 --seq 197 --dropout 0.1 --layout zigzag
+                 --with --slices ${CMAKE_CURRENT_LIST_DIR}/data/prefix_lm_slices.txt)
+set_tests_properties(cli.verify_slices_file_cp PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "_slices2_zigzag_cp2 .*verify_changes: OK: [1-9][0-9]* cases changed")
+# softcap + ALiBi + slices through the CP strategies, with causal and dropout.
+add_test(NAME cli.verify_features_cp
+         COMMAND ${CPATTN_VERIFY_CHANGES} --cp 2 --seq 97 --causal --dropout 0.1
+                 --with --softcap 3 --alibi --slices "0:97,0:20,full$<SEMICOLON>20:97,20:97,causal")
+set_tests_properties(cli.verify_features_cp PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "_cap3_alibi_slices2_.*verify_changes: OK: [1-9][0-9]* cases changed")
+
+# Bad values: cpattn's one error line, exit 11, before any case runs; an overlapping list gets
+# the library's overlap error (resolve_params), a bad line of a file its line number.
+function(cpattn_verify_rejects name regex)
+  add_test(NAME cli.verify_rejects_${name}
+           COMMAND ${CPATTN_EXPECT_FAILURE} --status 11 --one-line
+                   "^cpattn: error \\(invalid_argument\\): ${regex}"
+                   $<TARGET_FILE:cpattn_cli> verify ${ARGN})
+  set_tests_properties(cli.verify_rejects_${name} PROPERTIES LABELS cli
+                       PASS_REGULAR_EXPRESSION "expect_failure: OK")
+endfunction()
+cpattn_verify_rejects(softcap_zero "--softcap: expected a finite number > 0, got 0$" --softcap 0)
+cpattn_verify_rejects(softcap_negative "--softcap: expected a finite number > 0, got -1$"
+                      --softcap=-1)
+cpattn_verify_rejects(softcap_text "Could not convert: --softcap = abc" --softcap abc)
+cpattn_verify_rejects(slices_position
+                      "--slices: slice 0 '1:2,x:4,full': k_begin 'x' is not a position"
+                      --slices 1:2,x:4,full)
+cpattn_verify_rejects(slices_fields
+                      "--slices: slice 0 '0:4,0:4': has 2 fields separated by ','" --slices 0:4,0:4)
+cpattn_verify_rejects(slices_type
+                      "--slices: slice 0 '0:4,0:4,diagonal': unknown slice type 'diagonal'"
+                      --slices 0:4,0:4,diagonal)
+cpattn_verify_rejects(slices_no_file
+                      "--slices 'no_such_slices.txt': no such file, and not slices either"
+                      --slices no_such_slices.txt)
+cpattn_verify_rejects(slices_reversed "--slices: slice 0 must have 0 <= q_begin <= q_end"
+                      --slices 9:3,0:4,full)
+cpattn_verify_rejects(slices_overlap
+                      "--slices: mask slices must not overlap: slice 0 [(]q [[]0, 8[)], k [[]0, 8[)], full[)] and slice 1 "
+                      --cp 2 --slices "0:8,0:8,full$<SEMICOLON>4:12,4:12,causal")
+cpattn_verify_rejects(slices_none "--slices '.*no_slices.txt': no slice given \\(only blanks or comments\\)"
+                      --slices ${CMAKE_CURRENT_LIST_DIR}/data/no_slices.txt)
+cpattn_verify_rejects(slices_file_line
+                      "--slices '.*bad_slices.txt': slice 1 [(]line 3[)] '10:20,10:20,triangular': unknown slice type"
+                      --slices ${CMAKE_CURRENT_LIST_DIR}/data/bad_slices.txt)
+# The features over mpirun processes: each rank reads the slices file, and the ranks agree on
+# every feature before any case runs.
+if(CPATTN_HAVE_MPI)
+  add_test(NAME cli.verify_features_mpi_np2
+           COMMAND ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:cpattn_cli> verify
+                   --backend mpi --cp 2 --layout zigzag --sink --softcap 3 --alibi
+                   --slices ${CMAKE_CURRENT_LIST_DIR}/data/prefix_lm_slices.txt)
+  set_tests_properties(cli.verify_features_mpi_np2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+    PROCESSORS 2
+    PASS_REGULAR_EXPRESSION "_sink_cap3_alibi_slices2_zigzag_cp2 .*24 cases: 24 passed, 0 failed")
+endif()

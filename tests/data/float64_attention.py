@@ -13,10 +13,22 @@ tests (python/tests/). It shares no code with cpattn's C++; it is written from t
   dropout_p is the float32 value the kernel holds (u is a multiple of 2^-24, so for the p used
   here this is the same as comparing with the float64 p); Z = keep / (1 - p) in float64.
 * Attention, per (b, h): s_ij = scale * <q_i, k_j> with kv head h // (Hq / Hkv) (GQA/MQA);
+  with a logit softcap c > 0 (Gemma 2) s_ij becomes c * tanh(s_ij / c); with ALiBi slopes
+  (Press et al. 2022, one per q head) s_ij -= slope_h * |i - j| after that;
   visible(i, j) = same document and (not causal or j <= i) and (window_left < 0 or
   i - j <= window_left) and (window_right < 0 or j - i <= window_right), on global positions;
-  lse_i = logsumexp over visible j (natural log); P_ij = exp(s_ij - lse_i) on visible j, else 0;
-  out_i = sum_j Z_ij P_ij v_j. A row with no visible key has out 0, lse -inf and no gradient.
+  with mask slices, also inside some slice's visible part (below);
+  lse_i = logsumexp over visible j (natural log), and with attention sinks (gpt-oss, one logit
+  per q head) over the sink logit sink_h too: lse_i = log(exp(sink_h) + sum_visible exp(s_ij));
+  P_ij = exp(s_ij - lse_i) on visible j, else 0; out_i = sum_j Z_ij P_ij v_j. A row with no
+  visible key has out 0, lse -inf (sink_h with sinks) and no gradient. The gradients (of the
+  sink logits too) are autograd's of these formulas.
+* Mask slices (MagiAttention's AttnSlice on global positions): a slice is a rectangle of query
+  positions [q_begin, q_end) and key positions [k_begin, k_end); with r = i - q_begin of its
+  Lq = q_end - q_begin rows and c = j - k_begin of its Lk = k_end - k_begin columns, the pair is
+  visible through it when "full": always; "causal": c <= r + (Lk - Lq) (the lower triangle
+  aligned to the rectangle's bottom-right corner); "inv_causal": c >= r (the upper triangle
+  aligned to its top-left corner); "bi_causal": both. No pair may be visible through two slices.
 
 Everything is vectorised over numpy uint64 arrays (Philox) and float64 torch tensors (attention).
 """
@@ -99,9 +111,30 @@ def dropout_keep(r, dropout_p):
     return bool(keep) if keep.ndim == 0 else keep
 
 
+def slice_mask(q_pos, k_pos, slices):
+    """[Sq, Sk] bool numpy array: the pairs some slice makes visible. `slices`: dicts with
+    q_begin, q_end, k_begin, k_end (ints) and type ("full", "causal", "inv_causal",
+    "bi_causal"). Raises AssertionError when two slices make one pair visible."""
+    i = np.asarray(q_pos, dtype=np.int64)[:, None]
+    j = np.asarray(k_pos, dtype=np.int64)[None, :]
+    covered = np.zeros((i.shape[0], j.shape[1]), dtype=np.int64)
+    for sl in slices:
+        lq, lk = sl["q_end"] - sl["q_begin"], sl["k_end"] - sl["k_begin"]
+        r, c = i - sl["q_begin"], j - sl["k_begin"]
+        inside = (r >= 0) & (r < lq) & (c >= 0) & (c < lk)
+        lower = c <= r + (lk - lq)  # causal: bottom-right aligned
+        upper = c >= r              # inv_causal: top-left aligned
+        shape = {"full": np.ones_like(inside), "causal": lower, "inv_causal": upper,
+                 "bi_causal": lower & upper}[sl["type"]]
+        covered += inside & shape
+    assert covered.max(initial=0) <= 1, "two mask slices make one pair visible"
+    return covered == 1
+
+
 def visible_mask(q_pos, k_pos, q_doc=None, k_doc=None, causal=False, window_left=-1,
-                 window_right=-1):
-    """[Sq, Sk] bool numpy array: which keys each query row sees (global positions, documents)."""
+                 window_right=-1, slices=None):
+    """[Sq, Sk] bool numpy array: which keys each query row sees (global positions, documents,
+    mask slices when given)."""
     i = np.asarray(q_pos, dtype=np.int64)[:, None]
     j = np.asarray(k_pos, dtype=np.int64)[None, :]
     vis = np.ones((i.shape[0], j.shape[1]), dtype=bool)
@@ -113,6 +146,8 @@ def visible_mask(q_pos, k_pos, q_doc=None, k_doc=None, causal=False, window_left
         vis &= i - j <= window_left
     if window_right >= 0:
         vis &= j - i <= window_right
+    if slices is not None:
+        vis &= slice_mask(q_pos, k_pos, slices)
     return vis
 
 
@@ -130,11 +165,15 @@ def dropout_factors(B, Hq, q_pos, k_pos, dropout_p, seed, offset):
 
 
 def attention(q, k, v, scale, q_pos=None, k_pos=None, q_doc=None, k_doc=None, causal=False,
-              window_left=-1, window_right=-1, dropout_p=0.0, seed=0, offset=0):
+              window_left=-1, window_right=-1, dropout_p=0.0, seed=0, offset=0, *, softcap=0.0,
+              alibi_slopes=None, sink=None, slices=None):
     """float64 attention of BSHD torch tensors q [B, Sq, Hq, Dqk], k [B, Sk, Hkv, Dqk],
     v [B, Sk, Hkv, Dv] (float64; may require grad: the result is differentiable by autograd).
-    Positions default to 0..S-1; documents to one. Returns (out [B, Sq, Hq, Dv],
-    lse [B, Hq, Sq] with -inf for rows that see no key)."""
+    Positions default to 0..S-1; documents to one. softcap > 0 caps the scores; alibi_slopes
+    (Hq floats) adds ALiBi; sink (a float64 torch tensor [Hq], may require grad) adds the sink
+    logits to the softmax denominators; slices (slice_mask's dicts) restrict the mask. Returns
+    (out [B, Sq, Hq, Dv], lse [B, Hq, Sq] with -inf for rows that see no key, or sink_h with
+    sinks)."""
     B, Sq, Hq, _ = q.shape
     Sk, Hkv = k.shape[1], k.shape[2]
     q_pos = list(range(Sq)) if q_pos is None else q_pos
@@ -144,17 +183,32 @@ def attention(q, k, v, scale, q_pos=None, k_pos=None, q_doc=None, k_doc=None, ca
     k_e = k.repeat_interleave(group, dim=2)
     v_e = v.repeat_interleave(group, dim=2)
     s = scale * torch.einsum("bihd,bjhd->bhij", q, k_e)  # [B, Hq, Sq, Sk]
+    if softcap > 0.0:
+        s = softcap * torch.tanh(s / softcap)
+    if alibi_slopes is not None:
+        distance = np.abs(np.asarray(q_pos, dtype=np.float64)[:, None] -
+                          np.asarray(k_pos, dtype=np.float64)[None, :])  # |i - j|, [Sq, Sk]
+        slopes = np.asarray(alibi_slopes, dtype=np.float64)[:, None, None]  # [Hq, 1, 1]
+        s = s - torch.from_numpy(slopes * distance)[None]
     vis = torch.from_numpy(visible_mask(q_pos, k_pos, q_doc, k_doc, causal, window_left,
-                                        window_right))[None, None]
+                                        window_right, slices))[None, None]
+    z = torch.from_numpy(dropout_factors(B, Hq, q_pos, k_pos, dropout_p, seed, offset))
+    s_masked = s.masked_fill(~vis, float("-inf"))
+    if sink is not None:
+        # The sink logit is one more term of every row's denominator (no value vector): every
+        # row's lse is finite, and a row with no visible key gets lse = sink_h and P = 0.
+        sink_col = sink.reshape(1, Hq, 1, 1).expand(B, Hq, Sq, 1)
+        lse = torch.logsumexp(torch.cat([s_masked, sink_col], dim=-1), dim=-1)  # [B, Hq, Sq]
+        p = torch.exp(s_masked - lse[..., None])
+        out = torch.einsum("bhij,bjhd->bihd", z * p, v_e)  # [B, Sq, Hq, Dv]
+        return out, lse
     row_has_key = vis.any(dim=-1, keepdim=True)  # [1, 1, Sq, 1]
     # Masked scores are -inf; rows without any visible key are replaced by constant zeros so
     # that neither their lse nor their softmax produces NaN (forward or backward); their P is
     # then multiplied by 0, so they contribute nothing and receive no gradient.
-    s_masked = s.masked_fill(~vis, float("-inf"))
     s_safe = torch.where(row_has_key, s_masked, torch.zeros_like(s))
     lse_safe = torch.logsumexp(s_safe, dim=-1)  # [B, Hq, Sq]
     p = torch.exp(s_safe - lse_safe[..., None]) * row_has_key.to(torch.float64)
-    z = torch.from_numpy(dropout_factors(B, Hq, q_pos, k_pos, dropout_p, seed, offset))
     out = torch.einsum("bhij,bjhd->bihd", z * p, v_e)  # [B, Sq, Hq, Dv]
     lse = torch.where(row_has_key[..., 0], lse_safe, torch.full_like(lse_safe, float("-inf")))
     return out, lse

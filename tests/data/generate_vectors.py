@@ -17,9 +17,10 @@ Philox, sharing no code with cpattn's C++. Its docstring states the formulas. Th
 that its Philox reproduces the three Random123 known answers and stops otherwise.
 
 Inputs: for each attention case a numpy.random.RandomState seeded with zlib.crc32(case name)
-draws q, k, v, dout (in that order) with standard_normal in BSHD shape; each value is rounded to
-float32 and back, so the fp32 kernel reads exactly the inputs the float64 answers were computed
-from. The dropout-mask samples are drawn from numpy.random.RandomState(MASK_SAMPLE_SEED) after a
+draws q, k, v, dout (in that order) with standard_normal in BSHD shape, then for a case with
+attention sinks the Hq sink logits (2 * standard_normal); each value is rounded to float32 and
+back, so the fp32 kernel reads exactly the inputs the float64 answers were computed from (the
+softcaps and ALiBi slopes are float32 values too). The dropout-mask samples are drawn from numpy.random.RandomState(MASK_SAMPLE_SEED) after a
 fixed list of edge cases. (RandomState is NumPy's frozen legacy generator: its streams do not
 change between NumPy versions.)
 
@@ -52,7 +53,8 @@ LAYOUT = "BSHD (row-major [B, S, H, D]); lse is [B, Hq, Sq]"
 
 ABOUT = (
     "cpattn known-answer vectors: Philox4x32-10 known answers (Random123), dropout-mask samples "
-    "and float64 attention cases (inputs q, k, v, dout; answers out, lse, dq, dk, dv). Generated "
+    "and float64 attention cases (inputs q, k, v, dout and the sink logits; answers out, lse, dq, "
+    "dk, dv, dsink). Generated "
     "by tests/data/generate_vectors.py from an independent float64 PyTorch implementation "
     "(autograd, explicit masks, its own Philox); do not edit by hand. Contracts: docs/design.md "
     "sections 1 (what attention computes), 3 (kernel contract) and 4 (dropout contract). Tensors "
@@ -67,7 +69,7 @@ def _iota(n, start=0):
 
 def _case(name, B, Sq, Sk, Hq, Hkv, Dqk, Dv, softmax_scale=None, causal=False, window_left=-1,
           window_right=-1, dropout_p=0.0, seed=0, offset=0, q_pos=None, k_pos=None, q_doc=None,
-          k_doc=None):
+          k_doc=None, softcap=0.0, alibi=False, sink=False, slices=None):
     return {
         "name": name, "B": B, "Sq": Sq, "Sk": Sk, "Hq": Hq, "Hkv": Hkv, "Dqk": Dqk, "Dv": Dv,
         "softmax_scale": 1.0 / math.sqrt(Dqk) if softmax_scale is None else softmax_scale,
@@ -76,7 +78,39 @@ def _case(name, B, Sq, Sk, Hq, Hkv, Dqk, Dv, softmax_scale=None, causal=False, w
         "q_pos": _iota(Sq) if q_pos is None else q_pos,
         "k_pos": _iota(Sk) if k_pos is None else k_pos,
         "q_doc": q_doc, "k_doc": k_doc,
+        "softcap": softcap,
+        "alibi_slopes": alibi_slopes(Hq) if alibi else None,
+        "sink": sink,  # replaced by the drawn logits (make_inputs) or None
+        "slices": None if slices is None else [_slice(*sl) for sl in slices],
     }
+
+
+def alibi_slopes(Hq):
+    """ALiBi's geometric slopes (Press et al. 2022), 2^(-8 (h + 1) / Hq) for head h, as float32
+    values."""
+    return [float(np.float32(2.0 ** (-8.0 * (h + 1) / Hq))) for h in range(Hq)]
+
+
+def _slice(q_begin, q_end, k_begin, k_end, type_):
+    return {"q_begin": q_begin, "q_end": q_end, "k_begin": k_begin, "k_end": k_end,
+            "type": type_}
+
+
+def _doc_slices(bounds):
+    """One causal slice per document [a, b) of `bounds` (a document mask as slices)."""
+    return [(a, b, a, b, "causal") for a, b in zip(bounds, bounds[1:])]
+
+
+def _grid_slices(q_cuts, k_cuts, name):
+    """A slice of a random type (or none) in every cell of the grid of q_cuts x k_cuts; the
+    types are a shuffle (RandomState(crc32(name) + 1)) of each of the four twice and two empty
+    cells, cut to the cell count, so every type appears when there are at least 8 cells."""
+    cells = [(qa, qb, ka, kb) for qa, qb in zip(q_cuts, q_cuts[1:])
+             for ka, kb in zip(k_cuts, k_cuts[1:])]
+    types = ["full", "causal", "inv_causal", "bi_causal"] * 2 + [None] * (len(cells) - 8)
+    rs = np.random.RandomState(zlib.crc32(name.encode("utf-8")) + 1)
+    order = rs.permutation(len(types))
+    return [(*cell, types[t]) for cell, t in zip(cells, order) if types[t] is not None]
 
 
 # The attention cases (softmax_scale defaults to 1 / sqrt(Dqk), positions to 0..S-1).
@@ -96,6 +130,29 @@ CASES = [
     _case("empty_rows_window", 1, 6, 6, 1, 1, 4, 4, softmax_scale=0.5, causal=True,
           window_left=1, q_pos=[0, 1, 2, 3, 12, 13], k_pos=[10, 11, 12, 13, 14, 15]),
     _case("sq_ne_sk_offsets", 1, 5, 9, 2, 2, 8, 8, causal=True, q_pos=[4, 5, 6, 7, 8]),
+    # Attention sinks, logit softcap, ALiBi, mask slices (docs/design.md section 1).
+    _case("sink_causal_gqa", 2, 9, 9, 4, 2, 8, 8, causal=True, sink=True),
+    _case("sink_empty_rows_window", 1, 6, 6, 2, 1, 4, 4, softmax_scale=0.5, causal=True,
+          window_left=1, q_pos=[0, 1, 2, 3, 12, 13], k_pos=[10, 11, 12, 13, 14, 15], sink=True),
+    _case("softcap_dqk_ne_dv", 1, 7, 11, 2, 1, 16, 8, softmax_scale=0.9, softcap=1.5,
+          q_pos=[4, 5, 6, 7, 8, 9, 10]),
+    _case("alibi_causal_zigzag", 1, 8, 16, 4, 2, 8, 8, causal=True, alibi=True,
+          q_pos=[0, 1, 2, 3, 12, 13, 14, 15]),
+    _case("slices_prefix_lm", 1, 12, 16, 2, 1, 8, 8, q_pos=_iota(12, 4),
+          slices=[(0, 16, 0, 6, "full"), (6, 16, 6, 16, "causal")]),
+    _case("slices_documents", 1, 10, 14, 2, 2, 8, 8, q_pos=_iota(10, 4),
+          slices=_doc_slices([0, 4, 5, 11, 14])),
+    _case("slices_random_types", 1, 9, 13, 2, 1, 8, 8,
+          q_pos=[14, 2, 9, 5, 11, 0, 7, 15, 3], k_pos=[1, 12, 6, 0, 15, 9, 3, 10, 4, 13, 7, 2, 8],
+          slices=_grid_slices([0, 5, 9, 16], [0, 3, 10, 16], "slices_random_types")),
+    _case("slices_sink_softcap_alibi_dropout", 2, 9, 12, 4, 2, 8, 8, softmax_scale=0.6,
+          softcap=2.0, alibi=True, sink=True, dropout_p=0.2, seed=0xC0FFEE, offset=(3 << 32) + 1,
+          q_pos=_iota(9, 3), k_pos=_iota(12),
+          slices=_grid_slices([0, 4, 8, 12], [0, 2, 7, 12], "slices_sink_softcap_alibi_dropout")),
+    _case("sink_softcap_alibi_window_docs_dropout", 2, 12, 12, 4, 2, 12, 8, softmax_scale=0.4,
+          softcap=2.0, alibi=True, sink=True, window_left=5, window_right=2, dropout_p=0.25,
+          seed=0x5EED, offset=(1 << 32) + 9, q_doc=[0] * 5 + [1] * 6 + [2],
+          k_doc=[0] * 5 + [1] * 6 + [2]),
 ]
 
 
@@ -108,9 +165,12 @@ def answers(c, inputs):
     arrays out [B, Sq, Hq, Dv], lse [B, Hq, Sq] (-inf for empty rows), dq, dk, dv."""
     tq, tk, tv = (torch.tensor(inputs[x], dtype=torch.float64, requires_grad=True)
                   for x in ("q", "k", "v"))
+    tsink = None if c["sink"] is None else torch.tensor(c["sink"], dtype=torch.float64,
+                                                          requires_grad=True)
     out, lse = attention(tq, tk, tv, c["softmax_scale"], c["q_pos"], c["k_pos"], c["q_doc"],
                          c["k_doc"], c["causal"], c["window_left"], c["window_right"],
-                         c["dropout_p"], c["seed"], c["offset"])
+                         c["dropout_p"], c["seed"], c["offset"], softcap=c["softcap"],
+                         alibi_slopes=c["alibi_slopes"], sink=tsink, slices=c["slices"])
     (out * torch.tensor(inputs["dout"], dtype=torch.float64)).sum().backward()
     # + 0.0 turns any -0.0 into 0.0.
     return {
@@ -119,20 +179,28 @@ def answers(c, inputs):
         "dq": tq.grad.numpy() + 0.0,
         "dk": tk.grad.numpy() + 0.0,
         "dv": tv.grad.numpy() + 0.0,
+        "dsink": None if tsink is None else tsink.grad.numpy() + 0.0,
     }
 
 
 def make_inputs(c):
-    """q, k, v, dout: standard normal from RandomState(crc32(name)), rounded to float32."""
+    """q, k, v, dout: standard normal from RandomState(crc32(name)), rounded to float32; then,
+    when c["sink"] is True, replaces it by Hq sink logits 2 * standard_normal from the same
+    stream, rounded to float32 (None otherwise)."""
     rs = np.random.RandomState(zlib.crc32(c["name"].encode("utf-8")))
     B, Sq, Sk, Hq, Hkv, Dqk, Dv = (c[x] for x in ("B", "Sq", "Sk", "Hq", "Hkv", "Dqk", "Dv"))
     shapes = {"q": (B, Sq, Hq, Dqk), "k": (B, Sk, Hkv, Dqk), "v": (B, Sk, Hkv, Dv),
               "dout": (B, Sq, Hq, Dv)}
-    return {name: rs.standard_normal(shape).astype(np.float32).astype(np.float64)
-            for name, shape in shapes.items()}
+    inputs = {name: rs.standard_normal(shape).astype(np.float32).astype(np.float64)
+              for name, shape in shapes.items()}
+    c["sink"] = ([float(np.float32(2.0 * x)) for x in rs.standard_normal(Hq)] if c["sink"]
+                 else None)
+    return inputs
 
 
 def _flat(x):
+    if x is None:
+        return None
     return [None if math.isinf(v) and v < 0 else float(v) for v in np.asarray(x).reshape(-1)]
 
 
@@ -143,20 +211,26 @@ def validate_case(c):
     if c["q_doc"] is not None:
         assert len(c["q_doc"]) == c["Sq"] and len(c["k_doc"]) == c["Sk"], c["name"]
     assert 0.0 <= c["dropout_p"] < 1.0, c["name"]
+    assert c["softcap"] >= 0.0 and float(np.float32(c["softcap"])) == c["softcap"], c["name"]
+    if c["alibi_slopes"] is not None:
+        assert len(c["alibi_slopes"]) == c["Hq"], c["name"]
+    for sl in c["slices"] or []:
+        assert 0 <= sl["q_begin"] <= sl["q_end"] and 0 <= sl["k_begin"] <= sl["k_end"], c["name"]
 
 
 def attention_case(c):
-    validate_case(c)
+    c = dict(c)  # make_inputs fills in the sink logits
     inputs = make_inputs(c)
+    validate_case(c)
     result = answers(c, inputs)
     record = {"name": c["name"], "layout": LAYOUT}
     for key in ("B", "Sq", "Sk", "Hq", "Hkv", "Dqk", "Dv", "softmax_scale", "causal",
                 "window_left", "window_right", "dropout_p", "seed", "offset", "q_pos", "k_pos",
-                "q_doc", "k_doc"):
+                "q_doc", "k_doc", "softcap", "alibi_slopes", "sink", "slices"):
         record[key] = c[key]
     for key in ("q", "k", "v", "dout"):
         record[key] = _flat(inputs[key])
-    for key in ("out", "lse", "dq", "dk", "dv"):
+    for key in ("out", "lse", "dq", "dk", "dv", "dsink"):
         record[key] = _flat(result[key])
     return record
 

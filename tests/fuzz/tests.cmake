@@ -7,8 +7,8 @@
 # inputs included). Label `fuzz`.
 # fuzz_targets builds every one of them (scripts/test.sh's fuzz stage), so this list is the only
 # place that names them.
-set(CPATTN_FUZZ_TARGETS train/checkpoint train/settings cli/specs cp/plan state/call_record
-    state/fingerprint_bytes)
+set(CPATTN_FUZZ_TARGETS train/checkpoint train/settings cli/specs cli/slices cp/plan
+    state/call_record state/fingerprint_bytes)
 add_custom_target(fuzz_targets)
 foreach(target ${CPATTN_FUZZ_TARGETS})
   get_filename_component(name ${target} NAME)
@@ -35,3 +35,4 @@ foreach(target ${CPATTN_FUZZ_TARGETS})
   endif()
 endforeach()
 target_sources(fuzz_specs PRIVATE ${PROJECT_SOURCE_DIR}/src/cli/docs_spec.cpp)
+target_sources(fuzz_slices PRIVATE ${PROJECT_SOURCE_DIR}/src/cli/slices_spec.cpp)

@@ -1,5 +1,6 @@
 // Every golden attention case of tests/data/cpattn_vectors.json through the kernel, in all three
-// memory layouts: agreement to ~1e-5 of each tensor's largest magnitude (README of the vectors).
+// memory layouts: agreement to ~1e-5 of each tensor's largest magnitude (README of the vectors),
+// dsink included in the cases with attention sinks.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -20,6 +21,7 @@ TEST_P(KernelGolden, MatchesVectors) {
   const auto& [g, layout] = GetParam();
   const reference::Outputs got =
       reference::run_kernel(testing::golden_problem(g), {layout, 1, true});
+  EXPECT_EQ(got.dsink.size(), g.dsink.size());  // outputs_near skips a tensor one side lacks
   EXPECT_TRUE(testing::outputs_near(got, testing::golden_outputs(g), 1e-5));
 }
 
@@ -27,6 +29,7 @@ TEST_P(KernelGolden, MatchesVectorsWithTwoThreads) {
   const auto& [g, layout] = GetParam();
   const reference::Outputs got =
       reference::run_kernel(testing::golden_problem(g), {layout, 2, true});
+  EXPECT_EQ(got.dsink.size(), g.dsink.size());
   EXPECT_TRUE(testing::outputs_near(got, testing::golden_outputs(g), 1e-5));
 }
 

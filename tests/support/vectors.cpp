@@ -2,6 +2,8 @@
 #include "support/vectors.h"
 
 #include <fstream>
+#include <stdexcept>
+#include <string>
 
 namespace cpattn::testing {
 
@@ -12,6 +14,23 @@ nlohmann::json load_vectors_json() {
 }
 
 namespace {
+// A float32 value of the file (softcap, slopes, sinks): exactly representable, else an error
+// (the kernel could not be given the value the answers were computed with).
+float exact_float(const nlohmann::json& x, const std::string& what) {
+  const double d = x.get<double>();
+  const auto f = static_cast<float>(d);
+  if (static_cast<double>(f) != d) throw std::runtime_error(what + " is not a float32 value");
+  return f;
+}
+
+// A per-head float32 array of the file, or empty for null.
+std::vector<float> floats_or_empty(const nlohmann::json& a, const std::string& what) {
+  std::vector<float> out;
+  if (a.is_null()) return out;
+  for (const auto& x : a) out.push_back(exact_float(x, what));
+  return out;
+}
+
 std::vector<double> doubles_or_neg_inf(const nlohmann::json& a) {
   std::vector<double> out;
   out.reserve(a.size());
@@ -49,6 +68,17 @@ std::vector<GoldenCase> parse_golden_cases() {
     g.k_pos = c["k_pos"].get<std::vector<int64_t>>();
     if (!c["q_doc"].is_null()) g.q_doc = c["q_doc"].get<std::vector<int64_t>>();
     if (!c["k_doc"].is_null()) g.k_doc = c["k_doc"].get<std::vector<int64_t>>();
+    g.params.softcap = exact_float(c["softcap"], g.name + ": softcap");
+    g.params.alibi_slopes = floats_or_empty(c["alibi_slopes"], g.name + ": alibi_slopes");
+    g.params.sink = floats_or_empty(c["sink"], g.name + ": sink");
+    if (!c["slices"].is_null()) {
+      for (const auto& s : c["slices"]) {
+        g.params.slices.push_back({s["q_begin"].get<int64_t>(), s["q_end"].get<int64_t>(),
+                                   s["k_begin"].get<int64_t>(), s["k_end"].get<int64_t>(),
+                                   parse_slice_type(s["type"].get<std::string>())});
+      }
+    }
+    if (!c["dsink"].is_null()) g.dsink = c["dsink"].get<std::vector<double>>();
     for (auto [field, key] : {std::pair{&g.q, "q"},
                               {&g.k, "k"},
                               {&g.v, "v"},
@@ -90,6 +120,8 @@ reference::Problem golden_problem(const GoldenCase& g) {
   return p;
 }
 
-reference::Outputs golden_outputs(const GoldenCase& g) { return {g.out, g.lse, g.dq, g.dk, g.dv}; }
+reference::Outputs golden_outputs(const GoldenCase& g) {
+  return {g.out, g.lse, g.dq, g.dk, g.dv, g.dsink};
+}
 
 }  // namespace cpattn::testing

@@ -1,12 +1,14 @@
 // Proves the double reference (src/verify/reference.h) before anything is judged by it: every
-// golden case of the vectors file (forward and backward), finite differences with dropout on, and
-// the mask predicate on hand-checked positions.
+// golden case of the vectors file (forward and backward, dsink included), finite differences with
+// dropout on (of dq, dk, dv and, with sinks, of dsink), and the mask predicate on hand-checked
+// positions.
 #include "verify/reference.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "cpattn/error.h"
 #include "support/metrics.h"
@@ -26,6 +28,7 @@ class ReferenceGolden : public ::testing::TestWithParam<testing::GoldenCase> {};
 TEST_P(ReferenceGolden, MatchesVectorsInDouble) {
   const testing::GoldenCase& g = GetParam();
   const Outputs got = reference::attention(testing::golden_problem(g));
+  EXPECT_EQ(got.dsink.size(), g.dsink.size());  // outputs_near skips a tensor one side lacks
   EXPECT_TRUE(testing::outputs_near(got, testing::golden_outputs(g), 1e-12));
 }
 
@@ -33,6 +36,7 @@ TEST_P(ReferenceGolden, MatchesVectorsInDouble) {
 TEST_P(ReferenceGolden, Fp32TwinMatchesVectors) {
   const testing::GoldenCase& g = GetParam();
   const Outputs got = reference::attention_fp32(testing::golden_problem(g));
+  EXPECT_EQ(got.dsink.size(), g.dsink.size());
   EXPECT_TRUE(testing::outputs_near(got, testing::golden_outputs(g), 1e-5));
 }
 
@@ -40,7 +44,7 @@ TEST_P(ReferenceGolden, Fp32TwinMatchesVectors) {
 TEST_P(ReferenceGolden, ForwardOnlyLeavesGradientsEmpty) {
   const testing::GoldenCase& g = GetParam();
   const Outputs got = reference::attention(testing::golden_problem(g), false);
-  EXPECT_TRUE(got.dq.empty() && got.dk.empty() && got.dv.empty());
+  EXPECT_TRUE(got.dq.empty() && got.dk.empty() && got.dv.empty() && got.dsink.empty());
   EXPECT_TRUE(testing::outputs_near(got, testing::golden_outputs(g), 1e-12));
 }
 
@@ -48,7 +52,28 @@ INSTANTIATE_TEST_SUITE_P(Vectors, ReferenceGolden,
                          ::testing::ValuesIn(testing::load_golden_cases()),
                          [](const auto& p) { return p.param.name; });
 
-TEST(ReferenceGoldenFile, HasAllCases) { EXPECT_EQ(testing::load_golden_cases().size(), 11u); }
+// Every case the generator lists, and every feature among them: sinks (each with its dsink),
+// softcaps, ALiBi slopes and all four slice types.
+TEST(ReferenceGoldenFile, HasAllCases) {
+  const std::vector<testing::GoldenCase> cases = testing::load_golden_cases();
+  EXPECT_EQ(cases.size(), 20u);
+  int sinks = 0, softcaps = 0, alibis = 0, sliced = 0;
+  std::set<SliceType> types;
+  for (const testing::GoldenCase& g : cases) {
+    const size_t heads = !g.params.sink.empty() ? static_cast<size_t>(g.Hq) : 0;
+    EXPECT_EQ(g.dsink.size(), heads) << g.name;
+    sinks += heads > 0 ? 1 : 0;
+    softcaps += g.params.softcap > 0.0f ? 1 : 0;
+    alibis += !g.params.alibi_slopes.empty() ? 1 : 0;
+    sliced += !g.params.slices.empty() ? 1 : 0;
+    for (const MaskSlice& s : g.params.slices) types.insert(s.type);
+  }
+  EXPECT_EQ(sinks, 4);
+  EXPECT_EQ(softcaps, 3);
+  EXPECT_EQ(alibis, 3);
+  EXPECT_EQ(sliced, 4);
+  EXPECT_EQ(types.size(), 4u);
+}
 
 // loss = sum(dout * out) is what backward differentiates; central differences of it must give the
 // reference's dq, dk, dv. The dropout mask depends on positions only, so it is a constant of
@@ -108,6 +133,80 @@ TEST(ReferenceFiniteDifference, DropoutWindowDocsZigzag) {
   p.params.window_right = 1;
   p.params.softmax_scale = 0.7f;
   expect_matches_finite_differences(std::move(p));
+}
+
+// Softcap, ALiBi and sinks with dropout: the chain rule through tanh (the scale makes the scores
+// large enough for the cap to bend them), past the ALiBi constant and the sink's denominator term.
+Problem features_problem(reference::MaskKind mask, uint64_t seed) {
+  reference::CaseSpec spec;
+  spec.mask = mask;
+  spec.dims = {2, 6, 9, 4, 2, 5, 6};
+  spec.positions = reference::PositionKind::kZigzag;
+  spec.dropout_p = 0.3f;
+  spec.seed = seed;
+  spec.sink = true;
+  spec.softcap = 1.5f;
+  spec.alibi = true;
+  Problem p = reference::make_problem(spec);
+  p.params.softmax_scale = 1.3f;
+  return p;
+}
+
+TEST(ReferenceFiniteDifference, SinkSoftcapAlibiDropoutCausalZigzag) {
+  expect_matches_finite_differences(features_problem(reference::MaskKind::kCausal, 13));
+}
+
+TEST(ReferenceFiniteDifference, SinkSoftcapAlibiDropoutRandomSlices) {
+  expect_matches_finite_differences(features_problem(reference::MaskKind::kRandomSlices, 14));
+}
+
+// dsink_h = d loss / d sink_h by central differences in the sink logits, which are floats
+// (AttentionParams::sink): the step 2^-17 is a float, and so are sink_h +- 2^-17 for
+// |sink_h| < 2^7 (float's ulp there is at most 2^-17; checked), so the quotient is of the very
+// function the reference computes, with a step as small as the q, k, v differences' 1e-5.
+void expect_dsink_matches_finite_differences(Problem p) {
+  const Outputs grads = reference::attention(p);
+  ASSERT_EQ(grads.dsink.size(), p.params.sink.size());
+  ASSERT_FALSE(grads.dsink.empty());
+  constexpr float kStep = 0x1p-17f;
+  double worst = 0.0, magnitude = 0.0;
+  for (size_t h = 0; h < p.params.sink.size(); ++h) {
+    const float saved = p.params.sink[h];
+    const float up_sink = saved + kStep, down_sink = saved - kStep;
+    ASSERT_EQ(static_cast<double>(up_sink), static_cast<double>(saved) + kStep) << "not exact";
+    ASSERT_EQ(static_cast<double>(down_sink), static_cast<double>(saved) - kStep) << "not exact";
+    p.params.sink[h] = up_sink;
+    const double up = loss(p);
+    p.params.sink[h] = down_sink;
+    const double down = loss(p);
+    p.params.sink[h] = saved;
+    const double numeric = (up - down) / (2.0 * static_cast<double>(kStep));
+    worst = std::max(worst, std::fabs(numeric - grads.dsink[h]));
+    magnitude = std::max(magnitude, std::fabs(numeric));
+  }
+  EXPECT_GT(magnitude, 0.1) << "dsink is trivial";
+  EXPECT_LT(worst, 1e-7 * std::max(1.0, magnitude)) << "dsink vs finite differences";
+}
+
+TEST(ReferenceFiniteDifference, DsinkCausalZigzag) {
+  expect_dsink_matches_finite_differences(features_problem(reference::MaskKind::kCausal, 13));
+}
+
+TEST(ReferenceFiniteDifference, DsinkRandomSlices) {
+  expect_dsink_matches_finite_differences(features_problem(reference::MaskKind::kRandomSlices, 14));
+}
+
+// With a window that leaves rows without a visible key: their lse is the sink logit, they have
+// out 0 and add nothing to dsink (D_i = 0), which the differences see too.
+TEST(ReferenceFiniteDifference, DsinkWithEmptyRows) {
+  Problem p = features_problem(reference::MaskKind::kCausalWindow, 15);
+  p.params.window_left = 0;
+  p.q_pos = {0, 1, 2, 30, 31, 32};
+  p.k_pos = {10, 11, 12, 20, 21, 30, 31, 40, 41};
+  const Outputs o = reference::attention(p, false);
+  EXPECT_EQ(o.lse[0], static_cast<double>(p.params.sink[0]));  // (b 0, h 0, row 0) sees nothing
+  EXPECT_EQ(o.out[0], 0.0);
+  expect_dsink_matches_finite_differences(std::move(p));
 }
 
 TEST(ReferenceMask, PredicateOnHandCheckedPositions) {
