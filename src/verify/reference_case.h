@@ -162,7 +162,7 @@ Oracle make_oracle(const Problem& problem, bool with_backward = true, DType dtyp
 
 /// Tolerance rule, per tensor t of out, lse, dq, dk, dv, dsink:
 ///   err_t <= kTolFactor * err_fp32_t + kTolAbs  (+ kTolUlps * eps_fp32 * max(magnitude_t) for
-///   the gradients dq, dk, dv, dsink)
+///   out and the gradients dq, dk, dv, dsink)
 /// err_t: max abs error vs the double answer; err_fp32_t: that of the plain fp32 implementation.
 /// bf16 / fp16 cases apply the same rule with the plain implementation that takes the inputs in
 /// that dtype, computes in fp32 and rounds its results to that dtype (make_oracle), against the
@@ -175,8 +175,13 @@ Oracle make_oracle(const Problem& problem, bool with_backward = true, DType dtyp
 /// error of a few ulps of |scale s| + |lse|; and D = <dout, out> is summed in another order than
 /// dP, so dS = P (dP - D) does not cancel exactly (a row that sees one key has dS = 0 exactly in
 /// the plain implementation). Measured need over the kernel sweep: <= 2.8 ulps; kTolUlps keeps ~3x
-/// margin. Bugs (a wrong mask element, tile or dropout bit) give errors of order 1e-2 of the
-/// magnitude, far above it.
+/// margin. out gets the same term: the flash forward's exp (within 1.05 ulps, the plain one's
+/// 0.5), its rescales by exp(m_old - m_new) and its normalisation by a reciprocal add a few ulps
+/// of the terms' size sum_j Z P |v_j| that the plain softmax does not have, and where the plain
+/// implementation happens to round well (few visible keys, dropout doubling each term) twice its
+/// error is below them (measured: a causal window of 3 keys at dropout 0.5 needed 2.6 ulps).
+/// Bugs (a wrong mask element, tile or dropout bit) give errors of order 1e-2 of the magnitude,
+/// far above it.
 /// For bf16 / fp16 the gradients get one more term, kTolUlps16 * u * max(magnitude_t) with u the
 /// dtype's unit roundoff (2^-8 bf16, 2^-11 fp16): the backward receives out as the forward stored
 /// it, rounded to the dtype, so D_i = <dout_i, out_i> carries a relative error of u where the
