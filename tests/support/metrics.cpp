@@ -21,10 +21,16 @@ double relative_error(const std::vector<double>& got, const std::vector<double>&
 }
 
 namespace {
-// The five tensors of two Outputs side by side, in kTensorNames order.
-std::array<std::pair<const std::vector<double>*, const std::vector<double>*>, 5> tensor_pairs(
-    const reference::Outputs& a, const reference::Outputs& b) {
-  return {{{&a.out, &b.out}, {&a.lse, &b.lse}, {&a.dq, &b.dq}, {&a.dk, &b.dk}, {&a.dv, &b.dv}}};
+// The tensors of two Outputs side by side, in kTensorNames order.
+std::array<std::pair<const std::vector<double>*, const std::vector<double>*>,
+           reference::kTensorNames.size()>
+tensor_pairs(const reference::Outputs& a, const reference::Outputs& b) {
+  return {{{&a.out, &b.out},
+           {&a.lse, &b.lse},
+           {&a.dq, &b.dq},
+           {&a.dk, &b.dk},
+           {&a.dv, &b.dv},
+           {&a.dsink, &b.dsink}}};
 }
 }  // namespace
 

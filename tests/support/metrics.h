@@ -22,8 +22,8 @@ inline bool bitwise_equal(std::span<const double> a, std::span<const double> b) 
          (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
 }
 
-/// Succeeds when every tensor (out, lse, dq, dk, dv) of a and b is bitwise equal; the failure
-/// message names the tensors that differ.
+/// Succeeds when every tensor (out, lse, dq, dk, dv, dsink) of a and b is bitwise equal; the
+/// failure message names the tensors that differ.
 ::testing::AssertionResult outputs_bitwise_equal(const reference::Outputs& a,
                                                  const reference::Outputs& b);
 
@@ -33,7 +33,8 @@ double max_magnitude(const std::vector<double>& x);
 /// max |got - want| / max(max_magnitude(want), 1e-30); equal infinities count as exact.
 double relative_error(const std::vector<double>& got, const std::vector<double>& want);
 
-/// Succeeds when every tensor present in both (out, lse, dq, dk, dv) has relative_error <= tol;
+/// Succeeds when every tensor present in both (out, lse, dq, dk, dv, dsink) has relative_error <=
+/// tol;
 /// the failure message lists each tensor's error.
 ::testing::AssertionResult outputs_near(const reference::Outputs& got,
                                         const reference::Outputs& want, double tol);
