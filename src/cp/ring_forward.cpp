@@ -1,6 +1,5 @@
 // Ring forward: P kernel calls against the k/v blocks travelling around the ring, continuing one
 // fp32 online softmax from block to block (SoftmaxCarry), so there is no separate merge pass.
-#include <algorithm>
 #include <optional>
 #include <utility>
 
