@@ -50,8 +50,10 @@ class ForwardResult {
   /// The view attention_backward reads (valid while this object lives and is not moved from).
   ForwardStateView view() const;
 
-  Tensor out;    ///< [B, S_r, Hq, Dv], dense BSHD
-  Tensor lse;    ///< fp32 [B, Hq, S_r], natural log; -inf for rows with no visible key
+  Tensor out;  ///< [B, S_r, Hq, Dv], dense BSHD
+  /// fp32 [B, Hq, S_r], natural log; -inf for rows with no visible key (the head's sink logit
+  /// with sinks)
+  Tensor lse;
   RngState rng;  ///< the dropout stream this forward consumed
   Fingerprint fingerprint;
 
@@ -116,10 +118,12 @@ inline ForwardResult attention_forward(Communicator& comm, ConstView q, ConstVie
 /// Backward of the forward that produced `state`, given dout [B, Sq_r, Hq, Dv], the same q, k, v,
 /// shardings and params, and `rng`: the RngState of the forward this backward is for (the one
 /// the caller drew, e.g. from its Generator). Uses state.out, state.lse and state.rng (never
-/// anything global). Throws Error(kStateMismatch) listing every field of state.fingerprint that
-/// differs from this call's arguments (shape, strides, positions, inputs, params,
-/// cp_rank/cp_size, strategy, and rng: the ForwardResult of another forward on the same inputs is
-/// refused)
+/// anything global). Returns this rank's dq, dk, dv (dense BSHD) and, with sinks, dsink fp32 [Hq]
+/// summed over every rank's rows, the same bits on every rank (one allreduce over the group:
+/// docs/design.md section 5.6). Throws Error(kStateMismatch) listing every field of
+/// state.fingerprint that differs from this call's arguments (shape, strides, positions, inputs,
+/// params: the sink logits, softcap, ALiBi slopes and slices among them, cp_rank/cp_size,
+/// strategy, and rng: the ForwardResult of another forward on the same inputs is refused)
 /// before any computation; the other ranks, which learn of it in the call agreement, throw
 /// Error(kRankDisagreement) at once. Otherwise throws like attention_forward.
 AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,

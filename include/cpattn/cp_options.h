@@ -46,13 +46,14 @@ struct CpOptions {
   /// When non-null, the call adds its timings and counts here (caller-owned, per rank).
   CpStats* stats = nullptr;
   /// Document-aware routing (docs/strategies.md, "Document-aware ring"): from the position and
-  /// document ranges of every rank (MaskRule::classify, the ring's block skip), a k/v block
+  /// document ranges of every rank's block and of its runs of consecutive positions
+  /// (MaskRule::classify, the ring's block skip), a k/v block
   /// travels round the ring only as far as the last rank that needs it, and its dk/dv
   /// accumulator returns from there straight to its home rank; a block that at most two other
   /// ranks need, with a rank on the way that does not, goes straight from its home to them, and
   /// their dk/dv shares come straight back and are added at home in ring order. Saves traffic
-  /// with packed documents, windows and causal masks on contiguous layouts. false: the plain
-  /// ring.
+  /// with packed documents, mask slices, windows and causal masks on contiguous layouts, and with
+  /// documents and slices on zigzag ones. false: the plain ring.
   bool document_aware = true;
   /// The kernel's code path for every block (KernelOptions::isa; resolved once per call).
   Isa isa = Isa::kAuto;

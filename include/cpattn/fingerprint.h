@@ -80,6 +80,12 @@ enum class FingerprintRole {
   X(int64_t,        window_left,      -1,                  "window_left",                kShared) \
   X(int64_t,        window_right,     -1,                  "window_right",               kShared) \
   X(float,          dropout_p,        0.0f,                "dropout_p",                  kShared) \
+  /* score features: the logit softcap (0: off); digests of the ALiBi slopes, sink logits */       \
+  /* and mask slices (0: none; what each covers: make_fingerprint) */                              \
+  X(float,          softcap,          0.0f,                "softcap",                    kShared) \
+  X(uint64_t,       alibi_digest,     0,                   "alibi_slopes digest",        kShared) \
+  X(uint64_t,       sink_digest,      0,                   "sink digest",                kShared) \
+  X(uint64_t,       slices_digest,    0,                   "slices digest",              kShared) \
   /* how the group split the call (CpOptions::strategy): its out/lse carry its rounding */        \
   X(Strategy,       strategy,         {},                  "strategy",                   kShared) \
   /* the kernel arithmetic of the resolved path (cpattn/isa.h: kernel_numerics) */                \
@@ -194,7 +200,10 @@ Fingerprint fingerprint_from_bytes(std::span<const uint8_t> bytes);
 
 /// The fingerprint of a call with these arguments (what forward records and backward recomputes);
 /// `isa` is the call's requested path (CpOptions::isa), resolved here (resolve_isa). call_number
-/// is 0 (the forward sets it).
+/// is 0 (the forward sets it). The score features' digests cover every value's bits in order:
+/// alibi_digest the slopes, sink_digest the sink logits (so a backward with another sink than
+/// its forward's is refused), slices_digest each slice's q/k ranges and type; each is 0 when its
+/// list is empty.
 /// Cost: one pass over q, k and v, negligible next to attention (docs/performance.md).
 /// Throws like attention_forward on inconsistent arguments, and resolve_isa's errors.
 Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,

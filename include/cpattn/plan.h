@@ -22,7 +22,9 @@ struct PlanProblem {
   int64_t S = 0;              ///< tokens of the whole sequence
   int64_t Hq = 1, Hkv = 1;    ///< query and key/value heads
   int64_t Dqk = 64, Dv = 64;  ///< head dims
-  AttentionParams params;     ///< the mask (causal, windows) and dropout
+  /// The mask (causal, windows, slices) and dropout; sinks, softcap and ALiBi change the
+  /// scores, not which pairs are computed or what travels, so no estimate depends on them.
+  AttentionParams params;
   /// Packed documents, in order (their sum must be S); empty: one document.
   std::vector<int64_t> doc_lengths;
   Layout layout = Layout::kZigzag;

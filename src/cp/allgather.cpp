@@ -1,7 +1,8 @@
 // The allgather strategy: every rank gathers the whole k/v once (in global token order) and runs
 // one kernel call of its own queries against it; backward gathers k/v again, computes dk/dv of
 // every key for its queries and reduce-scatters them, each home rank summing the P slices of its
-// keys in rank order.
+// keys in rank order; the sink gradient of each rank's rows is summed over the group by one
+// allreduce.
 #include <numeric>
 #include <vector>
 
@@ -69,6 +70,7 @@ AttentionGradients allgather_backward(const CpCall& c, const BackwardState& s) {
   AttentionGradients g{Tensor({d.B, d.Sq, d.Hq, d.Dqk}, mem),
                        Tensor({d.B, d.Sk, d.Hkv, d.Dqk}, mem),
                        Tensor({d.B, d.Sk, d.Hkv, d.Dv}, mem)};
+  Tensor dsink = dsink_partial(c, mem);
   {
     // dk/dv of every key for this rank's queries, then summed at the keys' home ranks.
     const View dkw = lease.view(WB::kDk, {d.B, ku.length(), d.Hkv, d.Dqk});
@@ -81,6 +83,7 @@ AttentionGradients allgather_backward(const CpCall& c, const BackwardState& s) {
       const AttentionInputs in{c.q, kw, vw, q_pos, ku.pos, q_doc, ku.doc};
       BackwardOptions options;
       options.kernel = kernel_options(c.comm, c.options);
+      options.dsink = dsink.span();  // this rank's rows, every head
       const ScopedSeconds t(stats ? &stats->kernel_seconds : nullptr);
       attention_kernel_backward(in, c.params, c.rng, s.dout, s.out, s.lse, g.dq.view(), dkw, dvw,
                                 options);
@@ -92,6 +95,7 @@ AttentionGradients allgather_backward(const CpCall& c, const BackwardState& s) {
                               {&ku, all, dvw, g.dv.view(), true}};
     to_sequence(ch, lease, d.rank, d.world, 0, parts);
   }
+  g.dsink = reduce_dsink(c.comm, dsink.span(), mem);
   return g;
 }
 

@@ -2,7 +2,8 @@
 // sequence shards to head shards (each rank: a slice of the heads over all of the group's tokens,
 // in global token order), the attention of those heads runs there (Ulysses: one kernel call over
 // the whole sequence; hybrid: the ring across the rows of the grid), and a second all-to-all
-// brings the results back to the caller's sharding.
+// brings the results back to the caller's sharding. With sinks, each rank's partial sink gradient
+// (its heads, its rows) is summed over the whole group by one allreduce.
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -44,11 +45,13 @@ HeadSide head_side(const CpCall& c, const HeadGroup& g) {
 // a ring inside borrows its buffers through the call's lease.
 using ForwardCompute = std::function<void(const HeadSide&, ConstView q, ConstView k, ConstView v,
                                           View out, std::span<float> lse, WorkspaceLease& lease)>;
-// Its backward, given dout, lse and delta = D_i of the head side, into dq, dk, dv.
+// Its backward, given dout, lse and delta = D_i of the head side, into dq, dk, dv, and with
+// sinks the partial sink gradient of the head side's rows and heads into dsink (fp32 [Hq of the
+// call], other heads untouched; empty without sinks).
 using BackwardCompute =
     std::function<void(const HeadSide&, ConstView q, ConstView k, ConstView v, ConstView dout,
                        std::span<const float> lse, std::span<const float> delta, View dq, View dk,
-                       View dv, WorkspaceLease& lease)>;
+                       View dv, std::span<float> dsink, WorkspaceLease& lease)>;
 
 using WB = WorkspaceBuffer;
 
@@ -99,6 +102,7 @@ AttentionGradients heads_backward(const CpCall& c, const BackwardState& s, const
   const View dq_h = lease.view(WB::kDq, {d.B, sq, h.qh.count, d.Dqk});
   const View dk_h = lease.view(WB::kDk, {d.B, sk, h.kvh.count, d.Dqk});
   const View dv_h = lease.view(WB::kDv, {d.B, sk, h.kvh.count, d.Dv});
+  Tensor dsink = dsink_partial(c, mem);
   {
     const View q_h = lease.view(WB::kQ, {d.B, sq, h.qh.count, d.Dqk});
     const View k_h = lease.view(WB::kK, {d.B, sk, h.kvh.count, d.Dqk});
@@ -117,7 +121,7 @@ AttentionGradients heads_backward(const CpCall& c, const BackwardState& s, const
                             rows_view(delta_h, d.B, h.qh.count, sq), false}};
     to_heads(ch, lease, r, n, 1, in);
     delta = Tensor();
-    compute(h, q_h, k_h, v_h, dout_h, lse_h, delta_h, dq_h, dk_h, dv_h, lease);
+    compute(h, q_h, k_h, v_h, dout_h, lse_h, delta_h, dq_h, dk_h, dv_h, dsink.span(), lease);
     lease.done({WB::kQ, WB::kK, WB::kV, WB::kDout, WB::kLse, WB::kDelta});
   }
   AttentionGradients grads{Tensor({d.B, d.Sq, d.Hq, d.Dqk}, mem),
@@ -129,6 +133,8 @@ AttentionGradients heads_backward(const CpCall& c, const BackwardState& s, const
                            {&h.ku, kva, dk_h, grads.dk.view(), replicated},
                            {&h.ku, kva, dv_h, grads.dv.view(), replicated}};
   to_sequence(ch, lease, r, n, 1, back);
+  // Over the whole CP group (the hybrid's rows and columns alike).
+  grads.dsink = reduce_dsink(c.comm, dsink.span(), mem);
   return grads;
 }
 
@@ -199,13 +205,14 @@ AttentionGradients ulysses_backward(const CpCall& c, const BackwardState& s) {
       c, s, g,
       [&](const HeadSide& h, ConstView q, ConstView k, ConstView v, ConstView dout,
           std::span<const float> lse, std::span<const float> delta, View dq, View dk, View dv,
-          WorkspaceLease&) {
+          std::span<float> dsink, WorkspaceLease&) {
         AttentionInputs in{q, k, v, h.qu.pos, h.ku.pos, h.qu.doc, h.ku.doc};
         in.head_offset = h.qh.begin;
         in.total_heads = c.d.Hq;
         BackwardOptions options;
         options.kernel = kernel_options(c.comm, c.options);
         options.delta = delta;
+        options.dsink = dsink;  // this rank's heads over the whole sequence
         const ScopedSeconds t(c.options.stats ? &c.options.stats->kernel_seconds : nullptr);
         // With delta given the kernel never reads out (kernel.h): dout stands in for it.
         attention_kernel_backward(in, c.params, c.rng, dout, dout, lse, dq, dk, dv, options);
@@ -237,11 +244,11 @@ AttentionGradients hybrid_backward(const CpCall& c, const BackwardState& s) {
       c, s, g,
       [&](const HeadSide& h, ConstView q, ConstView k, ConstView v, ConstView dout,
           std::span<const float> lse, std::span<const float> delta, View dq, View dk, View dv,
-          WorkspaceLease& lease) {
+          std::span<float> dsink, WorkspaceLease& lease) {
         RingProblem p{q, k, v, &grid.q_rows, &grid.kv_rows, c.params, c.rng};
         p.head_offset = h.qh.begin;
         p.total_heads = c.d.Hq;
-        ring_backward(*grid.column, p, c.options, dout, lse, delta, dq, dk, dv, &lease);
+        ring_backward(*grid.column, p, c.options, dout, lse, delta, dq, dk, dv, dsink, &lease);
       });
 }
 

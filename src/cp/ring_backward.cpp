@@ -46,7 +46,7 @@ class RingBackwardPass {
  public:
   RingBackwardPass(Communicator& comm, const RingProblem& p, const CpOptions& options,
                    ConstView dout, std::span<const float> lse, std::span<const float> delta,
-                   View dq, View dk, View dv, WorkspaceLease* lease)
+                   View dq, View dk, View dv, std::span<float> dsink, WorkspaceLease* lease)
       : comm_(comm),
         p_(p),
         options_(options),
@@ -81,6 +81,14 @@ class RingBackwardPass {
     kernel_.kernel = kernel_options(comm, options);
     kernel_.accumulate = true;  // dq sums over blocks
     kernel_.delta = delta;
+    // The sink gradient of this rank's rows, from the first block it computes (accumulated onto
+    // zero: the kernel adds with `accumulate`).
+    if (!dsink.empty()) {
+      dsink_ = dsink;
+      const std::span<float> own =
+          dsink.subspan(static_cast<size_t>(p.head_offset), static_cast<size_t>(d_.Hq));
+      std::fill(own.begin(), own.end(), 0.0f);
+    }
   }
 
   // What the plain ring sends in this pass: P - 1 k/v blocks (as in the forward) and P
@@ -149,8 +157,11 @@ class RingBackwardPass {
       kernel_.overwrite_dkdv = s == 0 || direct;
       kernel_.before_dkdv = nullptr;
       if (!received) kernel_.before_dkdv = wait_accumulator;
+      kernel_.dsink = dsink_;
+      dsink_ = {};  // one call of the ring computes it
       compute_share(step.kv_block, target_k, target_v);
       kernel_.before_dkdv = nullptr;  // it refers to this step's locals
+      kernel_.dsink = {};
     } else if (s == 0) {
       // No query of this rank sees its own block: the accumulator (or, with one rank, the
       // result) starts at zero.
@@ -258,6 +269,7 @@ class RingBackwardPass {
   const int64_t own_floats_;
   std::array<std::span<float>, 2> grad_{};
   std::span<float> home_, shares_;
+  std::span<float> dsink_;  // until the first computed block: the sink gradient it writes
   BackwardOptions kernel_;
   std::array<Request, 2> grad_sends_;
   Request grad_recv_, home_recv_;
@@ -268,9 +280,9 @@ class RingBackwardPass {
 
 void ring_backward(Communicator& comm, const RingProblem& p, const CpOptions& options,
                    ConstView dout, std::span<const float> lse, std::span<const float> delta,
-                   View dq, View dk, View dv, WorkspaceLease* lease) {
+                   View dq, View dk, View dv, std::span<float> dsink, WorkspaceLease* lease) {
   {
-    RingBackwardPass pass(comm, p, options, dout, lse, delta, dq, dk, dv, lease);
+    RingBackwardPass pass(comm, p, options, dout, lse, delta, dq, dk, dv, dsink, lease);
     pass.count_plain_ring_bytes();
     pass.post_home_receives();
     for (int s = 0; s < comm.size(); ++s) pass.step(s);
@@ -295,8 +307,10 @@ AttentionGradients ring_call_backward(const CpCall& c, const BackwardState& s) {
                        Tensor({d.B, d.Sk, d.Hkv, d.Dv}, c.q.dtype, mem)};
   const Tensor delta = row_dot(s.dout, s.out, kernel_options(c.comm, c.options), mem);
   const RingProblem p{c.q, c.k, c.v, &q_blocks, &kv_blocks, c.params, c.rng};
+  Tensor dsink = dsink_partial(c, mem);
   ring_backward(c.comm, p, c.options, s.dout, s.lse, delta.span(), g.dq.view(), g.dk.view(),
-                g.dv.view());
+                g.dv.view(), dsink.span());
+  g.dsink = reduce_dsink(c.comm, dsink.span(), mem);
   return g;
 }
 

@@ -44,9 +44,15 @@ void ring_forward(Communicator& comm, const RingProblem& p, const CpOptions& opt
 
 /// Ring backward (cpattn/detail/cp.h) from dout [B, Sq_r, Hq, Dv], the merged lse and delta = D_i
 /// (both fp32 [B, Hq, Sq_r], delta from row_dot of dout and the forward's out), into dq, dk, dv
-/// (shaped like q, k, v, any strides; overwritten). Buffers as ring_forward's.
+/// (shaped like q, k, v, any strides; overwritten). With sinks, `dsink` (fp32 [total heads],
+/// p.total_heads or Hq) receives the sink gradient of this rank's rows for q's heads
+/// (BackwardOptions::dsink of the first block this rank computes: it depends on lse and delta
+/// only, so exactly one call of the ring asks for it; 0 when the rank computes no block, whose
+/// rows then see no key and have out 0, so D_i = 0), other entries untouched; empty without
+/// sinks. Buffers as ring_forward's.
 void ring_backward(Communicator& comm, const RingProblem& p, const CpOptions& options,
                    ConstView dout, std::span<const float> lse, std::span<const float> delta,
-                   View dq, View dk, View dv, WorkspaceLease* lease = nullptr);
+                   View dq, View dk, View dv, std::span<float> dsink,
+                   WorkspaceLease* lease = nullptr);
 
 }  // namespace cpattn::detail

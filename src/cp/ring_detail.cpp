@@ -109,12 +109,49 @@ BlockTable BlockTable::of(const SequenceSharding& seq) {
   return t;
 }
 
+BlockRuns BlockRuns::of(std::span<const int64_t> pos, std::span<const int64_t> doc) {
+  BlockRuns b;
+  b.whole = block_range(pos, doc);
+  const auto range = [&](size_t begin, size_t end) {
+    return block_range(pos.subspan(begin, end - begin),
+                       doc.empty() ? doc : doc.subspan(begin, end - begin));
+  };
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < pos.size(); ++i) {
+    if (i == 0 || pos[i] != pos[i - 1] + 1) starts.push_back(i);
+  }
+  const auto n = static_cast<int64_t>(pos.size());
+  if (static_cast<int64_t>(starts.size()) <= kMaxRuns) {
+    for (size_t r = 0; r < starts.size(); ++r) {
+      b.runs.push_back(range(starts[r], r + 1 < starts.size() ? starts[r + 1] : pos.size()));
+    }
+    return b;
+  }
+  for (int64_t g = 0; g < kMaxRuns; ++g) {
+    const TokenRange t = chunk_range(n, kMaxRuns, g);
+    b.runs.push_back(range(static_cast<size_t>(t.begin), static_cast<size_t>(t.end)));
+  }
+  return b;
+}
+
 BlockSkip::BlockSkip(const AttentionParams& params, std::span<const int64_t> q_pos,
                      std::span<const int64_t> q_doc)
-    : rule_(params, !q_doc.empty()), q_(block_range(q_pos, q_doc)) {}
+    : rule_(params, !q_doc.empty()), q_(BlockRuns::of(q_pos, q_doc)) {
+  if (!rule_.has_slices()) return;
+  for (const BlockRange& run : q_.runs) q_slices_.push_back(rule_.slices_meeting(run));
+}
 
-bool BlockSkip::hidden(std::span<const int64_t> k_pos, std::span<const int64_t> k_doc) const {
-  return rule_.classify(q_, block_range(k_pos, k_doc)) == BlockVisibility::kHidden;
+bool BlockSkip::hidden(const BlockRuns& k) const {
+  const BlockVisibility whole = rule_.classify(q_.whole, k.whole);
+  if (whole != BlockVisibility::kPartial) return whole == BlockVisibility::kHidden;
+  for (size_t i = 0; i < q_.runs.size(); ++i) {
+    for (const BlockRange& k_run : k.runs) {
+      const BlockVisibility v = q_slices_.empty() ? rule_.classify(q_.runs[i], k_run)
+                                                  : rule_.classify(q_.runs[i], k_run, q_slices_[i]);
+      if (v != BlockVisibility::kHidden) return false;
+    }
+  }
+  return true;
 }
 
 RelayPlan::RelayPlan(const AttentionParams& params, const BlockTable& q, const BlockTable& kv,
@@ -123,11 +160,16 @@ RelayPlan::RelayPlan(const AttentionParams& params, const BlockTable& q, const B
       needs_(static_cast<size_t>(world_) * static_cast<size_t>(world_)),
       reach_(static_cast<size_t>(world_), 0),
       direct_steps_(static_cast<size_t>(world_)) {
+  std::vector<BlockRuns> kv_runs;
+  for (int b = 0; b < world_; ++b) {
+    kv_runs.push_back(
+        BlockRuns::of(kv.pos[static_cast<size_t>(b)], kv.doc[static_cast<size_t>(b)]));
+  }
   for (int r = 0; r < world_; ++r) {
     const BlockSkip skip(params, q.pos[static_cast<size_t>(r)], q.doc[static_cast<size_t>(r)]);
     for (int b = 0; b < world_; ++b) {
       needs_[static_cast<size_t>(r) * static_cast<size_t>(world_) + static_cast<size_t>(b)] =
-          skip.hidden(kv.pos[static_cast<size_t>(b)], kv.doc[static_cast<size_t>(b)]) ? 0 : 1;
+          skip.hidden(kv_runs[static_cast<size_t>(b)]) ? 0 : 1;
     }
   }
   for (int b = 0; b < world_; ++b) {
@@ -241,6 +283,20 @@ Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, Memor
   Tensor delta({out.shape[0], out.shape[2], out.shape[1]}, mem);
   attention_kernel_delta(dout, out, delta.span(), kernel);
   return delta;
+}
+
+Tensor reduce_dsink(Communicator& comm, std::span<const float> partial, MemoryCounter* mem) {
+  Tensor dsink({static_cast<int64_t>(partial.size())}, mem);
+  if (partial.empty()) return dsink;
+  std::vector<double> sum(partial.begin(), partial.end());
+  comm.allreduce_sum(std::span<double>(sum));
+  for (size_t h = 0; h < sum.size(); ++h) dsink.data()[h] = static_cast<float>(sum[h]);
+  return dsink;
+}
+
+Tensor dsink_partial(const CpCall& call, MemoryCounter* mem) {
+  // Tensor memory starts zeroed.
+  return Tensor({call.params.sink.empty() ? 0 : call.d.Hq}, mem);
 }
 
 // The one check of a stop request (CpOptions::stop_requested).

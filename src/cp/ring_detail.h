@@ -123,17 +123,40 @@ struct BlockTable {
   static BlockTable of(const SequenceSharding& seq);
 };
 
-/// The ring's use of the mask rule: whether a k/v block is hidden from every query of a block
-/// (MaskRule::classify of the blocks' position and document ranges).
+/// A block's tokens as the ring's block skip classifies them: the range of the whole block and
+/// its runs, the stretches of consecutive positions in local order (pos[i + 1] == pos[i] + 1).
+/// A contiguous shard is one run and a zigzag shard two, so a mask that hides the gap between
+/// them (documents, mask slices) is seen; a block of more than kMaxRuns runs (striped shards,
+/// arbitrary positions) is cut instead into kMaxRuns groups of consecutive local tokens of
+/// (nearly) equal counts (chunk_range), each with its position and document range.
+struct BlockRuns {
+  /// The most ranges a block is cut into: the skip classifies at most kMaxRuns^2 pairs of ranges
+  /// per (query block, key block), and stops at the first that is not hidden.
+  static constexpr int64_t kMaxRuns = 8;
+  BlockRange whole;
+  std::vector<BlockRange> runs;  ///< empty for an empty block
+  static BlockRuns of(std::span<const int64_t> pos, std::span<const int64_t> doc);
+};
+
+/// The ring's use of the mask rule: whether a k/v block is hidden from every query of a block.
+/// Hidden iff MaskRule::classify of the two whole blocks' ranges is kHidden, or it is kPartial
+/// and every (query run, key run) pair of their BlockRuns is kHidden. MaskRule::classify never
+/// calls a pair hidden that holds a visible element, and every token lies in one run, so a block
+/// called hidden holds no visible pair (docs/design.md section 5.5).
 class BlockSkip {
  public:
   BlockSkip(const AttentionParams& params, std::span<const int64_t> q_pos,
             std::span<const int64_t> q_doc);
-  bool hidden(std::span<const int64_t> k_pos, std::span<const int64_t> k_doc) const;
+  bool hidden(const BlockRuns& k) const;
+  bool hidden(std::span<const int64_t> k_pos, std::span<const int64_t> k_doc) const {
+    return hidden(BlockRuns::of(k_pos, k_doc));
+  }
 
  private:
   MaskRule rule_;
-  BlockRange q_;
+  BlockRuns q_;
+  /// slices_meeting of each query run (empty without slices): classify reads only those.
+  std::vector<std::vector<uint32_t>> q_slices_;
 };
 
 /// Who needs which k/v block and how it gets there (the document-aware routing,
@@ -233,6 +256,18 @@ class KvRelay {
 /// dout/out [B, S, H, Dv] (any strides), charged to `mem`: attention_kernel_delta, the sums the
 /// kernel itself would form.
 Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, MemoryCounter* mem);
+
+/// The sinks' gradient of a CP call, AttentionGradients::dsink (fp32 [Hq], Hq the whole call's
+/// query heads), from this rank's `partial` (fp32 [Hq]: the sum over this rank's rows, from the
+/// BackwardOptions::dsink of exactly one of its kernel calls, 0 for heads it holds no rows of):
+/// the partials of every rank of `comm` summed in rank order by one Communicator::allreduce_sum
+/// in double, rounded to fp32 once, so every rank returns the same bits (backend.h). Empty, and
+/// no message, when `partial` is empty (the call has no sinks). Collective over comm; the bytes
+/// are not counted in CpStats (a collective, not a ring message).
+Tensor reduce_dsink(Communicator& comm, std::span<const float> partial, MemoryCounter* mem);
+
+/// A zeroed partial sink gradient of a call (fp32 [Hq]; empty without sinks), charged to `mem`.
+Tensor dsink_partial(const CpCall& call, MemoryCounter* mem);
 
 /// The KernelOptions of every kernel call of a CP strategy (the ring's blocks included):
 /// options.num_threads, options.isa resolved (resolve_isa, once per call), and the cooperative

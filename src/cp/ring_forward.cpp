@@ -1,7 +1,5 @@
 // Ring forward: P kernel calls against the k/v blocks travelling around the ring, continuing one
 // fp32 online softmax from block to block (SoftmaxCarry), so there is no separate merge pass.
-#include <algorithm>
-#include <limits>
 #include <optional>
 #include <utility>
 
@@ -48,10 +46,6 @@ void ring_forward(Communicator& comm, const RingProblem& p, const CpOptions& opt
       last = s;
     }
   }
-  if (first < 0) {  // no visible key: the empty result (out 0, lse -inf)
-    zero_view(out);
-    std::fill(lse.begin(), lse.end(), -std::numeric_limits<float>::infinity());
-  }
   // The blocks continue one online softmax (SoftmaxCarry): out holds the unnormalised
   // accumulator between them, row_max/row_sum the running max and sum. One computed block needs
   // no carry: it writes out like a single kernel call. The accumulator is fp32: a bf16 or fp16
@@ -67,6 +61,17 @@ void ring_forward(Communicator& comm, const RingProblem& p, const CpOptions& opt
   const std::vector<int64_t>& q_pos = p.q_blocks->pos[static_cast<size_t>(d.rank)];
   const std::vector<int64_t>& q_doc = p.q_blocks->doc[static_cast<size_t>(d.rank)];
   const KernelOptions kernel = kernel_options(comm, options);
+  if (first < 0) {
+    // No visible key: the kernel's result of a call over no keys (out 0; lse -inf, or the
+    // head's sink logit with sinks: section 1's empty row), so the rule is stated once.
+    ConstView no_k = p.k, no_v = p.v;
+    no_k.shape[1] = 0;
+    no_v.shape[1] = 0;
+    AttentionInputs in{p.q, no_k, no_v, q_pos, {}, q_doc, {}};
+    in.head_offset = p.head_offset;
+    in.total_heads = p.total_heads;
+    attention_kernel_forward(in, p.params, p.rng, out, lse, kernel);
+  }
 
   for (int s = 0; s < d.world; ++s) {
     const RingStep step = ring_step(d.rank, d.world, s);

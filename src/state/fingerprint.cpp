@@ -40,6 +40,21 @@ void add_sharding(Digest& d, const SequenceSharding& seq) {
   d.values(std::span<const int64_t>(seq.docs));
 }
 
+// The digest of a per-head parameter (its values' bits, in order) or of the mask slices (each
+// slice's ranges and type, in order): 0 when there is none, so a call without the feature keeps
+// the field's default.
+uint64_t digest_or_zero(std::span<const float> values) {
+  return values.empty() ? 0 : Digest().values(values).finish();
+}
+uint64_t digest_or_zero(std::span<const MaskSlice> slices) {
+  if (slices.empty()) return 0;
+  Digest d;
+  for (const MaskSlice& s : slices) {
+    d.value(s.q_begin).value(s.q_end).value(s.k_begin).value(s.k_end).value(s.type);
+  }
+  return d.finish();
+}
+
 // Whether an enum value is one of its enumerators: the name functions know every one.
 template <typename E>
 bool named(E value) {
@@ -168,6 +183,10 @@ Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k,
   fp.window_left = resolved.window_left;
   fp.window_right = resolved.window_right;
   fp.dropout_p = resolved.dropout_p;
+  fp.softcap = resolved.softcap;
+  fp.alibi_digest = digest_or_zero(resolved.alibi_slopes);
+  fp.sink_digest = digest_or_zero(resolved.sink);
+  fp.slices_digest = digest_or_zero(resolved.slices);
   fp.q_layout = q_seq.layout;
   fp.kv_layout = kv_seq.layout;
   fp.q_seq_len = q_seq.seq_len;

@@ -2,7 +2,9 @@
 #include "verify/ring_case.h"
 
 #include <array>
+#include <cstring>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "cpattn/cp_options.h"
@@ -38,6 +40,25 @@ SequenceSharding problem_sharding(const Problem& p, bool is_q, const RingRun& ru
   if (!identity) s.positions = pos;
   s.docs = is_q ? p.q_doc : p.k_doc;
   return s;
+}
+
+// Every rank of a CP call returns the same sink gradient, bit for bit (AttentionGradients::
+// dsink: the allreduce of the partials): one all_to_all of every rank's bits, compared here on
+// every rank.
+void check_dsink_agrees(Communicator& comm, const Tensor& dsink) {
+  const int P = comm.size();
+  if (dsink.numel() == 0 || P == 1) return;
+  const auto n = static_cast<size_t>(dsink.numel());
+  const std::span<const float> mine = dsink.span();
+  std::vector<float> send, recv(n * static_cast<size_t>(P));
+  for (int r = 0; r < P; ++r) send.insert(send.end(), mine.begin(), mine.end());
+  comm.all_to_all(std::span<const float>(send), std::span<float>(recv));
+  for (int r = 0; r < P; ++r) {
+    CPATTN_CHECK(
+        std::memcmp(recv.data() + static_cast<size_t>(r) * n, mine.data(), n * sizeof(float)) == 0,
+        ErrorCode::kInternal, "dsink of rank ", r, " differs from rank ", comm.rank(),
+        "'s: every rank of a CP call must return the same bits");
+  }
 }
 
 }  // namespace
@@ -94,12 +115,16 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
   scatter_rows(g.dq.view(), q_idx, d.Sq, all.dq);
   scatter_rows(g.dk.view(), k_idx, d.Sk, all.dk);
   scatter_rows(g.dv.view(), k_idx, d.Sk, all.dv);
+  check_dsink_agrees(comm, g.dsink);
+  if (r == 0 && !p.params.sink.empty()) all.dsink = to_doubles(std::as_const(g.dsink).span());
 }
 
 Outputs run_ring_gathered(Communicator& comm, const Problem& p, const RingRun& run) {
   Outputs all = zero_outputs(p.dims, run.backward);
   run_ring_rank(comm, p, ProblemTensors(p), run, all);
-  for (std::vector<double>* t : {&all.out, &all.lse, &all.dq, &all.dk, &all.dv}) {
+  // Rank 0's dsink, zeros elsewhere.
+  if (run.backward && !p.params.sink.empty()) all.dsink.resize(static_cast<size_t>(p.dims.Hq));
+  for (std::vector<double>* t : {&all.out, &all.lse, &all.dq, &all.dk, &all.dv, &all.dsink}) {
     comm.allreduce_sum(std::span<double>(*t));
   }
   return all;

@@ -45,14 +45,16 @@ Outputs zero_outputs(const Dims& d, bool backward);
 /// run.dtype,
 /// runs run.strategy's forward (and backward) on `comm` (detail::cp_attention_forward),
 /// and writes this rank's rows of out, lse, dq, dk, dv into `all` (other rows untouched, so ranks
-/// may share `all` without a lock). Throws Error(kInvalidArgument) when run.cp_size != comm.size();
-/// ring errors propagate.
+/// may share `all` without a lock), and rank 0 the sink gradient dsink (with sinks), after
+/// checking that every rank returned the same dsink bits (one all_to_all). Throws
+/// Error(kInvalidArgument) when run.cp_size != comm.size(), Error(kInternal) naming the ranks
+/// when their dsink differ; ring errors propagate.
 void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& whole,
                    const RingRun& run, Outputs& all);
 
 /// For a communicator spanning processes (MPI): every rank calls it; each runs its part and the
 /// pieces are gathered by an allreduce sum (every row is written by one rank and is 0 elsewhere,
-/// including -inf lse rows), so every rank returns the whole Outputs.
+/// including -inf lse rows; dsink is rank 0's), so every rank returns the whole Outputs.
 Outputs run_ring_gathered(Communicator& comm, const Problem& p, const RingRun& run);
 
 /// Optional decoration of each in-process rank: gets the rank's communicator and the rank's body,

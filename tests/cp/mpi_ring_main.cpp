@@ -83,6 +83,14 @@ std::vector<Strategy> strategies_for(int P) {
   return s;
 }
 
+// With sinks, softcap, ALiBi and mask slices (dsink summed by an allreduce over processes).
+reference::CaseSpec featured(reference::CaseSpec s) {
+  s.sink = true;
+  s.softcap = 4.0f;
+  s.alibi = true;
+  return s;
+}
+
 TEST(MpiStrategies, EveryStrategyMatchesReferenceAndInProcessRanksBitwise) {
   Communicator& comm = *g_comm;
   const std::vector<MpiCase> cases = {
@@ -92,6 +100,10 @@ TEST(MpiStrategies, EveryStrategyMatchesReferenceAndInProcessRanksBitwise) {
        spec(reference::MaskKind::kWindow, 61, 12, 1, 8, 8, 0.0f, MemoryLayout::kSBHD, 66)},
       {Layout::kContiguous,
        spec(reference::MaskKind::kCausal, 5, 12, 12, 8, 16, 0.1f, MemoryLayout::kBHSD, 67)},
+      {Layout::kZigzag, featured(spec(reference::MaskKind::kSharedPrefixSlices, 97, 12, 4, 16, 8,
+                                      0.1f, MemoryLayout::kBSHD, 69))},
+      {Layout::kContiguous, featured(spec(reference::MaskKind::kDocSlices, 130, 12, 1, 8, 8, 0.1f,
+                                          MemoryLayout::kBSHD, 70))},
   };
   for (const MpiCase& c : cases) {
     const reference::Problem p = reference::make_problem(c.spec);
@@ -113,9 +125,10 @@ TEST(MpiStrategies, EveryStrategyMatchesReferenceAndInProcessRanksBitwise) {
   }
 }
 
-// The call agreement over MPI processes: a process that refuses its own arguments, and one that
-// skips a call, fail every process at the same call (the others quoting or naming it), and the
-// group stays in step for the calls that follow.
+// The call agreement over MPI processes: a process that refuses its own arguments, one that
+// skips a call, and one whose sinks, softcap, ALiBi slopes or slices differ, fail every process
+// at the same call (the others quoting or naming it), and the group stays in step for the calls
+// that follow.
 TEST(MpiCallAgreement, ARefusalAndASkippedCallFailEveryProcess) {
   Communicator& comm = *g_comm;
   const int P = comm.size();
@@ -159,6 +172,33 @@ TEST(MpiCallAgreement, ARefusalAndASkippedCallFailEveryProcess) {
   });
   EXPECT_EQ(code, ErrorCode::kRankDisagreement) << message;
   EXPECT_NE(message.find("the calls come from different call sites"), std::string::npos) << message;
+  // The last process alone differs in one score feature or the slices: every process names it.
+  const std::vector<std::pair<std::string, std::function<void(AttentionParams&)>>> variants = {
+      {"sink digest",
+       [](AttentionParams& p) {
+         p.sink = {0.5f, 0.5f};
+       }},
+      {"softcap", [](AttentionParams& p) { p.softcap = 2.0f; }},
+      {"alibi_slopes digest",
+       [](AttentionParams& p) {
+         p.alibi_slopes = {0.5f, 0.25f};
+       }},
+      {"slices digest",
+       [S](AttentionParams& p) {
+         p.slices = {{0, S, 0, S, SliceType::kCausal}};
+       }},
+  };
+  for (const auto& [label, change] : variants) {
+    AttentionParams mine;
+    mine.causal = true;
+    if (comm.rank() == last) change(mine);
+    std::tie(code, message) = outcome([&] {
+      attention_forward(comm, xr.view(), xr.view(), xr.view(), seq, mine, {1, 0}, train);
+    });
+    EXPECT_EQ(code, ErrorCode::kRankDisagreement) << message;
+    EXPECT_NE(message.find("rank " + std::to_string(last) + " has " + label), std::string::npos)
+        << message;
+  }
   comm.barrier();
 }
 

@@ -129,6 +129,48 @@ TEST(Plan, MasksAndDocumentsShapeComputeAndTraffic) {
   EXPECT_LT(ring(docs).flops, ring(causal).flops);
 }
 
+// Mask slices shape the planner's compute (MaskRule classifies its tiles with them) and the
+// ring's traffic (the block skip's runs see them on zigzag shards too), and the planned bytes are
+// what a real run sends; sinks, softcap and ALiBi change scores, not which pairs are computed or
+// what travels, so every estimate is the same with them.
+TEST(Plan, MaskSlicesShapeComputeAndTrafficAndScoreFeaturesCostNothing) {
+  PlanProblem causal = plan_problem(4, Layout::kZigzag, true);
+  causal.S = 1024;
+  PlanProblem sliced = plan_problem(4, Layout::kZigzag, false);
+  sliced.S = 1024;
+  for (int64_t a = 0; a < sliced.S; a += 64) {
+    sliced.params.slices.push_back({a, a + 64, a, a + 64, SliceType::kCausal});
+  }
+  const auto ring = [](const PlanProblem& p) { return plan_strategies(p, {}, {})[0]; };
+  EXPECT_LT(ring(sliced).flops, ring(causal).flops);
+  EXPECT_LT(ring(sliced).bytes_sent, ring(causal).bytes_sent);
+  reference::CaseSpec spec;
+  spec.dims = {1, sliced.S, sliced.S, sliced.Hq, sliced.Hkv, sliced.Dqk, sliced.Dv};
+  spec.seed = 7;
+  reference::Problem p = reference::make_problem(spec);
+  p.params.slices = sliced.params.slices;
+  const auto [bytes, messages] = busiest_traffic(p, RingRun{4, Layout::kZigzag});
+  EXPECT_EQ(static_cast<int64_t>(ring(sliced).bytes_sent), bytes);
+  EXPECT_EQ(ring(sliced).messages, messages);
+  PlanProblem scored = sliced;
+  scored.params.sink.assign(8, 0.5f);
+  scored.params.softcap = 30.0f;
+  scored.params.alibi_slopes.assign(8, 0.25f);
+  const std::vector<StrategyEstimate> plain = plan_strategies(sliced, {}, {});
+  const std::vector<StrategyEstimate> with = plan_strategies(scored, {}, {});
+  ASSERT_EQ(plain.size(), with.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    SCOPED_TRACE(strategy_name(plain[i].strategy));
+    EXPECT_EQ(with[i].flops, plain[i].flops);
+    EXPECT_EQ(with[i].bytes_sent, plain[i].bytes_sent);
+    EXPECT_EQ(with[i].messages, plain[i].messages);
+    EXPECT_EQ(with[i].peak_bytes, plain[i].peak_bytes);
+    EXPECT_EQ(with[i].seconds, plain[i].seconds);
+  }
+  scored.params.sink.assign(3, 0.5f);  // not one per query head
+  EXPECT_EQ(error_of([&] { plan_strategies(scored, {}, {}); }).code(), ErrorCode::kShapeMismatch);
+}
+
 TEST(Plan, InfeasibleStrategiesAreFlaggedAndTheFastestIsRecommended) {
   PlanProblem p = plan_problem(4, Layout::kZigzag, true);
   p.Hq = 6;

@@ -63,6 +63,17 @@ std::vector<DtypeRingCase> cases() {
                  spec(MaskKind::kNone, 7, 1, 1, 8, 8, 0.0f, MemoryLayout::kBSHD, 54, d)});
     c.push_back({1, Layout::kZigzag,
                  spec(MaskKind::kCausal, 97, 2, 1, 16, 16, 0.1f, MemoryLayout::kBSHD, 55, d)});
+    // Sinks, softcap, ALiBi and mask slices (docs/design.md section 1).
+    CaseSpec slices =
+        spec(MaskKind::kDocSlices, 97, 4, 2, 16, 16, 0.1f, MemoryLayout::kBSHD, 56, d);
+    slices.sink = true;
+    slices.softcap = 5.0f;
+    slices.alibi = true;
+    c.push_back({4, Layout::kZigzag, slices});
+    CaseSpec prefix_lm =
+        spec(MaskKind::kPrefixLmSlices, 97, 2, 1, 16, 8, 0.1f, MemoryLayout::kBSHD, 57, d);
+    prefix_lm.sink = true;
+    c.push_back({3, Layout::kStriped, prefix_lm});
   }
   return c;
 }
@@ -215,30 +226,38 @@ TEST(RingDtypeTraffic, KvBlocksTravelIn16BitsAndDkDvAccumulatorsInFp32) {
   EXPECT_EQ(bytes(s16, true), kv32 + grad);
 }
 
-// The other strategies take fp32 only: a bf16 call fails on every rank, naming the strategy.
+// The other strategies take fp32 only: a bf16 call fails on every rank, naming the strategy,
+// with or without sinks, softcap, ALiBi and slices.
 TEST(RingDtypeStrategies, NonRingStrategiesRefuse16BitTensors) {
   const Tensor x = dense_copy(Tensor({1, 8, 2, 8}).view(), DType::kBF16, MemoryLayout::kBSHD);
-  for (Strategy s : {Strategy::allgather(), Strategy::ulysses()}) {
-    CpOptions options;
-    options.strategy = s;
-    std::atomic<int> failed{0};
-    try {
-      run_ranks(2, [&](Communicator& comm) {
-        const Tensor piece = shard_tensor(x.view(), Layout::kContiguous, 2, comm.rank());
-        const SequenceSharding seq = SequenceSharding::of(Layout::kContiguous, 8, 2, comm.rank());
-        try {
-          attention_forward(comm, piece.view(), piece.view(), piece.view(), seq, {}, {1, 0},
-                            options);
-        } catch (const Error& e) {
-          EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-          EXPECT_THAT(e.what(), ::testing::HasSubstr("takes fp32 tensors only, got bf16"));
-          ++failed;
-          throw;
-        }
-      });
-    } catch (const Error&) {
+  AttentionParams featured;
+  featured.sink = {0.5f, 1.0f};
+  featured.softcap = 2.0f;
+  featured.alibi_slopes = {0.5f, 0.25f};
+  featured.slices = {{0, 8, 0, 8, SliceType::kCausal}};
+  for (const AttentionParams& params : {AttentionParams{}, featured}) {
+    for (Strategy s : {Strategy::allgather(), Strategy::ulysses()}) {
+      CpOptions options;
+      options.strategy = s;
+      std::atomic<int> failed{0};
+      try {
+        run_ranks(2, [&](Communicator& comm) {
+          const Tensor piece = shard_tensor(x.view(), Layout::kContiguous, 2, comm.rank());
+          const SequenceSharding seq = SequenceSharding::of(Layout::kContiguous, 8, 2, comm.rank());
+          try {
+            attention_forward(comm, piece.view(), piece.view(), piece.view(), seq, params, {1, 0},
+                              options);
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+            EXPECT_THAT(e.what(), ::testing::HasSubstr("takes fp32 tensors only, got bf16"));
+            ++failed;
+            throw;
+          }
+        });
+      } catch (const Error&) {
+      }
+      EXPECT_EQ(failed.load(), 2) << strategy_name(s);
     }
-    EXPECT_EQ(failed.load(), 2) << strategy_name(s);
   }
 }
 

@@ -1,8 +1,7 @@
 // The golden cases of tests/data/cpattn_vectors.json, sharded over P in {2, 3} in every layout:
 // tokens are split by index and keep their given positions, document ids and the case's softcap,
-// ALiBi slopes and mask slices. The cases with attention sinks are left out here: the ring
-// returns no dsink yet, and a rank whose queries see no key at all gives them lse -inf instead of
-// the sink logit (golden case sink_empty_rows_window); the CP path's sinks are their own work.
+// ALiBi slopes, sinks and mask slices (a case with sinks must return dsink: golden case
+// sink_empty_rows_window has ranks whose queries see no key at all, whose lse is the sink).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -20,10 +19,10 @@ class RingGolden : public ::testing::TestWithParam<std::tuple<int, Layout>> {};
 TEST_P(RingGolden, EveryCaseMatchesItsKnownAnswer) {
   const auto [cp_size, layout] = GetParam();
   for (const GoldenCase& g : load_golden_cases()) {
-    if (!g.params.sink.empty()) continue;  // see the top of the file
     SCOPED_TRACE(g.name);
     const reference::Outputs got = run_ring(golden_problem(g), {cp_size, layout});
     EXPECT_TRUE(outputs_near(got, golden_outputs(g), 1e-5));
+    EXPECT_EQ(got.dsink.size(), g.params.sink.size());
   }
 }
 

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <span>
 
+#include "cp/ring_detail.h"
 #include "cpattn/detail/cp.h"
 #include "cpattn/layout.h"
-#include "cpattn/mask.h"
 #include "cpattn/thread_communicator.h"
 #include "verify/reference.h"
 #include "verify/ring_case.h"
@@ -22,13 +22,12 @@ using reference::run_ring_gathered;
 using reference::run_ring_rank;
 using reference::zero_outputs;
 
-/// The ring's block skip: MaskRule::classify of the blocks' ranges is kHidden.
+/// The ring's block skip (detail::BlockSkip: MaskRule::classify of the blocks' ranges, then of
+/// their runs): true when the k/v block is hidden from every query of the q block.
 inline bool block_hidden(std::span<const int64_t> q_pos, std::span<const int64_t> k_pos,
                          std::span<const int64_t> q_doc, std::span<const int64_t> k_doc,
                          const AttentionParams& params) {
-  const MaskRule rule(params, !q_doc.empty() && !k_doc.empty());
-  return rule.classify(block_range(q_pos, q_doc), block_range(k_pos, k_doc)) ==
-         BlockVisibility::kHidden;
+  return detail::BlockSkip(params, q_pos, q_doc).hidden(k_pos, k_doc);
 }
 
 }  // namespace cpattn::testing

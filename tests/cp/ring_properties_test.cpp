@@ -1,6 +1,7 @@
 // Ring properties beyond parity: dropout masks identical to cp=1, bitwise determinism, the exact
 // message counts of docs/ring.md, failure without hangs, argument checks, load balance, memory.
 #include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
 
 #include <algorithm>
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cp/ring_detail.h"
 #include "cp/ring_harness.h"
 #include "cpattn/error.h"
 #include "support/counting_communicator.h"
@@ -218,6 +220,75 @@ TEST(RingBlockSkip, HiddenOnlyWhenMasksHideEveryPair) {
   const std::vector<int64_t> docs_a = {0, 0, 1}, docs_b = {2, 2};
   EXPECT_TRUE(block_hidden(early, late, docs_a, docs_b, AttentionParams{}));
   EXPECT_TRUE(block_hidden({}, late, {}, {}, AttentionParams{}));
+  // Mask slices: documents [0, 4), [4, 8), [8, 12), [12, 16) as causal slices. Zigzag-like blocks
+  // (two runs each) whose bounding boxes overlap: only the runs tell that every pair is hidden.
+  using Pos = std::vector<int64_t>;
+  AttentionParams docs;
+  for (int64_t d = 0; d < 16; d += 4)
+    docs.slices.push_back({d, d + 4, d, d + 4, SliceType::kCausal});
+  const std::vector<int64_t> q_zigzag = {0, 1, 2, 3, 12, 13, 14, 15}, k_zigzag = {4, 5, 6, 7, 8, 9};
+  EXPECT_NE(MaskRule(docs, false).classify(block_range(q_zigzag, {}), block_range(k_zigzag, {})),
+            BlockVisibility::kHidden);
+  EXPECT_TRUE(block_hidden(q_zigzag, k_zigzag, {}, {}, docs));
+  EXPECT_FALSE(block_hidden(q_zigzag, Pos{3, 4, 5}, {}, {}, docs));    // 3 sees 3
+  EXPECT_FALSE(block_hidden(q_zigzag, Pos{4, 13, 14}, {}, {}, docs));  // 15 sees 13 and 14
+  EXPECT_TRUE(block_hidden(Pos{0, 1, 2, 3, 12}, Pos{4, 13, 14}, {}, {}, docs));  // after 12 only
+  EXPECT_FALSE(block_hidden(q_zigzag, Pos{4, 12}, {}, {}, docs));                // 12 sees 12
+  // Prefix-LM (bidirectional [0, 4), causal after): the prefix is visible to every query.
+  AttentionParams prefix_lm;
+  prefix_lm.slices = {{0, 16, 0, 4, SliceType::kFull}, {4, 16, 4, 16, SliceType::kCausal}};
+  EXPECT_FALSE(block_hidden(Pos{8, 9}, Pos{2, 3}, {}, {}, prefix_lm));
+  EXPECT_TRUE(block_hidden(Pos{0, 1, 8, 9}, Pos{10, 11, 15}, {}, {}, prefix_lm));
+  EXPECT_TRUE(block_hidden(Pos{0, 1, 2}, Pos{5, 6}, {}, {}, prefix_lm));
+  // More runs than BlockRuns::kMaxRuns (a striped block): bounded sub-ranges of the local order.
+  std::vector<int64_t> striped;
+  for (int64_t p = 1; p < 64; p += 4) striped.push_back(p);
+  const detail::BlockRuns runs = detail::BlockRuns::of(striped, {});
+  EXPECT_EQ(static_cast<int64_t>(runs.runs.size()), detail::BlockRuns::kMaxRuns);
+  EXPECT_EQ(runs.runs.front().pos_min, 1);
+  EXPECT_EQ(runs.runs.front().pos_max, 5);
+  EXPECT_EQ(detail::BlockRuns::of(q_zigzag, {}).runs.size(), 2u);
+}
+
+// Random blocks of runs (up to 12, so some are merged into bounded sub-ranges), documents, causal
+// masks, windows and mask slices of every family: a block the ring skips holds no visible pair
+// by the double reference's own statement of the mask (reference::visible).
+RC_GTEST_PROP(RingBlockSkip, NeverHidesAVisiblePair, ()) {
+  const int64_t n = *rc::gen::inRange<int64_t>(1, 160);
+  const auto block = [&] {
+    std::vector<int64_t> pos;
+    const int runs = *rc::gen::inRange(0, 13);
+    for (int r = 0; r < runs; ++r) {
+      const int64_t begin = *rc::gen::inRange<int64_t>(0, n);
+      const int64_t length = *rc::gen::inRange<int64_t>(1, 24);
+      for (int64_t p = begin; p < std::min(n, begin + length); ++p) pos.push_back(p);
+    }
+    return pos;
+  };
+  const std::vector<int64_t> q_pos = block(), k_pos = block();
+  const int64_t doc_length = *rc::gen::element<int64_t>(0, 0, 3, 17);  // 0: no documents
+  std::vector<int64_t> q_doc, k_doc;
+  if (doc_length > 0) {
+    for (const int64_t p : q_pos) q_doc.push_back(p / doc_length);
+    for (const int64_t p : k_pos) k_doc.push_back(p / doc_length);
+  }
+  AttentionParams params;
+  params.causal = *rc::gen::arbitrary<bool>();
+  params.window_left = *rc::gen::element<int64_t>(-1, -1, 0, 5, 40);
+  params.window_right = *rc::gen::element<int64_t>(-1, -1, 0, 7);
+  const MaskKind slices =
+      *rc::gen::element(MaskKind::kNone, MaskKind::kPrefixLmSlices, MaskKind::kDocSlices,
+                        MaskKind::kSharedPrefixSlices, MaskKind::kRandomSlices);
+  params.slices = reference::make_slices(slices, n, *rc::gen::inRange<uint64_t>(1, 1000));
+  const bool hidden = block_hidden(q_pos, k_pos, q_doc, k_doc, params);
+  RC_TAG(hidden ? "hidden" : "needed");
+  if (!hidden) return;
+  for (size_t i = 0; i < q_pos.size(); ++i) {
+    for (size_t j = 0; j < k_pos.size(); ++j) {
+      RC_ASSERT(!reference::visible(params, q_pos[i], k_pos[j], q_doc.empty() ? 0 : q_doc[i],
+                                    k_doc.empty() ? 0 : k_doc[j]));
+    }
+  }
 }
 
 // Peak live bytes per rank shrink ~1/P at fixed S (O(S/P) memory, no rank holds the sequence).

@@ -34,40 +34,56 @@ RingRun run_of(const Strategy& strategy, int P, Layout layout, bool backward = t
   return run;
 }
 
-// q = k = 0 makes every visible p_ij = 1/S; v_j = e_j (Dv = S) makes out_i[j] = keep_ij /
-// (1 - p) / S: the output spells out the dropout mask, for every query head (the global head
-// index of the contract, whichever rank computes it).
+// q = k = 0 makes every visible score 0; v_j = e_j (Dv = S) makes out_i[j] = keep_ij / (1 - p)
+// P_ij, nonzero exactly when j is visible to i and kept: the output spells out the dropout mask,
+// for every query head (the global head index of the contract, whichever rank computes it). Also
+// with sinks, softcap and ALiBi (they change P_ij, never which elements are kept) under a
+// prefix-LM mask of slices (masked elements stay 0).
 TEST(StrategyDropout, MasksAreTheBitsOfCp1AndTheContract) {
   const int64_t S = 29, Hq = 8;
-  reference::Problem p;
-  p.dims = {1, S, S, Hq, 2, 4, S};
-  p.params.dropout_p = 0.25f;
-  p.rng = {0x0123456789ABCDEFull, (5ull << 32) | 3};
-  for (int64_t i = 0; i < S; ++i) p.q_pos.push_back(i), p.k_pos.push_back(i);
-  p.q.assign(static_cast<size_t>(S * Hq * 4), 0.0);
-  p.k.assign(static_cast<size_t>(S * 2 * 4), 0.0);
-  p.v.assign(static_cast<size_t>(S * 2 * S), 0.0);
+  reference::Problem plain;
+  plain.dims = {1, S, S, Hq, 2, 4, S};
+  plain.params.dropout_p = 0.25f;
+  plain.rng = {0x0123456789ABCDEFull, (5ull << 32) | 3};
+  for (int64_t i = 0; i < S; ++i) plain.q_pos.push_back(i), plain.k_pos.push_back(i);
+  plain.q.assign(static_cast<size_t>(S * Hq * 4), 0.0);
+  plain.k.assign(static_cast<size_t>(S * 2 * 4), 0.0);
+  plain.v.assign(static_cast<size_t>(S * 2 * S), 0.0);
   for (int64_t j = 0; j < S; ++j)
-    for (int64_t h = 0; h < 2; ++h) p.v[static_cast<size_t>((j * 2 + h) * S + j)] = 1.0;
-  const reference::Outputs one = run_ring(p, run_of(Strategy::ring(), 1, Layout::kZigzag, false));
-  for (const auto& [strategy, P] : kStrategies) {
-    for (const Layout layout : {Layout::kZigzag, Layout::kStriped}) {
-      const reference::Outputs many = run_ring(p, run_of(strategy, P, layout, false));
-      int64_t dropped = 0;
-      for (int64_t i = 0; i < S; ++i) {
-        for (int64_t h = 0; h < Hq; ++h) {
-          for (int64_t j = 0; j < S; ++j) {
-            const size_t at = static_cast<size_t>((i * Hq + h) * S + j);
-            const bool keep1 = one.out[at] != 0.0, keep = many.out[at] != 0.0;
-            const bool want = dropout_keep(dropout_bits(p.rng, 0, h, Hq, i, j), p.params.dropout_p);
-            ASSERT_EQ(keep, keep1) << strategy_name(strategy) << " " << layout_name(layout) << " i "
-                                   << i << " h " << h << " j " << j;
-            ASSERT_EQ(keep1, want) << "i " << i << " h " << h << " j " << j;
-            dropped += keep1 ? 0 : 1;
+    for (int64_t h = 0; h < 2; ++h) plain.v[static_cast<size_t>((j * 2 + h) * S + j)] = 1.0;
+  reference::Problem featured = plain;
+  featured.params.sink.assign(static_cast<size_t>(Hq), 1.5f);
+  featured.params.softcap = 2.0f;
+  featured.params.alibi_slopes.assign(static_cast<size_t>(Hq), 0.0625f);
+  featured.params.slices = reference::make_slices(MaskKind::kPrefixLmSlices, S, 1);
+  for (const reference::Problem* p : {&plain, &featured}) {
+    const bool sliced = !p->params.slices.empty();
+    const reference::Outputs one =
+        run_ring(*p, run_of(Strategy::ring(), 1, Layout::kZigzag, false));
+    for (const auto& [strategy, P] : kStrategies) {
+      for (const Layout layout : {Layout::kZigzag, Layout::kStriped}) {
+        const reference::Outputs many = run_ring(*p, run_of(strategy, P, layout, false));
+        int64_t dropped = 0, masked = 0;
+        for (int64_t i = 0; i < S; ++i) {
+          for (int64_t h = 0; h < Hq; ++h) {
+            for (int64_t j = 0; j < S; ++j) {
+              const size_t at = static_cast<size_t>((i * Hq + h) * S + j);
+              const bool keep1 = one.out[at] != 0.0, keep = many.out[at] != 0.0;
+              const bool visible = reference::visible(p->params, i, j, 0, 0);
+              const bool want = visible && dropout_keep(dropout_bits(p->rng, 0, h, Hq, i, j),
+                                                        p->params.dropout_p);
+              ASSERT_EQ(keep, keep1)
+                  << strategy_name(strategy) << " " << layout_name(layout) << " i " << i << " h "
+                  << h << " j " << j << (sliced ? " (sinks, softcap, ALiBi, slices)" : "");
+              ASSERT_EQ(keep1, want) << "i " << i << " h " << h << " j " << j;
+              dropped += visible && !keep1 ? 1 : 0;
+              masked += visible ? 0 : 1;
+            }
           }
         }
+        EXPECT_GT(dropped, 0);  // the test would be vacuous without dropped elements
+        EXPECT_EQ(masked > 0, sliced);
       }
-      EXPECT_GT(dropped, 0);  // the test would be vacuous without dropped elements
     }
   }
 }

@@ -117,6 +117,20 @@ TEST(CallAgreement, EachFieldIsCompared) {
              s.docs.assign(37, 0);
              s.docs[30] = 1;
            }},
+          // A sink, a softcap, ALiBi slopes, mask slices on one rank only.
+          {"sink digest=",
+           [](AttentionParams& p, SequenceSharding&, RngState&) {
+             p.sink = {0.5f, -0.5f};
+           }},
+          {"softcap=2", [](AttentionParams& p, SequenceSharding&, RngState&) { p.softcap = 2.0f; }},
+          {"alibi_slopes digest=",
+           [](AttentionParams& p, SequenceSharding&, RngState&) {
+             p.alibi_slopes = {1.0f, 0.5f};
+           }},
+          {"slices digest=",
+           [](AttentionParams& p, SequenceSharding&, RngState&) {
+             p.slices = {{0, 37, 0, 37, SliceType::kFull}};
+           }},
       };
   for (const auto& [needle, change] : variants) {
     const RankOutcomes o = run_all(2, [&](Communicator& comm) {

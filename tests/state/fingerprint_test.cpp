@@ -9,10 +9,12 @@
 #include <rapidcheck/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <new>
 #include <random>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cpattn/error.h"
@@ -184,6 +186,46 @@ TEST(FingerprintBytes, ValuesOutOfRangeAreRefused) {
     }
   });
   EXPECT_GE(checked, 6);  // dtype, two layouts, causal, the strategy kind, the numerics
+}
+
+// make_fingerprint records the score features: the softcap's value, and digests of the ALiBi
+// slopes, the sink logits and the slices that change with any value (a slice's type too) and are
+// 0 without the feature; differences() names the field.
+TEST(Fingerprint, ScoreFeaturesAreRecorded) {
+  const Tensor q({1, 6, 2, 4}), kv({1, 6, 1, 4});
+  const SequenceSharding seq = SequenceSharding::of(Layout::kContiguous, 6, 1, 0);
+  const auto fingerprint = [&](const AttentionParams& p) {
+    return make_fingerprint(0, 1, q.view(), kv.view(), kv.view(), seq, seq, p, {1, 0});
+  };
+  const Fingerprint none = fingerprint({});
+  EXPECT_EQ(none.softcap, 0.0f);
+  EXPECT_EQ(none.alibi_digest, 0u);
+  EXPECT_EQ(none.sink_digest, 0u);
+  EXPECT_EQ(none.slices_digest, 0u);
+  AttentionParams a;
+  a.softcap = 3.5f;
+  a.alibi_slopes = {0.5f, 0.25f};
+  a.sink = {1.0f, -1.0f};
+  a.slices = {{0, 6, 0, 3, SliceType::kFull}, {3, 6, 3, 6, SliceType::kCausal}};
+  const Fingerprint fa = fingerprint(a);
+  EXPECT_EQ(fa.softcap, 3.5f);
+  EXPECT_NE(fa.alibi_digest, 0u);
+  EXPECT_NE(fa.sink_digest, 0u);
+  EXPECT_NE(fa.slices_digest, 0u);
+  EXPECT_TRUE(fa.differences(fingerprint(a)).empty());
+  const auto differs = [&](const std::function<void(AttentionParams&)>& change, const char* label) {
+    AttentionParams b = a;
+    change(b);
+    const std::vector<std::string> d = fa.differences(fingerprint(b));
+    ASSERT_EQ(d.size(), 1u) << label;
+    EXPECT_THAT(d[0], HasSubstr(detail::str_cat("ForwardResult was produced with ", label, "=")));
+  };
+  differs([](AttentionParams& b) { b.sink[1] = -1.5f; }, "sink digest");
+  differs([](AttentionParams& b) { b.sink.clear(); }, "sink digest");
+  differs([](AttentionParams& b) { b.alibi_slopes = {0.25f, 0.5f}; }, "alibi_slopes digest");
+  differs([](AttentionParams& b) { b.slices[1].type = SliceType::kBiCausal; }, "slices digest");
+  differs([](AttentionParams& b) { std::swap(b.slices[0], b.slices[1]); }, "slices digest");
+  differs([](AttentionParams& b) { b.softcap = 0.0f; }, "softcap");
 }
 
 // The call agreement's record holds exactly the shared part of the fingerprint: a change of a

@@ -47,7 +47,8 @@ struct RingStep {
 RingStep ring_step(int rank, int world, int step);
 
 /// Forward result on one rank: out [B, Sq_r, Hq, Dv] (dense BSHD), lse fp32 [B, Hq, Sq_r] (natural
-/// log, -inf for rows that see no key) and the RngState used, which backward must get back.
+/// log, -inf for rows that see no key, the head's sink logit with sinks) and the RngState used,
+/// which backward must get back.
 struct CpForwardResult {
   Tensor out;
   Tensor lse;
@@ -105,7 +106,8 @@ void check_backward_state(const CpCall& call, const BackwardState& state);
 CpForwardResult cp_forward(const CpCall& call);
 
 /// Backward of call.options.strategy on a validated call and a checked state (no check
-/// repeated): dq, dk, dv of this rank's shard.
+/// repeated): dq, dk, dv of this rank's shard, and with sinks dsink fp32 [Hq] of every rank's
+/// rows (the same bits on every rank).
 AttentionGradients cp_backward(const CpCall& call, const BackwardState& state);
 
 /// Ring forward of rank comm.rank(). Computes exactly the attention of the whole sequence
@@ -116,9 +118,12 @@ AttentionGradients cp_backward(const CpCall& call, const BackwardState& state);
 /// blocks continue one fp32 online softmax (SoftmaxCarry, kernel.h), normalised once after the
 /// last computed block, so there is no merge pass and the rounding is that of one online softmax
 /// over every key (bitwise one kernel call's when the blocks split the keys at the kernel's
-/// 128-key tile boundaries; otherwise its tiles are cut at the block boundaries). Blocks that the
-/// mask hides entirely (MaskRule::classify of their position and document ranges) are not computed;
-/// with CpOptions::document_aware they do not even travel to ranks that do not need them. \param
+/// 128-key tile boundaries; otherwise its tiles are cut at the block boundaries). A sink enters
+/// each row once, where its softmax finishes (a rank that computes no block takes the kernel's
+/// result over no keys: lse = the sink). Blocks that the mask hides entirely (MaskRule::classify
+/// of their position and document ranges, and of their runs of consecutive positions:
+/// docs/design.md section 5.5) are not computed; with CpOptions::document_aware they do not even
+/// travel to ranks that do not need them. \param
 /// comm         the CP group; comm.size() == P and comm.rank() == cp_rank of the shardings \param q
 /// [B, Sq_r, Hq, Dqk], any strides, Sq_r = q_sharding.local_length() \param k, v         [B, Sk_r,
 /// Hkv, Dqk] and [B, Sk_r, Hkv, Dv], any strides,
@@ -143,8 +148,11 @@ CpForwardResult ring_attention_forward(Communicator& comm, ConstView q, ConstVie
 /// and reaches its home rank after step P - 1 (document-aware: straight from the last rank that
 /// needs the block); the kernel adds each share into the received accumulator itself (no share
 /// buffer, no add pass). The reduction order is fixed, so two runs are
-/// bitwise identical. Messages per rank: P - 1 k/v sends + P dk/dv sends (0 when P == 1), the
-/// same number of receives. Nothing checks that out, lse and rng come from the forward of these
+/// bitwise identical. With sinks, the rank's first computed block also gives the sink gradient of
+/// its rows (BackwardOptions::dsink), and one allreduce_sum over the group (in double, rank
+/// order) returns their sum, dsink fp32 [Hq], the same bits on every rank. Messages per rank:
+/// P - 1 k/v sends + P dk/dv sends (0 when P == 1), the same number of receives, and with sinks
+/// that allreduce. Nothing checks that out, lse and rng come from the forward of these
 /// inputs (attention_backward does). Throws like the forward.
 AttentionGradients ring_attention_backward(Communicator& comm, ConstView dout, ConstView q,
                                            ConstView k, ConstView v, ConstView out,
@@ -169,7 +177,9 @@ CpForwardResult cp_attention_forward(Communicator& comm, ConstView q, ConstView 
 /// Backward of `options.strategy` from this rank's forward out and lse: validate_cp_call,
 /// check_backward_state, then cp_backward (ring_attention_backward for the arguments). Returns dq,
 /// dk, dv of this rank's shard, dk/dv summed over every rank's queries in a fixed order (bitwise
-/// deterministic). Throws like the forward.
+/// deterministic), and with sinks dsink fp32 [Hq], each rank's rows' partial (from one kernel
+/// call) summed over the group by one allreduce_sum, the same bits on every rank (every
+/// strategy; without sinks it is empty). Throws like the forward.
 AttentionGradients cp_attention_backward(Communicator& comm, ConstView dout, ConstView q,
                                          ConstView k, ConstView v, ConstView out,
                                          std::span<const float> lse,
