@@ -55,6 +55,14 @@ struct CpOptions {
   /// with packed documents, mask slices, windows and causal masks on contiguous layouts, and with
   /// documents and slices on zigzag ones. false: the plain ring.
   bool document_aware = true;
+  /// How a backward returns AttentionGradients::dsink (calls with sinks): true, the sum over the
+  /// group's rows, the same bits on every rank (one allreduce_sum in rank order); false, each
+  /// rank's own share (its rows; under Ulysses its heads), without the allreduce: the ranks'
+  /// shares sum to the total. false is for frameworks that sum every parameter's gradient over
+  /// the CP group themselves (PyTorch training loops under context parallelism; the Python
+  /// package passes false), which would count a reduced dsink P times. The call agreement
+  /// compares it (ranks that differ would not all make the allreduce).
+  bool reduce_dsink = true;
   /// The kernel's code path for every block (KernelOptions::isa; resolved once per call).
   Isa isa = Isa::kAuto;
   /// Buffers to borrow instead of allocating (AttentionWorkspace; caller-owned, one call at a

@@ -4,10 +4,12 @@ cpattn.attention and cpattn.ring_attention.
 Four custom ops, each traced by torch.compile as one opaque node:
   cpattn::draw_rng_state(Tensor q, float dropout_p) -> Tensor   int64 [2]: a call's (seed, offset)
   cpattn::take_call_number(Tensor q, str group_name) -> Tensor  int64 [1]: the group's next number
-  cpattn::attention_forward(q, k, v, rng, call_number, doc_ids, <call>) -> (out, lse, fingerprint)
+  cpattn::attention_forward(q, k, v, rng, call_number, doc_ids, sink, alibi_slopes, slices,
+                            <call>) -> (out, lse, fingerprint)
   cpattn::attention_backward(dout, q, k, v, out, lse, rng, fingerprint, call_number, doc_ids,
-                             <call>) -> (dq, dk, dv)
-where <call> is the call's non-tensor arguments (_CALL_ARGS). The first two are the only ops
+                             sink, alibi_slopes, slices, <call>) -> (dq, dk, dv, dsink)
+where <call> is the call's non-tensor arguments (_CALL_ARGS), and sink, alibi_slopes (float32
+[Hq]) and slices (int64 [n, 5]) are optional tensors (the sink logits are differentiable). The first two are the only ops
 with side effects (torch's generator; the group's call counter). Both are tagged
 nondeterministic_seeded, so torch.compile neither merges nor drops them, and a compiled forward
 recomputed under activation checkpointing replays them with the saved generator state
@@ -134,13 +136,15 @@ def _workspace_of(workspace_id):
 
 # The non-tensor arguments every attention op takes, in schema order (after its tensors).
 _CALL_ARGS = ("group_name", "layout", "seq_len", "kv_seq_len", "softmax_scale", "causal",
-              "window_left", "window_right", "dropout_p", "timeout", "strategy",
+              "window_left", "window_right", "dropout_p", "softcap", "timeout", "strategy",
               "workspace_id", "call_site")
+# The optional tensor arguments after doc_ids, in schema order.
+_PARAM_TENSORS = ("sink", "alibi_slopes", "slices")
 
 
-def _call_of(call_number, seq_len_local, doc_ids, group_name, layout, seq_len, kv_seq_len,
-             softmax_scale, causal, window_left, window_right, dropout_p, timeout, strategy,
-             workspace_id, call_site, backward):
+def _call_of(call_number, seq_len_local, doc_ids, sink, alibi_slopes, slices, group_name, layout,
+             seq_len, kv_seq_len, softmax_scale, causal, window_left, window_right, dropout_p,
+             softcap, timeout, strategy, workspace_id, call_site, backward):
     """The C++ description of one call (_cpattn.Call). Over a group the ranks' local lengths
     are summed first (a small all-reduce): seq_len < 0 is that sum (the C++ call checks that
     another seq_len fits the shards); kv_seq_len < 0 is seq_len. A rank whose arguments are
@@ -160,7 +164,8 @@ def _call_of(call_number, seq_len_local, doc_ids, group_name, layout, seq_len, k
                             kv_seq_len=None if kv_seq_len < 0 else kv_seq_len, doc_ids=doc_ids,
                             softmax_scale=softmax_scale, causal=causal,
                             window_left=window_left, window_right=window_right,
-                            dropout_p=dropout_p, timeout=timeout,
+                            dropout_p=dropout_p, softcap=softcap, alibi_slopes=alibi_slopes,
+                            sink=sink, slices=slices, timeout=timeout,
                             num_threads=torch.get_num_threads(), strategy=strategy,
                             workspace=_workspace_of(workspace_id), call_site=call_site)
     except (Error, TypeError, ValueError) as reason:
@@ -193,18 +198,20 @@ def _refuse(group, timeout, reason, call_site, call_number, backward=False):
 @torch.library.custom_op("cpattn::attention_forward", mutates_args=(), device_types="cpu")
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rng: torch.Tensor,
                       call_number: torch.Tensor, doc_ids: Optional[torch.Tensor],
-                      group_name: str, layout: str, seq_len: int, kv_seq_len: int,
-                      softmax_scale: Optional[float], causal: bool, window_left: int,
-                      window_right: int, dropout_p: float, timeout: float, strategy: str,
-                      workspace_id: int, call_site: str
+                      sink: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
+                      slices: Optional[torch.Tensor], group_name: str, layout: str, seq_len: int,
+                      kv_seq_len: int, softmax_scale: Optional[float], causal: bool,
+                      window_left: int, window_right: int, dropout_p: float, softcap: float,
+                      timeout: float, strategy: str, workspace_id: int, call_site: str
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """cpattn's checked forward (attention_forward in C++) of this rank's q [B, S_r, Hq, Dqk],
     k [B, S_r, Hkv, Dqk], v [B, S_r, Hkv, Dv]. Returns out [B, S_r, Hq, Dv] (q's dtype, dense
     BSHD), lse float32 [B, Hq, S_r] and the call's fingerprint, uint8 [FINGERPRINT_BYTES].
     group_name "" runs on one rank."""
-    call = _call_of(call_number, q.shape[1], doc_ids, group_name, layout, seq_len, kv_seq_len,
-                    softmax_scale, causal, window_left, window_right, dropout_p, timeout,
-                    strategy, workspace_id, call_site, backward=False)
+    call = _call_of(call_number, q.shape[1], doc_ids, sink, alibi_slopes, slices, group_name,
+                    layout, seq_len, kv_seq_len, softmax_scale, causal, window_left,
+                    window_right, dropout_p, softcap, timeout, strategy, workspace_id, call_site,
+                    backward=False)
     out, lse, fingerprint, inputs_digest = _cpattn.forward(call, call_number, q, k, v, rng)
     record = active_record()
     if record is not None:
@@ -214,7 +221,7 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rng: to
 
 
 @attention_forward.register_fake
-def _(q, k, v, rng, call_number, doc_ids, *call):
+def _(q, k, v, rng, call_number, doc_ids, sink, alibi_slopes, slices, *call):
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise error("shape_mismatch", "q, k and v must be 4-dimensional [B, S, H, D]")
     b, s, hq, _ = q.shape
@@ -228,29 +235,35 @@ def _(q, k, v, rng, call_number, doc_ids, *call):
 def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        out: torch.Tensor, lse: torch.Tensor, rng: torch.Tensor,
                        fingerprint: torch.Tensor, call_number: torch.Tensor,
-                       doc_ids: Optional[torch.Tensor], group_name: str, layout: str,
-                       seq_len: int, kv_seq_len: int, softmax_scale: Optional[float],
-                       causal: bool, window_left: int, window_right: int, dropout_p: float,
-                       timeout: float, strategy: str, workspace_id: int, call_site: str
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       doc_ids: Optional[torch.Tensor], sink: Optional[torch.Tensor],
+                       alibi_slopes: Optional[torch.Tensor], slices: Optional[torch.Tensor],
+                       group_name: str, layout: str, seq_len: int, kv_seq_len: int,
+                       softmax_scale: Optional[float], causal: bool, window_left: int,
+                       window_right: int, dropout_p: float, softcap: float, timeout: float,
+                       strategy: str, workspace_id: int, call_site: str
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """cpattn's checked backward (attention_backward in C++) of the forward whose fingerprint is
     `fingerprint`, from its state out, lse, rng (saved, maybe recomputed: they must be that
-    forward's). Returns dq, dk, dv (dense, the dtype and shapes of q, k, v)."""
-    call = _call_of(call_number, q.shape[1], doc_ids, group_name, layout, seq_len, kv_seq_len,
-                    softmax_scale, causal, window_left, window_right, dropout_p, timeout,
-                    strategy, workspace_id, call_site, backward=True)
+    forward's). Returns dq, dk, dv (dense, the dtype and shapes of q, k, v) and dsink (float32
+    [Hq], the same on every rank of a group; [0] without sinks)."""
+    call = _call_of(call_number, q.shape[1], doc_ids, sink, alibi_slopes, slices, group_name,
+                    layout, seq_len, kv_seq_len, softmax_scale, causal, window_left,
+                    window_right, dropout_p, softcap, timeout, strategy, workspace_id, call_site,
+                    backward=True)
     return tuple(_cpattn.backward(call, call_number, dout, q, k, v, out, lse, rng, fingerprint))
 
 
 @attention_backward.register_fake
-def _(dout, q, k, v, *rest):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+def _(dout, q, k, v, out, lse, rng, fingerprint, call_number, doc_ids, sink, *rest):
+    dsink = sink.new_empty(sink.shape) if sink is not None else q.new_empty((0,),
+                                                                              dtype=torch.float32)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsink
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, rng, _call_number, doc_ids, *call = inputs
+    q, k, v, rng, _call_number, doc_ids, sink, alibi_slopes, slices, *call = inputs
     out, lse, fingerprint = output
-    ctx.save_for_backward(q, k, v, out, lse, rng, doc_ids)
+    ctx.save_for_backward(q, k, v, out, lse, rng, doc_ids, sink, alibi_slopes, slices)
     # The first forward's fingerprint: not a saved tensor, so a recompute cannot replace it.
     ctx.fingerprint = fingerprint
     ctx.call = call
@@ -258,11 +271,14 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, dout, _dlse, _dfingerprint):
-    q, k, v, out, lse, rng, doc_ids = ctx.saved_tensors
+    q, k, v, out, lse, rng, doc_ids, sink, alibi_slopes, slices = ctx.saved_tensors
     call_number = take_call_number(q, ctx.call[0])
-    dq, dk, dv = attention_backward(dout, q, k, v, out, lse, rng, ctx.fingerprint, call_number,
-                                    doc_ids, *ctx.call)
-    return (dq, dk, dv) + (None,) * (3 + len(_CALL_ARGS))
+    dq, dk, dv, dsink = attention_backward(dout, q, k, v, out, lse, rng, ctx.fingerprint,
+                                           call_number, doc_ids, sink, alibi_slopes, slices,
+                                           *ctx.call)
+    # Gradients of q, k, v, rng, call_number, doc_ids, sink, alibi_slopes, slices, then <call>.
+    return (dq, dk, dv, None, None, None, dsink if sink is not None else None, None,
+            None) + (None,) * len(_CALL_ARGS)
 
 
 torch.library.register_autograd("cpattn::attention_forward", _backward,
@@ -317,8 +333,53 @@ def _check_doc_ids_type(doc_ids):
                     f"sequence, got {got}")
 
 
+_SLICE_TYPES = {"full": 0, "causal": 1, "inv_causal": 2, "bi_causal": 3}
+
+
+def _per_head(values, name):
+    """A per-head parameter (sink logits, ALiBi slopes) as a float32 tensor [Hq], or None. A
+    tensor is used as given (a sink tensor that requires grad gets its gradient); a sequence of
+    numbers becomes a tensor."""
+    if values is None:
+        return None
+    if not isinstance(values, torch.Tensor):
+        try:
+            values = torch.tensor([float(x) for x in values], dtype=torch.float32)
+        except (TypeError, ValueError):
+            raise error("invalid_argument", f"{name} must be a float32 tensor [Hq] or a sequence "
+                        f"of numbers, got {values!r}") from None
+    if values.dtype != torch.float32 or values.dim() != 1:
+        raise error("invalid_argument", f"{name} must be a 1-dimensional float32 tensor [Hq], got "
+                    f"{values.dtype} with shape {list(values.shape)}")
+    return values
+
+
+def _slices_tensor(slices):
+    """Mask slices as the int64 tensor [n, 5] the ops take, or None: from such a tensor, or from
+    a sequence of (q_begin, q_end, k_begin, k_end, type) with type "full", "causal",
+    "inv_causal", "bi_causal" (or 0..3)."""
+    if slices is None:
+        return None
+    if isinstance(slices, torch.Tensor):
+        if slices.dtype != torch.int64 or slices.dim() != 2 or slices.shape[1] != 5:
+            raise error("invalid_argument", "slices must be an int64 tensor [n, 5] or a sequence "
+                        "of (q_begin, q_end, k_begin, k_end, type)")
+        return slices
+    rows = []
+    for n, s in enumerate(slices):
+        try:
+            qb, qe, kb, ke, kind = s
+            code = _SLICE_TYPES[kind] if isinstance(kind, str) else int(kind)
+            rows.append([int(qb), int(qe), int(kb), int(ke), code])
+        except (TypeError, ValueError, KeyError):
+            raise error("invalid_argument", f"slice {n} must be (q_begin, q_end, k_begin, k_end, "
+                        f"type) with type one of {', '.join(_SLICE_TYPES)}, got {s!r}") from None
+    return torch.tensor(rows, dtype=torch.int64).reshape(len(rows), 5)
+
+
 def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scale, causal,
-           window_size, doc_ids, return_lse, timeout, strategy, workspace, call_site):
+           window_size, doc_ids, softcap, alibi_slopes, sink, slices, return_lse, timeout,
+           strategy, workspace, call_site):
     """Runs the forward op (with its autograd) for a call whose Python-side arguments are
     checked here: a rank that fails these checks still joins the group's call agreement."""
     name = group_name_of(group)
@@ -326,7 +387,11 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
         left, right = _window(window_size)
         _check_doc_ids_type(doc_ids)
         dropout_p = float(dropout_p)
+        softcap = float(softcap)
         scale = None if softmax_scale is None else float(softmax_scale)
+        alibi_slopes = _per_head(alibi_slopes, "alibi_slopes")
+        sink = _per_head(sink, "sink")
+        slices = _slices_tensor(slices)
         workspace_id = _workspace_id(workspace)
     except (Error, TypeError, ValueError) as reason:
         if group is None:
@@ -334,15 +399,16 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
         refuse_grouped_call(group, timeout, reason, call_site, q.shape[1])
     rng = _rng_for(q, dropout_p)
     call_number = take_call_number(q, name)
-    out, lse, _ = attention_forward(q, k, v, rng, call_number, doc_ids, name, str(layout),
-                                    seq_len, kv_seq_len, scale, bool(causal), left, right,
-                                    dropout_p, float(timeout), str(strategy), workspace_id,
-                                    call_site)
+    out, lse, _ = attention_forward(q, k, v, rng, call_number, doc_ids, sink, alibi_slopes,
+                                    slices, name, str(layout), seq_len, kv_seq_len, scale,
+                                    bool(causal), left, right, dropout_p, softcap,
+                                    float(timeout), str(strategy), workspace_id, call_site)
     return (out, lse) if return_lse else out
 
 
 def attention(q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-              doc_ids=None, return_lse=False, call_site=None):
+              doc_ids=None, softcap=0.0, alibi_slopes=None, sink=None, slices=None,
+              return_lse=False, call_site=None):
     """Exact attention on one rank (the formulas of docs/design.md section 1).
 
     q [B, S, Hq, Dqk], k [B, Sk, Hkv, Dqk], v [B, Sk, Hkv, Dv]: float32, bfloat16 or float16
@@ -356,7 +422,18 @@ def attention(q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False, windo
     return_lse=True also lse float32 [B, Hq, S] (natural log; -inf for a row that sees no key;
     not differentiable). Differentiable in q, k and v; torch.compile traces it (the ops
     cpattn::attention_forward / _backward). Raises cpattn.Error naming what is wrong.
-    call_site names the call in error messages (see ring_attention)."""
+    call_site names the call in error messages (see ring_attention).
+
+    Score features (docs/design.md section 1): softcap > 0 caps every scaled score at
+    softcap * tanh(s / softcap) (Gemma 2); alibi_slopes, float32 [Hq] (or a list), subtracts
+    slope_h * |i - j| on global positions (ALiBi); sink, float32 [Hq], adds exp(sink_h) once to
+    every row's softmax denominator (gpt-oss attention sinks; differentiable: a sink tensor that
+    requires grad gets its gradient, the same on every rank of a group); slices, a list of
+    (q_begin, q_end, k_begin, k_end, type) on global positions with type "full", "causal"
+    (bottom-right aligned), "inv_causal" or "bi_causal" (MagiAttention's AttnSlice), or an
+    int64 tensor [n, 5] with type codes 0..3: a pair is visible only through one slice (slices
+    must not overlap) and every other mask rule. With sinks, a row that sees no key has
+    lse = sink_h."""
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise error("shape_mismatch", "q must be a 4-dimensional tensor [B, S, Hq, Dqk]")
     if not isinstance(k, torch.Tensor) or k.dim() != 4:
@@ -364,15 +441,15 @@ def attention(q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False, windo
     site = _caller_site() if call_site is None else str(call_site)
     return _apply(q, k, v, group=None, layout="contiguous", seq_len=q.shape[1],
                   kv_seq_len=k.shape[1], dropout_p=dropout_p, softmax_scale=softmax_scale,
-                  causal=causal, window_size=window_size, doc_ids=doc_ids,
-                  return_lse=return_lse, timeout=DEFAULT_TIMEOUT_S, strategy="ring",
-                  workspace=None, call_site=site)
+                  causal=causal, window_size=window_size, doc_ids=doc_ids, softcap=softcap,
+                  alibi_slopes=alibi_slopes, sink=sink, slices=slices, return_lse=return_lse,
+                  timeout=DEFAULT_TIMEOUT_S, strategy="ring", workspace=None, call_site=site)
 
 
 def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softmax_scale=None,
-                   causal=False, window_size=(-1, -1), doc_ids=None, return_lse=False,
-                   seq_len=None, timeout=DEFAULT_TIMEOUT_S, strategy=None, workspace=None,
-                   call_site=None):
+                   causal=False, window_size=(-1, -1), doc_ids=None, softcap=0.0,
+                   alibi_slopes=None, sink=None, slices=None, return_lse=False, seq_len=None,
+                   timeout=DEFAULT_TIMEOUT_S, strategy=None, workspace=None, call_site=None):
     """Context-parallel attention over a torch.distributed process group: cpattn's C++ CP
     strategies, their messages sent with the group's send/recv (gloo on CPU).
 
@@ -433,5 +510,6 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
         refuse_grouped_call(group, timeout, reason, site, 0)
     return _apply(q, k, v, group=group, layout=layout, seq_len=total, kv_seq_len=-1,
                   dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                  window_size=window_size, doc_ids=doc_ids, return_lse=return_lse,
+                  window_size=window_size, doc_ids=doc_ids, softcap=softcap,
+                  alibi_slopes=alibi_slopes, sink=sink, slices=slices, return_lse=return_lse,
                   timeout=timeout, strategy=strategy, workspace=workspace, call_site=site)

@@ -14,6 +14,7 @@
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <tuple>
+#include <vector>
 
 #include "bench_hooks.h"
 #include "cpattn/attention.h"
@@ -46,6 +47,35 @@ SequenceSharding sharding(const std::string& layout, int64_t seq_len, int cp_siz
   }
   s.validate();
   return s;
+}
+
+// A 1-D float32 CPU tensor's values (a per-head parameter: sinks, ALiBi slopes); empty for None.
+std::vector<float> per_head(const std::optional<at::Tensor>& t, const char* name) {
+  if (!t.has_value()) return {};
+  CPATTN_CHECK(t->scalar_type() == at::kFloat && t->dim() == 1 && t->device().is_cpu(),
+               ErrorCode::kInvalidArgument, name,
+               " must be a 1-dimensional float32 CPU tensor (one value per query head)");
+  const at::Tensor c = t->detach().contiguous();
+  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
+}
+
+// Mask slices from an int64 CPU tensor [n, 5]: (q_begin, q_end, k_begin, k_end, type code of
+// SliceType: 0 full, 1 causal, 2 inv_causal, 3 bi_causal); empty for None.
+std::vector<MaskSlice> slices_of(const std::optional<at::Tensor>& t) {
+  if (!t.has_value()) return {};
+  CPATTN_CHECK(
+      t->scalar_type() == at::kLong && t->dim() == 2 && t->size(1) == 5 && t->device().is_cpu(),
+      ErrorCode::kInvalidArgument,
+      "slices must be an int64 CPU tensor [n, 5] (q_begin, q_end, k_begin, k_end, type)");
+  const at::Tensor c = t->contiguous();
+  const int64_t* x = c.data_ptr<int64_t>();
+  std::vector<MaskSlice> slices;
+  for (int64_t i = 0; i < c.size(0); ++i, x += 5) {
+    CPATTN_CHECK(x[4] >= 0 && x[4] <= 3, ErrorCode::kInvalidArgument, "slice ", i,
+                 " has type code ", x[4], " (0 full, 1 causal, 2 inv_causal, 3 bi_causal)");
+    slices.push_back({x[0], x[1], x[2], x[3], static_cast<SliceType>(x[4])});
+  }
+  return slices;
 }
 
 // The ErrorCode whose error_code_name is `name` (kInvalidArgument for a name cpattn does not
@@ -91,6 +121,9 @@ struct Call {
 
   CpOptions options() const {
     CpOptions o;
+    // Each rank's own share of the sinks' gradient: PyTorch training loops sum every
+    // parameter's gradient over the CP group themselves.
+    o.reduce_dsink = false;
     o.num_threads = num_threads;
     o.strategy = strategy;
     o.workspace = workspace.get();
@@ -195,8 +228,12 @@ py::tuple backward(const Call& call, const at::Tensor& call_number_t, const at::
     g = attention_backward(*comm, dv, qv, kv, vv, state, call.q_seq, call.kv_seq, call.params,
                            fingerprint.rng, call.options());
   }
+  // dsink: float32 [Hq], or [0] for a call without sinks (an op's outputs are always tensors).
+  at::Tensor dsink = call.params.sink.empty()
+                         ? at::empty({0}, at::TensorOptions().dtype(at::kFloat))
+                         : torch_from(std::move(g.dsink));
   return py::make_tuple(torch_from(std::move(g.dq)), torch_from(std::move(g.dk)),
-                        torch_from(std::move(g.dv)));
+                        torch_from(std::move(g.dv)), dsink);
 }
 
 }  // namespace
@@ -240,6 +277,8 @@ PYBIND11_MODULE(_cpattn, m) {
                        int64_t seq_len, std::optional<int64_t> kv_seq_len,
                        std::optional<at::Tensor> doc_ids, std::optional<float> softmax_scale,
                        bool causal, int64_t window_left, int64_t window_right, float dropout_p,
+                       float softcap, std::optional<at::Tensor> alibi_slopes,
+                       std::optional<at::Tensor> sink, std::optional<at::Tensor> slices,
                        double timeout, int num_threads, const std::string& strategy,
                        std::shared_ptr<cpattn::AttentionWorkspace> workspace,
                        const std::string& call_site) {
@@ -256,6 +295,10 @@ PYBIND11_MODULE(_cpattn, m) {
              c.params.window_left = window_left;
              c.params.window_right = window_right;
              c.params.dropout_p = dropout_p;
+             c.params.softcap = softcap;
+             c.params.alibi_slopes = tb::per_head(alibi_slopes, "alibi_slopes");
+             c.params.sink = tb::per_head(sink, "sink");
+             c.params.slices = tb::slices_of(slices);
              c.group = std::move(group);
              c.timeout_s = timeout;
              c.num_threads = num_threads;
@@ -267,12 +310,14 @@ PYBIND11_MODULE(_cpattn, m) {
            py::kw_only(), py::arg("group"), py::arg("layout"), py::arg("seq_len"),
            py::arg("kv_seq_len"), py::arg("doc_ids"), py::arg("softmax_scale"), py::arg("causal"),
            py::arg("window_left"), py::arg("window_right"), py::arg("dropout_p"),
+           py::arg("softcap"), py::arg("alibi_slopes"), py::arg("sink"), py::arg("slices"),
            py::arg("timeout"), py::arg("num_threads"), py::arg("strategy"), py::arg("workspace"),
            py::arg("call_site"),
            "group: the CP group (None: one rank); layout ('zigzag', 'striped', 'contiguous') and "
            "seq_len: the whole sequence's split (kv_seq_len: the keys' length when it differs, one "
            "rank only); doc_ids: int64 [seq_len] or None; the "
-           "attention parameters (AttentionParams); timeout in seconds; strategy as "
+           "attention parameters (AttentionParams; alibi_slopes and sink float32 [Hq] or None, "
+           "slices int64 [n, 5] or None); timeout in seconds; strategy as "
            "parse_strategy reads it; workspace: a Workspace or None; call_site: the caller's name "
            "for the call in errors")
       .def("local_length", [](const tb::Call& c) { return c.q_seq.local_length(); });
@@ -286,7 +331,7 @@ PYBIND11_MODULE(_cpattn, m) {
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("rng"),
         py::arg("fingerprint"),
         "attention_backward from a ForwardStateView (out, lse, rng, the forward's fingerprint "
-        "tensor): (dq, dk, dv)");
+        "tensor): (dq, dk, dv, dsink) (dsink float32 [Hq], empty without sinks)");
   m.def(
       "refuse",
       [](std::optional<tb::ProcessGroupPtr> group, double timeout_s, uint64_t call_number,

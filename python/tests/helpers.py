@@ -22,16 +22,24 @@ reference = float64_attention
 
 
 def reference_attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1),
-                        doc_ids=None, dropout_p=0.0, rng=(0, 0)):
+                        doc_ids=None, dropout_p=0.0, rng=(0, 0), softcap=0.0, alibi_slopes=None,
+                        sink=None, slices=None):
     """float64 attention of float tensors (BSHD, any strides): (out, lse) as float64 tensors that
-    autograd differentiates w.r.t. the float64 leaves returned third: (q64, k64, v64)."""
+    autograd differentiates w.r.t. the float64 leaves returned third: (q64, k64, v64), plus
+    sink64 when sink (a float tensor [Hq]) is given. slices: (q_begin, q_end, k_begin, k_end,
+    type name) tuples."""
     leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    sink64 = None if sink is None else sink.detach().double().requires_grad_()
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
     docs = None if doc_ids is None else doc_ids.tolist()
+    slice_dicts = None if slices is None else [
+        dict(q_begin=a, q_end=b, k_begin=c, k_end=d, type=t) for a, b, c, d, t in slices]
     out, lse = reference.attention(*leaves, scale, q_doc=docs, k_doc=docs, causal=causal,
                                    window_left=window_size[0], window_right=window_size[1],
-                                   dropout_p=dropout_p, seed=rng[0], offset=rng[1])
-    return out, lse, leaves
+                                   dropout_p=dropout_p, seed=rng[0], offset=rng[1],
+                                   softcap=softcap, alibi_slopes=alibi_slopes, sink=sink64,
+                                   slices=slice_dicts)
+    return out, lse, leaves + ([sink64] if sink64 is not None else [])
 
 
 def rng_after_seed(seed):

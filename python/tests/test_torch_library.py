@@ -23,22 +23,27 @@ def _inputs(b=2, s=7, hq=4, hkv=2, dqk=8, dv=6, dtype=torch.float32, seed=0):
 
 
 def _call(group_name, seq_len, *, causal=True, dropout_p=0.0, layout="contiguous",
-          strategy="ring"):
+          strategy="ring", softcap=0.0):
     # The non-tensor arguments (cpattn/_ops.py: _CALL_ARGS order).
-    return (group_name, layout, seq_len, -1, None, causal, -1, -1, dropout_p, 60.0, strategy, 0,
-            "test")
+    return (group_name, layout, seq_len, -1, None, causal, -1, -1, dropout_p, softcap, 60.0,
+            strategy, 0, "test")
 
 
-def _opcheck_both(q, k, v, call, rng):
+# The optional tensor arguments after doc_ids (_PARAM_TENSORS): sink, alibi_slopes, slices.
+_NO_PARAMS = (None, None, None)
+
+
+def _opcheck_both(q, k, v, call, rng, params=_NO_PARAMS):
     """opcheck of attention_forward, then of attention_backward on the forward's real state."""
     number = torch.zeros(1, dtype=torch.int64)
-    forward_args = (q, k, v, rng, number, None) + call
+    forward_args = (q, k, v, rng, number, None) + params + call
     torch.library.opcheck(torch.ops.cpattn.attention_forward.default, forward_args,
                           test_utils=_UTILS)
     out, lse, fingerprint = torch.ops.cpattn.attention_forward(*forward_args)
     dout = torch.randn_like(out)
+    detached = tuple(t.detach() if t is not None else None for t in params)
     backward_args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, rng,
-                     fingerprint, torch.ones(1, dtype=torch.int64), None) + call
+                     fingerprint, torch.ones(1, dtype=torch.int64), None) + detached + call
     torch.library.opcheck(torch.ops.cpattn.attention_backward.default, backward_args,
                           test_utils=("test_schema", "test_faketensor",
                                       "test_aot_dispatch_dynamic"))
@@ -50,6 +55,16 @@ def test_opcheck_one_rank(dropout_p, dtype):
     q, k, v = _inputs(dtype=dtype)
     rng = torch.tensor([123, -5], dtype=torch.int64) if dropout_p else torch.zeros(2, dtype=torch.int64)
     _opcheck_both(q, k, v, _call("", q.shape[1], dropout_p=dropout_p), rng)
+
+
+def test_opcheck_one_rank_with_sinks_softcap_alibi_and_slices():
+    q, k, v = _inputs()
+    sink = torch.tensor([0.5, -1.0, 0.25, 2.0]).requires_grad_()
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+    slices = torch.tensor([[0, 7, 0, 3, 0], [3, 7, 3, 7, 1]], dtype=torch.int64)
+    rng = torch.tensor([11, 3], dtype=torch.int64)
+    _opcheck_both(q, k, v, _call("", q.shape[1], causal=False, dropout_p=0.2, softcap=2.0), rng,
+                  (sink, slopes, slices))
 
 
 def _opcheck_group(rank, world, layout, strategy):
@@ -77,7 +92,7 @@ def test_opcheck_two_gloo_processes(layout, strategy):
 def test_fake_forward_gives_the_real_shapes_dtypes_and_strides():
     q, k, v = _inputs(b=1, s=9, hq=6, hkv=3, dqk=4, dv=5, dtype=torch.bfloat16)
     args = (q, k, v, torch.zeros(2, dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
-            None) + _call("", 9)
+            None) + _NO_PARAMS + _call("", 9)
     real = torch.ops.cpattn.attention_forward(*args)
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode() as mode:
@@ -109,16 +124,18 @@ def test_a_fingerprint_of_another_call_is_refused_by_backward():
     call = _call("", q.shape[1])
     zeros = torch.zeros(2, dtype=torch.int64)
     number = torch.zeros(1, dtype=torch.int64)
-    out, lse, fp = torch.ops.cpattn.attention_forward(q, k, v, zeros, number, None, *call)
+    out, lse, fp = torch.ops.cpattn.attention_forward(q, k, v, zeros, number, None, *_NO_PARAMS,
+                                                      *call)
     q2 = q.detach() + 1
-    _, _, other_fp = torch.ops.cpattn.attention_forward(q2, k, v, zeros, number, None, *call)
+    _, _, other_fp = torch.ops.cpattn.attention_forward(q2, k, v, zeros, number, None,
+                                                        *_NO_PARAMS, *call)
     dout = torch.ones_like(out)
     with pytest.raises(cpattn.Error, match="q/k/v|digest|inputs"):
         torch.ops.cpattn.attention_backward(dout, q.detach(), k.detach(), v.detach(), out, lse,
-                                            zeros, other_fp, number, None, *call)
+                                            zeros, other_fp, number, None, *_NO_PARAMS, *call)
     with pytest.raises(cpattn.Error, match="fingerprint"):
         torch.ops.cpattn.attention_backward(dout, q.detach(), k.detach(), v.detach(), out, lse,
-                                            zeros, fp[:-1], number, None, *call)
+                                            zeros, fp[:-1], number, None, *_NO_PARAMS, *call)
 
 
 def test_lse_and_fingerprint_are_not_differentiable():

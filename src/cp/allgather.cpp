@@ -95,7 +95,7 @@ AttentionGradients allgather_backward(const CpCall& c, const BackwardState& s) {
                               {&ku, all, dvw, g.dv.view(), true}};
     to_sequence(ch, lease, d.rank, d.world, 0, parts);
   }
-  g.dsink = reduce_dsink(c.comm, dsink.span(), mem);
+  g.dsink = reduce_dsink(c.comm, c.options, dsink.span(), mem);
   return g;
 }
 

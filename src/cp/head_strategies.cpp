@@ -134,7 +134,7 @@ AttentionGradients heads_backward(const CpCall& c, const BackwardState& s, const
                            {&h.ku, kva, dv_h, grads.dv.view(), replicated}};
   to_sequence(ch, lease, r, n, 1, back);
   // Over the whole CP group (the hybrid's rows and columns alike).
-  grads.dsink = reduce_dsink(c.comm, dsink.span(), mem);
+  grads.dsink = reduce_dsink(c.comm, c.options, dsink.span(), mem);
   return grads;
 }
 

@@ -310,7 +310,7 @@ AttentionGradients ring_call_backward(const CpCall& c, const BackwardState& s) {
   Tensor dsink = dsink_partial(c, mem);
   ring_backward(c.comm, p, c.options, s.dout, s.lse, delta.span(), g.dq.view(), g.dk.view(),
                 g.dv.view(), dsink.span());
-  g.dsink = reduce_dsink(c.comm, dsink.span(), mem);
+  g.dsink = reduce_dsink(c.comm, c.options, dsink.span(), mem);
   return g;
 }
 

@@ -285,9 +285,14 @@ Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, Memor
   return delta;
 }
 
-Tensor reduce_dsink(Communicator& comm, std::span<const float> partial, MemoryCounter* mem) {
+Tensor reduce_dsink(Communicator& comm, const CpOptions& options, std::span<const float> partial,
+                    MemoryCounter* mem) {
   Tensor dsink({static_cast<int64_t>(partial.size())}, mem);
   if (partial.empty()) return dsink;
+  if (!options.reduce_dsink) {
+    std::copy(partial.begin(), partial.end(), dsink.data());
+    return dsink;
+  }
   std::vector<double> sum(partial.begin(), partial.end());
   comm.allreduce_sum(std::span<double>(sum));
   for (size_t h = 0; h < sum.size(); ++h) dsink.data()[h] = static_cast<float>(sum[h]);

@@ -260,11 +260,13 @@ Tensor row_dot(ConstView dout, ConstView out, const KernelOptions& kernel, Memor
 /// The sinks' gradient of a CP call, AttentionGradients::dsink (fp32 [Hq], Hq the whole call's
 /// query heads), from this rank's `partial` (fp32 [Hq]: the sum over this rank's rows, from the
 /// BackwardOptions::dsink of exactly one of its kernel calls, 0 for heads it holds no rows of):
-/// the partials of every rank of `comm` summed in rank order by one Communicator::allreduce_sum
-/// in double, rounded to fp32 once, so every rank returns the same bits (backend.h). Empty, and
-/// no message, when `partial` is empty (the call has no sinks). Collective over comm; the bytes
+/// with options.reduce_dsink the partials of every rank of `comm` summed in rank order by one
+/// Communicator::allreduce_sum in double, rounded to fp32 once, so every rank returns the same
+/// bits (backend.h); without it this rank's partial as it is. Empty, and no message, when
+/// `partial` is empty (the call has no sinks). Collective over comm when it reduces; the bytes
 /// are not counted in CpStats (a collective, not a ring message).
-Tensor reduce_dsink(Communicator& comm, std::span<const float> partial, MemoryCounter* mem);
+Tensor reduce_dsink(Communicator& comm, const CpOptions& options, std::span<const float> partial,
+                    MemoryCounter* mem);
 
 /// A zeroed partial sink gradient of a call (fp32 [Hq]; empty without sinks), charged to `mem`.
 Tensor dsink_partial(const CpCall& call, MemoryCounter* mem);

@@ -76,6 +76,9 @@ std::vector<Field> fields() {
   all.push_back({"document_aware", [](const CallRecord& r) {
                    return std::string(r.document_aware ? "true" : "false");
                  }});
+  all.push_back({"reduce_dsink", [](const CallRecord& r) {
+                   return std::string(r.reduce_dsink ? "true" : "false");
+                 }});
   return all;
 }
 
@@ -131,6 +134,7 @@ CallRecord call_record(CallOp op, uint64_t call_number, uint64_t forward_number,
   r.call_number = call_number;
   r.forward_number = forward_number;
   r.document_aware = options.document_aware ? 1 : 0;
+  r.reduce_dsink = options.reduce_dsink ? 1 : 0;
   r.call_site_digest = Digest().string(call_site).finish();
   copy_cut(call_site, r.call_site, sizeof r.call_site);
   if (described == nullptr) {

@@ -35,13 +35,15 @@ struct CallRecord {
   int32_t local_check_passed = 1;  ///< 0: this rank refuses the call (refusal_code, refusal)
   int32_t document_aware = 0;      ///< CpOptions::document_aware (ranks that differ would send
                                    ///< and expect different messages)
+  int32_t reduce_dsink = 1;        ///< CpOptions::reduce_dsink (ranks that differ would not all
+                                   ///< make the backward's allreduce)
   int32_t refusal_code = 0;        ///< the ErrorCode of this rank's refusal (local_check_passed 0)
   /// 0 when the call's arguments could not be read into a fingerprint (a refusing rank): its
   /// `fingerprint` is zero, and no error names a field of it.
   int32_t described = 1;
   /// The start of the refusing rank's error message, NUL-terminated, cut to fit with "..." at
   /// the cut ("" when it does not refuse): what the other ranks' errors quote.
-  char refusal[232] = {};
+  char refusal[228] = {};
   uint64_t call_site_digest = 0;  ///< Digest of the whole call site text (call_site_text)
   /// The call site text, NUL-terminated, cut to fit with "..." at the cut: what errors name.
   char call_site[56] = {};

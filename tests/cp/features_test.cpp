@@ -7,6 +7,7 @@
 // counted once per row however many ring steps a row's keys span.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <mutex>
@@ -157,8 +158,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpFeatures, ::testing::ValuesIn(cases()),
                          [](const auto& tp) { return case_name(tp.param); });
 
 // Each rank's AttentionGradients::dsink, collected from the detail tier directly (not through
-// the harness): the same bits on every rank, for every strategy.
-TEST(CpFeatures, DsinkIsTheSameBitsOnEveryRank) {
+// the harness): the same bits on every rank, for every strategy; with CpOptions::reduce_dsink
+// false each rank's own share instead, the shares summing to that total.
+TEST(CpFeatures, DsinkIsTheSameBitsOnEveryRankOrEachRanksShare) {
   CaseSpec s;
   s.mask = MaskKind::kDocSlices;
   s.dims = {2, 61, 61, 8, 2, 16, 8};
@@ -175,30 +177,46 @@ TEST(CpFeatures, DsinkIsTheSameBitsOnEveryRank) {
                                              {Strategy::hybrid(2, 2), 4},
                                              {Strategy::hybrid(4, 2), 8}}) {
     SCOPED_TRACE(strategy_name(strategy));
-    std::mutex mu;
-    std::vector<std::vector<float>> dsink(static_cast<size_t>(P));
-    run_ranks(P, [&](Communicator& comm) {
-      const int r = comm.rank();
-      const SequenceSharding seq = SequenceSharding::of(Layout::kZigzag, 61, P, r);
-      MemoryCounter* mem = &comm.memory();
-      const Tensor q = shard_tensor(whole.q.view(), seq.layout, P, r, mem);
-      const Tensor k = shard_tensor(whole.k.view(), seq.layout, P, r, mem);
-      const Tensor v = shard_tensor(whole.v.view(), seq.layout, P, r, mem);
-      const Tensor dout = shard_tensor(whole.dout.view(), seq.layout, P, r, mem);
-      CpOptions options;
-      options.strategy = strategy;
-      const detail::CpForwardResult f = detail::cp_attention_forward(
-          comm, q.view(), k.view(), v.view(), seq, seq, p.params, p.rng, options);
-      const AttentionGradients g = detail::cp_attention_backward(
-          comm, dout.view(), q.view(), k.view(), v.view(), f.out.view(), f.lse.span(), seq, seq,
-          p.params, f.rng, options);
-      const std::lock_guard<std::mutex> lock(mu);
-      dsink[static_cast<size_t>(r)].assign(g.dsink.span().begin(), g.dsink.span().end());
-    });
-    ASSERT_EQ(dsink[0].size(), 8u);
+    const auto run = [&](bool reduce) {
+      std::mutex mu;
+      std::vector<std::vector<float>> dsink(static_cast<size_t>(P));
+      run_ranks(P, [&](Communicator& comm) {
+        const int r = comm.rank();
+        const SequenceSharding seq = SequenceSharding::of(Layout::kZigzag, 61, P, r);
+        MemoryCounter* mem = &comm.memory();
+        const Tensor q = shard_tensor(whole.q.view(), seq.layout, P, r, mem);
+        const Tensor k = shard_tensor(whole.k.view(), seq.layout, P, r, mem);
+        const Tensor v = shard_tensor(whole.v.view(), seq.layout, P, r, mem);
+        const Tensor dout = shard_tensor(whole.dout.view(), seq.layout, P, r, mem);
+        CpOptions options;
+        options.strategy = strategy;
+        options.reduce_dsink = reduce;
+        const detail::CpForwardResult f = detail::cp_attention_forward(
+            comm, q.view(), k.view(), v.view(), seq, seq, p.params, p.rng, options);
+        const AttentionGradients g = detail::cp_attention_backward(
+            comm, dout.view(), q.view(), k.view(), v.view(), f.out.view(), f.lse.span(), seq, seq,
+            p.params, f.rng, options);
+        const std::lock_guard<std::mutex> lock(mu);
+        dsink[static_cast<size_t>(r)].assign(g.dsink.span().begin(), g.dsink.span().end());
+      });
+      return dsink;
+    };
+    const std::vector<std::vector<float>> reduced = run(true), shares = run(false);
+    ASSERT_EQ(reduced[0].size(), 8u);
     for (int r = 1; r < P; ++r) {
-      EXPECT_TRUE(bitwise_equal(dsink[static_cast<size_t>(r)], dsink[0])) << "rank " << r;
+      EXPECT_TRUE(bitwise_equal(reduced[static_cast<size_t>(r)], reduced[0])) << "rank " << r;
     }
+    bool differ = false;
+    for (size_t h = 0; h < 8; ++h) {
+      double sum = 0.0;
+      for (int r = 0; r < P; ++r) {
+        sum += shares[static_cast<size_t>(r)][h];
+        differ |= shares[static_cast<size_t>(r)][h] != shares[0][h];
+      }
+      EXPECT_NEAR(sum, reduced[0][h], 1e-6 * std::max(1.0, std::fabs(double(reduced[0][h]))))
+          << "head " << h;
+    }
+    EXPECT_TRUE(differ) << "the shares are not each rank's own";
   }
 }
 

@@ -54,6 +54,24 @@ TEST(StrategyAgreement, ARankWithAnotherRelayFailsEveryRankNamingIt) {
   }
 }
 
+// A backward with sinks makes an allreduce of dsink unless CpOptions::reduce_dsink is false: ranks
+// that differ on it fail the agreement, each naming it.
+TEST(StrategyAgreement, ARankThatDoesNotReduceDsinkFailsEveryRankNamingIt) {
+  const Case c;
+  const RankOutcomes o = run_all(4, [&](Communicator& comm) {
+    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
+    CpOptions options;
+    options.reduce_dsink = comm.rank() != 1;
+    attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(4, comm.rank()), c.params,
+                      {1, 0}, options);
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kRankDisagreement) << r;
+    EXPECT_THAT(o.messages[static_cast<size_t>(r)],
+                HasSubstr("rank 1 has reduce_dsink=false, ranks 0, 2, 3 have reduce_dsink=true"));
+  }
+}
+
 // Ranks that call with other dtypes would exchange blocks of other sizes: the agreement names it.
 TEST(StrategyAgreement, ARankWithAnotherDtypeFailsEveryRankNamingIt) {
   const Case c;
