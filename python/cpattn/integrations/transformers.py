@@ -15,14 +15,17 @@ naming it (never a silent fallback):
     window_size (W - 1, 0); bidirectional layers (W - 1, W - 1), transformers' flash-attn rule;
   - dropout (the config's attention_dropout in training): cpattn's dropout, its masks
     bit-identical for every CP size, exact under model.gradient_checkpointing_enable();
+  - logit softcapping (Gemma 2's softcap=) and attention sinks (gpt-oss's s_aux=, a learnable
+    logit per head; its gradient is each rank's share under CP, summed over the group with
+    every other parameter's);
   - packed sequences: position_ids that restart at 0 for each document (HF's convention; the
     whole sequence's, also under CP, where they must be among the context's buffers) or the
     whole sequence's cu_seq_lens_q / cu_seq_lens_k (flash-attn's convention) become document
     ids: no token attends across a document boundary.
 Refused: a padding attention_mask or a ready-made 4-D mask (pack the sequences instead), a mask
 pattern that is not causal / bidirectional, sliding window or packed documents (transformers'
-or_mask_function / and_mask_function, chunked or blockwise attention), softcap, attention sinks
-(s_aux, sinks), a position_bias, sparse attention indices, output_attentions, keys of another
+or_mask_function / and_mask_function, chunked or blockwise attention), a position_bias, sparse
+attention indices, output_attentions, keys of another
 length than the queries (a KV cache with past tokens: training only; cross-attention), packed
 position_ids that differ between batch rows, and under CP position_ids that are not a buffer of
 the context (the model would number this rank's tokens from 0: wrong RoPE positions). Under CP
@@ -41,11 +44,9 @@ from .._sdpa import active_context
 NAME = "cpattn"
 
 # Keyword arguments some models pass to the attention function that change its mathematics and
-# that cpattn does not compute: refused when not None (gpt-oss / granite attention sinks, T5-style
-# relative position biases, DeepSeek's sparse attention indices).
+# that cpattn does not compute: refused when not None (T5-style relative position biases,
+# DeepSeek's sparse attention indices).
 _UNSUPPORTED_KWARGS = {
-    "s_aux": "attention sinks (s_aux)",
-    "sinks": "attention sinks (sinks)",
     "position_bias": "an additive position_bias",
     "indices": "sparse attention indices",
     "block_indices": "block-sparse attention indices",
@@ -89,12 +90,15 @@ def _doc_ids_from_cu_seqlens(cu_q, cu_k, seq_len):
 def _call(module, query, key, value, attention_mask, dropout, scaling, is_causal,
           sliding_window, softcap, position_ids, cu_seq_lens_q, cu_seq_lens_k,
           output_attentions, kwargs, cp, grouped):
-    """The checked arguments of one call: (q, k, v, causal, window, doc_ids) in BSHD, or
-    cpattn.Error naming what cannot be honoured."""
+    """The checked arguments of one call: (q, k, v, causal, window, doc_ids, softcap, sink) in
+    BSHD, or cpattn.Error naming what cannot be honoured."""
     if attention_mask is not None:
         raise error("invalid_argument", _PADDING)
-    if softcap is not None:
-        raise error("invalid_argument", "cpattn (transformers): softcap is not supported")
+    # gpt-oss passes its sinks as s_aux (the layer's parameter [Hq], in the model's dtype: the
+    # float32 cast is differentiable, so the parameter gets its gradient).
+    sink = kwargs.get("s_aux", kwargs.get("sinks"))
+    if sink is not None:
+        sink = sink.float()
     for name, what in _UNSUPPORTED_KWARGS.items():
         if kwargs.get(name) is not None:
             raise error("invalid_argument", f"cpattn (transformers): {what} is not supported")
@@ -129,7 +133,7 @@ def _call(module, query, key, value, attention_mask, dropout, scaling, is_causal
     else:
         doc_ids = None
     return query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal, window, \
-        doc_ids
+        doc_ids, float(softcap or 0.0), sink
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
@@ -142,7 +146,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     cp = active_context()
     grouped = cp is not None and cp.group is not None
     try:
-        q, k, v, causal, window, doc_ids = _call(
+        q, k, v, causal, window, doc_ids, cap, sink = _call(
             module, query, key, value, attention_mask, dropout, scaling, is_causal,
             sliding_window, softcap, position_ids, cu_seq_lens_q, cu_seq_lens_k,
             output_attentions, kwargs, cp, grouped)
@@ -155,11 +159,13 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if grouped:
         out = ring_attention(q, k, v, group=cp.group, layout=cp.layout, strategy=cp.strategy,
                              dropout_p=dropout, softmax_scale=scaling, causal=causal,
-                             window_size=window, doc_ids=doc_ids, seq_len=cp.seq_len,
-                             timeout=cp.timeout, workspace=cp.workspace, call_site=site)
+                             window_size=window, doc_ids=doc_ids, softcap=cap, sink=sink,
+                             seq_len=cp.seq_len, timeout=cp.timeout, workspace=cp.workspace,
+                             call_site=site)
     else:
         out = attention(q, k, v, dropout_p=dropout, softmax_scale=scaling, causal=causal,
-                        window_size=window, doc_ids=doc_ids, call_site=site)
+                        window_size=window, doc_ids=doc_ids, softcap=cap, sink=sink,
+                        call_site=site)
     return out, None
 
 
