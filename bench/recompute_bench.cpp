@@ -29,7 +29,7 @@ Timings time_step(int64_t seq_len, int layers) {
   Timings t;
   run_ranks(kCp, [&](Communicator& comm) {
     SequenceSharding seq = SequenceSharding::of(Layout::kZigzag, seq_len, kCp, comm.rank());
-    const Tensor xr = shard_tensor(x.view(), seq.layout, kCp, comm.rank(), &comm.memory());
+    const Tensor xr = shard_tensor(x.view(), seq, comm.rank(), &comm.memory());
     const auto seconds = [&](auto&& fn) {
       comm.barrier();
       const Stopwatch start;

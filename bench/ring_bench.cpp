@@ -101,10 +101,10 @@ RingTiming time_ring(const Problem& p, int P,
   run_ranks(P, [&](Communicator& comm) {
     const SequenceSharding s = SequenceSharding::of(Layout::kZigzag, p.S, P, comm.rank());
     MemoryCounter* mem = &comm.memory();
-    const Tensor q = shard_tensor(p.q.view(), s.layout, P, s.cp_rank, mem);
-    const Tensor k = shard_tensor(p.k.view(), s.layout, P, s.cp_rank, mem);
-    const Tensor v = shard_tensor(p.v.view(), s.layout, P, s.cp_rank, mem);
-    const Tensor dout = shard_tensor(p.dout.view(), s.layout, P, s.cp_rank, mem);
+    const Tensor q = shard_tensor(p.q.view(), s, s.cp_rank, mem);
+    const Tensor k = shard_tensor(p.k.view(), s, s.cp_rank, mem);
+    const Tensor v = shard_tensor(p.v.view(), s, s.cp_rank, mem);
+    const Tensor dout = shard_tensor(p.dout.view(), s, s.cp_rank, mem);
     CpStats stats;
     CpOptions options;
     options.stats = &stats;
@@ -134,7 +134,8 @@ double time_transfers_only(int64_t S, int P) {
   std::mutex mu;
   run_ranks(P, [&](Communicator& comm) {
     const int r = comm.rank();
-    const int64_t floats = 2 * shard_length(Layout::kZigzag, S, P, 0) * kHeads * kDim;  // k|v
+    const int64_t floats =
+        2 * shard_length(SequenceSharding::of(Layout::kZigzag, S, P, 0), 0) * kHeads * kDim;  // k|v
     Tensor a({floats}, &comm.memory()), b({floats}, &comm.memory());
     comm.barrier();
     const Stopwatch start;
@@ -211,7 +212,8 @@ void BM_LoadBalance(benchmark::State& state) {
   for (auto _ : state) {
     std::vector<double> n;
     for (int r = 0; r < kBalanceRanks; ++r) {
-      const auto q = shard_token_indices(layout, kBalanceSeq, kBalanceRanks, r);
+      const auto q =
+          shard_token_indices(SequenceSharding::of(layout, kBalanceSeq, kBalanceRanks, r), r);
       n.push_back(static_cast<double>(count_visible_pairs(q, all, {}, {}, causal)));
     }
     double mean = 0;

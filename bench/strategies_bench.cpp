@@ -73,8 +73,7 @@ uint64_t splitmix(uint64_t x) {
 // Rank `rank`'s shard [1, S_r, H, D] of a whole tensor whose element (s, h, d) is a fixed
 // pseudo-random value in [-1, 1) of (id, global token, h, d): no rank builds the whole tensor.
 Tensor shard(int id, const SequenceSharding& seq, int64_t H, int64_t D, MemoryCounter* mem) {
-  const std::vector<int64_t> idx =
-      shard_token_indices(seq.layout, seq.seq_len, seq.cp_size, seq.cp_rank);
+  const std::vector<int64_t> idx = shard_token_indices(seq, seq.cp_rank);
   Tensor t({1, static_cast<int64_t>(idx.size()), H, D}, mem);
   float* p = t.data();
   for (const int64_t s : idx)

@@ -24,7 +24,7 @@ set(CPATTN_LAYER_state_DEPS core rng kernel comm cp)
 set(CPATTN_LAYER_core_HEADERS digest.h dtype.h error.h memory.h source_location.h stopwatch.h
     tensor.h version.h)
 set(CPATTN_LAYER_rng_HEADERS generator.h rng.h)
-set(CPATTN_LAYER_kernel_HEADERS isa.h kernel.h mask.h params.h)
+set(CPATTN_LAYER_kernel_HEADERS isa.h kernel.h mask.h params.h varlen.h)
 set(CPATTN_LAYER_comm_HEADERS backend.h communicator.h mpi_communicator.h thread_communicator.h)
 set(CPATTN_LAYER_cp_HEADERS cp_options.h detail/cp.h layout.h plan.h strategy.h workspace.h)
 set(CPATTN_LAYER_state_HEADERS attention.h fingerprint.h recompute.h)

@@ -6,6 +6,7 @@ traced by torch.compile (torch.library ops cpattn::*). See docs/pytorch.md.
     out = cpattn.attention(q, k, v, causal=True, dropout_p=0.1)            # one rank
     out = cpattn.ring_attention(q_local, k_local, v_local, causal=True)   # this rank's shard
     out = cpattn.sdpa(q, k, v, is_causal=True)                             # SDPA's signature
+    out = cpattn.varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k)      # flash-attn varlen
     with cpattn.context_parallel(group, buffers=[ids], seq_dims=[1]):      # SDPA calls under CP
         loss = model(ids).loss
     y = cpattn.checkpoint(layer, x)                                        # checked recompute
@@ -43,7 +44,8 @@ _check_torch()
 from ._cpattn import Error, Workspace, library_version  # noqa: E402
 from ._cpattn import memory_stats as _memory_stats  # noqa: E402
 from ._checkpoint import checkpoint  # noqa: E402
-from ._ops import attention, ring_attention  # noqa: E402
+from ._ops import (attention, ring_attention, varlen_attention,  # noqa: E402
+                   varlen_ring_attention)
 from ._sdpa import context_parallel, sdpa  # noqa: E402
 from ._sharding import shard, unshard  # noqa: E402
 
@@ -59,4 +61,5 @@ def memory_stats():
 
 
 __all__ = ["Error", "Workspace", "attention", "checkpoint", "context_parallel", "library_version",
-           "memory_stats", "ring_attention", "sdpa", "shard", "unshard"]
+           "memory_stats", "ring_attention", "sdpa", "shard", "unshard", "varlen_attention",
+           "varlen_ring_attention"]

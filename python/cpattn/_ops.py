@@ -1,15 +1,19 @@
 """The torch.library operators of cpattn (namespace "cpattn") and the functions over them,
-cpattn.attention and cpattn.ring_attention.
+cpattn.attention, cpattn.ring_attention, cpattn.varlen_attention and
+cpattn.varlen_ring_attention.
 
 Four custom ops, each traced by torch.compile as one opaque node:
   cpattn::draw_rng_state(Tensor q, float dropout_p) -> Tensor   int64 [2]: a call's (seed, offset)
   cpattn::take_call_number(Tensor q, str group_name) -> Tensor  int64 [1]: the group's next number
-  cpattn::attention_forward(q, k, v, rng, call_number, doc_ids, sink, alibi_slopes, slices,
+  cpattn::attention_forward(q, k, v, rng, call_number, <docs>, sink, alibi_slopes, slices,
                             <call>) -> (out, lse, fingerprint)
-  cpattn::attention_backward(dout, q, k, v, out, lse, rng, fingerprint, call_number, doc_ids,
+  cpattn::attention_backward(dout, q, k, v, out, lse, rng, fingerprint, call_number, <docs>,
                              sink, alibi_slopes, slices, <call>) -> (dq, dk, dv, dsink)
-where <call> is the call's non-tensor arguments (_CALL_ARGS), and sink, alibi_slopes (float32
-[Hq]) and slices (int64 [n, 5]) are optional tensors (the sink logits are differentiable). The first two are the only ops
+where <docs> is (doc_ids, cu_seqlens_q, cu_seqlens_k), the optional int64 tensors that say
+where packed documents sit (document ids, or flash-attn's cumulative lengths of a varlen call),
+<call> the call's non-tensor arguments (_CALL_ARGS), and sink, alibi_slopes (float32 [Hq]) and
+slices (int64 [n, 5]) are optional tensors (the sink logits are differentiable). The first two
+are the only ops
 with side effects (torch's generator; the group's call counter). Both are tagged
 nondeterministic_seeded, so torch.compile neither merges nor drops them, and a compiled forward
 recomputed under activation checkpointing replays them with the saved generator state
@@ -40,7 +44,7 @@ from . import _cpattn
 from ._checkpoint import active_record
 from ._errors import Error, error
 from ._groups import group_name_of, process_group, resolve_group
-from ._sharding import whole_length
+from ._sharding import count_tokens
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -135,33 +139,44 @@ def _workspace_of(workspace_id):
 # The attention ops.
 
 # The non-tensor arguments every attention op takes, in schema order (after its tensors).
+# max_seqlen_q / max_seqlen_k: a varlen call's (flash-attn's) longest-document bounds, -1 for
+# other calls.
 _CALL_ARGS = ("group_name", "layout", "seq_len", "kv_seq_len", "softmax_scale", "causal",
               "window_left", "window_right", "dropout_p", "softcap", "timeout", "strategy",
-              "workspace_id", "call_site")
+              "workspace_id", "call_site", "max_seqlen_q", "max_seqlen_k")
 # The optional tensor arguments after doc_ids, in schema order.
 _PARAM_TENSORS = ("sink", "alibi_slopes", "slices")
 
 
-def _call_of(call_number, seq_len_local, doc_ids, sink, alibi_slopes, slices, group_name, layout,
-             seq_len, kv_seq_len, softmax_scale, causal, window_left, window_right, dropout_p,
-             softcap, timeout, strategy, workspace_id, call_site, backward):
-    """The C++ description of one call (_cpattn.Call). Over a group the ranks' local lengths
-    are summed first (a small all-reduce): seq_len < 0 is that sum (the C++ call checks that
-    another seq_len fits the shards); kv_seq_len < 0 is seq_len. A rank whose arguments are
-    refused still takes part in the group's call agreement, as a rank that refuses the call,
-    so the other ranks raise at once instead of waiting for it."""
+def _call_of(call_number, q, k, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi_slopes, slices,
+             group_name, layout, seq_len, kv_seq_len, softmax_scale, causal, window_left,
+             window_right, dropout_p, softcap, timeout, strategy, workspace_id, call_site,
+             max_seqlen_q, max_seqlen_k, backward):
+    """The C++ description of one call (_cpattn.Call). Over a group the ranks' local q and k
+    lengths are summed first (a small all-reduce): seq_len < 0 is the q sum (the C++ call
+    checks that another seq_len fits the shards); kv_seq_len < 0 is the k sum for a varlen call
+    (cu_seqlens given), else seq_len. A rank whose arguments are refused still takes part in
+    the group's call agreement, as a rank that refuses the call, so the other ranks raise at
+    once instead of waiting for it."""
     group = process_group(group_name)
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     try:
         if group is not None:
             # Every call over a group counts the ranks' tokens first, with or without a seq_len,
             # so every rank makes the same exchanges in the same order even when the ranks were
             # given different arguments (seq_len or doc_ids on one rank only): they then meet
             # in the call agreement, which names what differs, and the group stays usable.
-            counted = whole_length(seq_len_local, group, None, None, timeout)
+            counted_q, counted_k = count_tokens(q.shape[1], k.shape[1], group, timeout)
             if seq_len < 0:
-                seq_len = counted
+                seq_len = counted_q
+            if kv_seq_len < 0 and varlen:
+                kv_seq_len = counted_k
+        elif varlen and kv_seq_len < 0:
+            kv_seq_len = k.shape[1]
         return _cpattn.Call(group=group, layout=layout, seq_len=seq_len,
                             kv_seq_len=None if kv_seq_len < 0 else kv_seq_len, doc_ids=doc_ids,
+                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                             softmax_scale=softmax_scale, causal=causal,
                             window_left=window_left, window_right=window_right,
                             dropout_p=dropout_p, softcap=softcap, alibi_slopes=alibi_slopes,
@@ -174,12 +189,14 @@ def _call_of(call_number, seq_len_local, doc_ids, sink, alibi_slopes, slices, gr
         _refuse(group, timeout, reason, call_site, int(call_number[0]), backward)
 
 
-def refuse_grouped_call(group, timeout, reason, call_site, local_tokens):
+def refuse_grouped_call(group, timeout, reason, call_site, local_tokens, local_kv_tokens=None):
     """Raises `reason` for a forward call over `group` that this rank refuses before the op
     (the package's own argument checks), after joining what the other ranks' op does first:
-    the token count (with this rank's `local_tokens`, 0 when it cannot tell) and the call
-    agreement as a rank that refuses, so the others raise at once, quoting it."""
-    whole_length(local_tokens, group, None, None, timeout)
+    the token count (with this rank's `local_tokens` and `local_kv_tokens`, default the same;
+    0 when it cannot tell) and the call agreement as a rank that refuses, so the others raise
+    at once, quoting it."""
+    count_tokens(local_tokens, local_tokens if local_kv_tokens is None else local_kv_tokens,
+                 group, timeout)
     _refuse(group, timeout, reason, call_site, _next_number(group_name_of(group)))
 
 
@@ -198,20 +215,24 @@ def _refuse(group, timeout, reason, call_site, call_number, backward=False):
 @torch.library.custom_op("cpattn::attention_forward", mutates_args=(), device_types="cpu")
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rng: torch.Tensor,
                       call_number: torch.Tensor, doc_ids: Optional[torch.Tensor],
+                      cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
                       sink: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
                       slices: Optional[torch.Tensor], group_name: str, layout: str, seq_len: int,
                       kv_seq_len: int, softmax_scale: Optional[float], causal: bool,
                       window_left: int, window_right: int, dropout_p: float, softcap: float,
-                      timeout: float, strategy: str, workspace_id: int, call_site: str
+                      timeout: float, strategy: str, workspace_id: int, call_site: str,
+                      max_seqlen_q: int, max_seqlen_k: int
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """cpattn's checked forward (attention_forward in C++) of this rank's q [B, S_r, Hq, Dqk],
     k [B, S_r, Hkv, Dqk], v [B, S_r, Hkv, Dv]. Returns out [B, S_r, Hq, Dv] (q's dtype, dense
     BSHD), lse float32 [B, Hq, S_r] and the call's fingerprint, uint8 [FINGERPRINT_BYTES].
-    group_name "" runs on one rank."""
-    call = _call_of(call_number, q.shape[1], doc_ids, sink, alibi_slopes, slices, group_name,
-                    layout, seq_len, kv_seq_len, softmax_scale, causal, window_left,
-                    window_right, dropout_p, softcap, timeout, strategy, workspace_id, call_site,
-                    backward=False)
+    group_name "" runs on one rank. doc_ids (int64 [S]) or cu_seqlens_q and cu_seqlens_k (int64
+    [D + 1], a varlen call: B = 1, positions and documents from flash-attn's cumulative lengths)
+    are the whole sequence's documents."""
+    call = _call_of(call_number, q, k, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi_slopes,
+                    slices, group_name, layout, seq_len, kv_seq_len, softmax_scale, causal,
+                    window_left, window_right, dropout_p, softcap, timeout, strategy,
+                    workspace_id, call_site, max_seqlen_q, max_seqlen_k, backward=False)
     out, lse, fingerprint, inputs_digest = _cpattn.forward(call, call_number, q, k, v, rng)
     record = active_record()
     if record is not None:
@@ -221,7 +242,8 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rng: to
 
 
 @attention_forward.register_fake
-def _(q, k, v, rng, call_number, doc_ids, sink, alibi_slopes, slices, *call):
+def _(q, k, v, rng, call_number, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi_slopes, slices,
+      *call):
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise error("shape_mismatch", "q, k and v must be 4-dimensional [B, S, H, D]")
     b, s, hq, _ = q.shape
@@ -235,35 +257,40 @@ def _(q, k, v, rng, call_number, doc_ids, sink, alibi_slopes, slices, *call):
 def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        out: torch.Tensor, lse: torch.Tensor, rng: torch.Tensor,
                        fingerprint: torch.Tensor, call_number: torch.Tensor,
-                       doc_ids: Optional[torch.Tensor], sink: Optional[torch.Tensor],
+                       doc_ids: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
+                       cu_seqlens_k: Optional[torch.Tensor], sink: Optional[torch.Tensor],
                        alibi_slopes: Optional[torch.Tensor], slices: Optional[torch.Tensor],
                        group_name: str, layout: str, seq_len: int, kv_seq_len: int,
                        softmax_scale: Optional[float], causal: bool, window_left: int,
                        window_right: int, dropout_p: float, softcap: float, timeout: float,
-                       strategy: str, workspace_id: int, call_site: str
+                       strategy: str, workspace_id: int, call_site: str, max_seqlen_q: int,
+                       max_seqlen_k: int
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """cpattn's checked backward (attention_backward in C++) of the forward whose fingerprint is
     `fingerprint`, from its state out, lse, rng (saved, maybe recomputed: they must be that
     forward's). Returns dq, dk, dv (dense, the dtype and shapes of q, k, v) and dsink (float32
     [Hq], the same on every rank of a group; [0] without sinks)."""
-    call = _call_of(call_number, q.shape[1], doc_ids, sink, alibi_slopes, slices, group_name,
-                    layout, seq_len, kv_seq_len, softmax_scale, causal, window_left,
-                    window_right, dropout_p, softcap, timeout, strategy, workspace_id, call_site,
-                    backward=True)
+    call = _call_of(call_number, q, k, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi_slopes,
+                    slices, group_name, layout, seq_len, kv_seq_len, softmax_scale, causal,
+                    window_left, window_right, dropout_p, softcap, timeout, strategy,
+                    workspace_id, call_site, max_seqlen_q, max_seqlen_k, backward=True)
     return tuple(_cpattn.backward(call, call_number, dout, q, k, v, out, lse, rng, fingerprint))
 
 
 @attention_backward.register_fake
-def _(dout, q, k, v, out, lse, rng, fingerprint, call_number, doc_ids, sink, *rest):
+def _(dout, q, k, v, out, lse, rng, fingerprint, call_number, doc_ids, cu_seqlens_q, cu_seqlens_k,
+      sink, *rest):
     dsink = sink.new_empty(sink.shape) if sink is not None else q.new_empty((0,),
                                                                               dtype=torch.float32)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsink
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, rng, _call_number, doc_ids, sink, alibi_slopes, slices, *call = inputs
+    (q, k, v, rng, _call_number, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi_slopes, slices,
+     *call) = inputs
     out, lse, fingerprint = output
-    ctx.save_for_backward(q, k, v, out, lse, rng, doc_ids, sink, alibi_slopes, slices)
+    ctx.save_for_backward(q, k, v, out, lse, rng, doc_ids, cu_seqlens_q, cu_seqlens_k, sink,
+                          alibi_slopes, slices)
     # The first forward's fingerprint: not a saved tensor, so a recompute cannot replace it.
     ctx.fingerprint = fingerprint
     ctx.call = call
@@ -271,13 +298,15 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, dout, _dlse, _dfingerprint):
-    q, k, v, out, lse, rng, doc_ids, sink, alibi_slopes, slices = ctx.saved_tensors
+    (q, k, v, out, lse, rng, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi_slopes,
+     slices) = ctx.saved_tensors
     call_number = take_call_number(q, ctx.call[0])
     dq, dk, dv, dsink = attention_backward(dout, q, k, v, out, lse, rng, ctx.fingerprint,
-                                           call_number, doc_ids, sink, alibi_slopes, slices,
-                                           *ctx.call)
-    # Gradients of q, k, v, rng, call_number, doc_ids, sink, alibi_slopes, slices, then <call>.
-    return (dq, dk, dv, None, None, None, dsink if sink is not None else None, None,
+                                           call_number, doc_ids, cu_seqlens_q, cu_seqlens_k,
+                                           sink, alibi_slopes, slices, *ctx.call)
+    # Gradients of q, k, v, rng, call_number, doc_ids, cu_seqlens_q, cu_seqlens_k, sink,
+    # alibi_slopes, slices, then <call>.
+    return (dq, dk, dv, None, None, None, None, None, dsink if sink is not None else None, None,
             None) + (None,) * len(_CALL_ARGS)
 
 
@@ -313,6 +342,12 @@ def _window(window_size):
         raise error("invalid_argument",
                     f"window_size must be a pair (left, right), got {window_size!r}") from None
     return left, right
+
+
+def _local_tokens(x):
+    """The tokens of a [B, S_r, H, D] tensor this rank holds (0 for anything else): what a
+    refusing rank contributes to the group's token count."""
+    return x.shape[1] if isinstance(x, torch.Tensor) and x.dim() == 4 else 0
 
 
 def _rng_for(q, dropout_p):
@@ -379,9 +414,11 @@ def _slices_tensor(slices):
 
 def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scale, causal,
            window_size, doc_ids, softcap, alibi_slopes, sink, slices, return_lse, timeout,
-           strategy, workspace, call_site):
+           strategy, workspace, call_site, cu_seqlens=(None, None), max_seqlen=(-1, -1)):
     """Runs the forward op (with its autograd) for a call whose Python-side arguments are
-    checked here: a rank that fails these checks still joins the group's call agreement."""
+    checked here: a rank that fails these checks still joins the group's call agreement.
+    cu_seqlens, max_seqlen: a varlen call's (cu_seqlens_q, cu_seqlens_k), int64 tensors, and
+    (max_seqlen_q, max_seqlen_k), ints (the op checks them against each other)."""
     name = group_name_of(group)
     try:
         left, right = _window(window_size)
@@ -396,13 +433,15 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
     except (Error, TypeError, ValueError) as reason:
         if group is None:
             raise
-        refuse_grouped_call(group, timeout, reason, call_site, q.shape[1])
+        refuse_grouped_call(group, timeout, reason, call_site, _local_tokens(q),
+                            _local_tokens(k))
     rng = _rng_for(q, dropout_p)
     call_number = take_call_number(q, name)
-    out, lse, _ = attention_forward(q, k, v, rng, call_number, doc_ids, sink, alibi_slopes,
-                                    slices, name, str(layout), seq_len, kv_seq_len, scale,
-                                    bool(causal), left, right, dropout_p, softcap,
-                                    float(timeout), str(strategy), workspace_id, call_site)
+    out, lse, _ = attention_forward(q, k, v, rng, call_number, doc_ids, cu_seqlens[0],
+                                    cu_seqlens[1], sink, alibi_slopes, slices, name, str(layout),
+                                    seq_len, kv_seq_len, scale, bool(causal), left, right,
+                                    dropout_p, softcap, float(timeout), str(strategy),
+                                    workspace_id, call_site, max_seqlen[0], max_seqlen[1])
     return (out, lse) if return_lse else out
 
 
@@ -513,3 +552,103 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
                   window_size=window_size, doc_ids=doc_ids, softcap=softcap,
                   alibi_slopes=alibi_slopes, sink=sink, slices=slices, return_lse=return_lse,
                   timeout=timeout, strategy=strategy, workspace=workspace, call_site=site)
+
+
+# ---------------------------------------------------------------------------------------------
+# Varlen: packed documents in flash-attn's convention (cu_seqlens, thd tensors).
+
+def _cu_seqlens(cu, name):
+    """cu as an int64 CPU tensor; flash-attn passes int32."""
+    if not isinstance(cu, torch.Tensor) or cu.dtype not in (torch.int32, torch.int64) or \
+            cu.dim() != 1:
+        got = f"{cu.dim()}-D {cu.dtype}" if isinstance(cu, torch.Tensor) else type(cu).__name__
+        raise error("invalid_argument", f"{name} must be a 1-D int32 or int64 tensor of D + 1 "
+                    f"cumulative document lengths, got {got}")
+    return cu.to(device="cpu", dtype=torch.int64)
+
+
+def _varlen_args(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """The arguments of a varlen call checked as far as Python can without reading tensor
+    values (so torch.compile traces it): q, k, v as [1, total, H, D] views of the thd tensors,
+    the cu_seqlens as int64 tensors, max_seqlen_q / max_seqlen_k whole numbers. The op checks
+    the values in C++ (varlen.h: cu_seqlens start at 0, never decrease, end at the tensors'
+    token counts, list as many documents for q as for k; each max_seqlen at least its longest
+    document, as flash-attn sizes its grid by them)."""
+    for name, x, shape in (("q", q, "[total_q, Hq, Dqk]"), ("k", k, "[total_k, Hkv, Dqk]"),
+                           ("v", v, "[total_k, Hkv, Dv]")):
+        if not isinstance(x, torch.Tensor) or x.dim() != 3:
+            got = f"{x.dim()}-D" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise error("shape_mismatch", f"{name} must be a 3-dimensional thd tensor {shape}, "
+                        f"got {got}")
+    cu_q, cu_k = _cu_seqlens(cu_seqlens_q, "cu_seqlens_q"), _cu_seqlens(cu_seqlens_k,
+                                                                        "cu_seqlens_k")
+    for name, given in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+            raise error("invalid_argument", f"{name} must be a whole number (the longest "
+                        f"document's length or more), got {given!r}")
+    return q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), cu_q, cu_k
+
+
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                     dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                     softcap=0.0, alibi_slopes=None, sink=None, return_lse=False,
+                     call_site=None):
+    """Attention over packed variable-length documents on one rank, flash-attn 2.x's
+    flash_attn_varlen_func: q [total_q, Hq, Dqk], k [total_k, Hkv, Dqk], v [total_k, Hkv, Dv]
+    (thd, any strides), cu_seqlens_q / cu_seqlens_k int32 or int64 [D + 1] cumulative lengths
+    (document d's queries are tokens cu_seqlens_q[d] .. cu_seqlens_q[d+1]-1, its keys
+    cu_seqlens_k[d] .. cu_seqlens_k[d+1]-1; any lengths, 0 and 1 included, no padding),
+    max_seqlen_q / max_seqlen_k ints at least the longest document's lengths. A document sees
+    only itself; causal and window_size (left, right) are aligned bottom-right when its Lq !=
+    Lk (key j visible to query i iff j <= i + Lk - Lq under causal), as in flash-attn. dropout
+    as attention() (every document draws its own masks); softcap, alibi_slopes and sink as
+    attention() (ALiBi on the varlen positions, so on |i - j| within a document under
+    self-attention; a sink in every row's denominator). Returns out [total_q, Hq, Dv], and
+    with return_lse=True also lse float32 [Hq, total_q] (flash-attn's softmax_lse layout).
+    Differentiable in q, k and v; torch.compile traces it. Raises cpattn.Error naming a bad
+    argument ("cu_seqlens_q ends at 300 but q has 301 tokens")."""
+    site = _caller_site() if call_site is None else str(call_site)
+    q4, k4, v4, cu_q, cu_k = _varlen_args(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                          max_seqlen_k)
+    out, lse = _apply(q4, k4, v4, group=None, layout="contiguous", seq_len=q4.shape[1],
+                      kv_seq_len=k4.shape[1], dropout_p=dropout_p, softmax_scale=softmax_scale,
+                      causal=causal, window_size=window_size, doc_ids=None, softcap=softcap,
+                      alibi_slopes=alibi_slopes, sink=sink, slices=None, return_lse=True,
+                      timeout=DEFAULT_TIMEOUT_S, strategy="ring", workspace=None, call_site=site,
+                      cu_seqlens=(cu_q, cu_k), max_seqlen=(max_seqlen_q, max_seqlen_k))
+    out, lse = out.squeeze(0), lse.squeeze(0)
+    return (out, lse) if return_lse else out
+
+
+def varlen_ring_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                          group=None, layout="doc_zigzag", dropout_p=0.0, softmax_scale=None,
+                          causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                          sink=None, return_lse=False, timeout=DEFAULT_TIMEOUT_S, strategy=None,
+                          workspace=None, call_site=None):
+    """varlen_attention over a context-parallel group (ring_attention's group, strategy,
+    workspace, timeout and call agreement). q [S_q_r, Hq, Dqk], k and v [S_k_r, Hkv, D] are
+    THIS rank's thd shards, in `layout` ("doc_zigzag" by default: every document balanced over
+    the ranks; cut them with cpattn.shard(x, 0, layout=..., cu_seqlens=...)), while
+    cu_seqlens_q / cu_seqlens_k and max_seqlen_q / max_seqlen_k describe the WHOLE sequence
+    (every rank passes the same). The ranks' shards must hold cu_seqlens_q[-1] queries and
+    cu_seqlens_k[-1] keys between them (counted in the op). Returns this rank's out
+    [S_q_r, Hq, Dv] (and lse [Hq, S_q_r]): the rows of varlen_attention of the whole sequence,
+    to rounding, with cp=1's dropout masks. Every rank raises alike on a bad argument of any
+    rank."""
+    group, strategy = resolve_group(group, strategy)
+    site = _caller_site() if call_site is None else str(call_site)
+    try:
+        q4, k4, v4, cu_q, cu_k = _varlen_args(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                              max_seqlen_k)
+    except (Error, TypeError, ValueError) as reason:
+        def local(x):
+            return x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 3 else 0
+        refuse_grouped_call(group, timeout, reason, site, local(q), local(k))
+    out, lse = _apply(q4, k4, v4, group=group, layout=layout, seq_len=-1, kv_seq_len=-1,
+                      dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                      window_size=window_size, doc_ids=None, softcap=softcap,
+                      alibi_slopes=alibi_slopes, sink=sink, slices=None, return_lse=True,
+                      timeout=timeout, strategy=strategy, workspace=workspace, call_site=site,
+                      cu_seqlens=(cu_q, cu_k), max_seqlen=(max_seqlen_q, max_seqlen_k))
+    out, lse = out.squeeze(0), lse.squeeze(0)
+    return (out, lse) if return_lse else out

@@ -236,6 +236,17 @@ class _SdpaMode(TorchFunctionMode):
         return out.transpose(1, 2)
 
 
+def _check_layout(layout):
+    """Refuses "doc_zigzag": the context shards its buffers on entry, before any SDPA call says
+    where the documents are, so it cannot split each document (ring_attention or
+    varlen_ring_attention with cpattn.shard(..., doc_ids= or cu_seqlens=) can)."""
+    if layout == "doc_zigzag":
+        raise error("invalid_argument", "context_parallel: layout doc_zigzag splits each document "
+                    "over the ranks, but the context shards its buffers before it knows the "
+                    "documents; shard with cpattn.shard(x, doc_ids=...) and call ring_attention "
+                    "or varlen_ring_attention instead")
+
+
 @contextlib.contextmanager
 def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strategy=None,
                      timeout=DEFAULT_TIMEOUT_S, workspace=None):
@@ -251,7 +262,8 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
 
     On entry, each buffer (the whole sequence's tensors: input ids, position ids, labels...) is
     replaced in place (Tensor.set_) by this rank's shard of it along its seq_dims entry, in
-    `layout` ("zigzag", "striped", "contiguous"); on exit every buffer gets its whole tensor
+    `layout` ("zigzag", "striped", "contiguous"; "doc_zigzag" is refused: the buffers are
+    sharded before the documents are known); on exit every buffer gets its whole tensor
     back. Inside, every torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=None,
     dropout_p, is_causal, scale, enable_gqa) call (BHSD, of this rank's tokens) runs
     cpattn.ring_attention over the group with `strategy` (docs/strategies.md; default the ring,
@@ -278,6 +290,7 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
     if group is not None:
         group, strategy = resolve_group(group, strategy)
     if group is None or group.size() == 1:
+        _check_layout(layout)
         _whole_length(buffers, seq_dims)  # checked as under CP: the same code serves cp=1
         with _SdpaMode(timeout=timeout, workspace=workspace).active():
             yield
@@ -288,6 +301,7 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
         if outer is not None and any(outer.whole_of(b) is not None for b in buffers):
             raise error("invalid_argument", "context_parallel: a buffer is already this rank's "
                         "shard of an enclosing context_parallel (it would be sharded twice)")
+        _check_layout(layout)
         seq_len = _whole_length(buffers, seq_dims)
         idx = token_indices(layout, seq_len, group) if buffers else None
     except (Error, TypeError, ValueError) as reason:  # _agree's call holds one token per rank

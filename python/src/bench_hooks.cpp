@@ -39,9 +39,7 @@ double time_inprocess_ring(const at::Tensor& q, const at::Tensor& k, const at::T
   run_ranks(cp_size, [&](Communicator& comm) {
     const int r = comm.rank();
     const auto seq = SequenceSharding::of(Layout::kZigzag, qw.shape[1], cp_size, r);
-    const auto piece = [&](ConstView x) {
-      return shard_tensor(x, seq.layout, cp_size, r, &comm.memory());
-    };
+    const auto piece = [&](ConstView x) { return shard_tensor(x, seq, r, &comm.memory()); };
     const Tensor qr = piece(qw), kr = piece(kw), vr = piece(vw), dr = piece(dw);
     comm.barrier();
     const Stopwatch watch;

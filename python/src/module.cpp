@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <memory>
@@ -23,6 +24,7 @@
 #include "cpattn/fingerprint.h"
 #include "cpattn/layout.h"
 #include "cpattn/thread_communicator.h"
+#include "cpattn/varlen.h"
 #include "cpattn/version.h"
 #include "process_group_communicator.h"
 #include "torch_views.h"
@@ -34,16 +36,26 @@ namespace {
 
 using ProcessGroupPtr = c10::intrusive_ptr<c10d::ProcessGroup>;
 
+// The int64 values of a 1-D integer CPU tensor (doc_ids, cu_seqlens: int32 or int64).
+std::vector<int64_t> int64_values(const at::Tensor& t, const char* name) {
+  CPATTN_CHECK((t.scalar_type() == at::kLong || t.scalar_type() == at::kInt) && t.dim() == 1 &&
+                   t.device().is_cpu(),
+               ErrorCode::kInvalidArgument, name, " must be a 1-D int32 or int64 CPU tensor, got ",
+               t.dim(), "-D ", std::string(c10::toString(t.scalar_type())), " on ",
+               t.device().str());
+  const at::Tensor c = t.to(at::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
 // How one rank holds a sequence: the Python side's (layout, S, P, rank, document ids).
 SequenceSharding sharding(const std::string& layout, int64_t seq_len, int cp_size, int cp_rank,
                           const std::optional<at::Tensor>& doc_ids) {
   SequenceSharding s = SequenceSharding::of(parse_layout(layout), seq_len, cp_size, cp_rank);
   if (doc_ids.has_value()) {
-    const at::Tensor d = doc_ids->to(at::kLong).contiguous();
-    CPATTN_CHECK(d.dim() == 1 && d.numel() == seq_len, ErrorCode::kShapeMismatch,
+    s.docs = int64_values(*doc_ids, "doc_ids");
+    CPATTN_CHECK(static_cast<int64_t>(s.docs.size()) == seq_len, ErrorCode::kShapeMismatch,
                  "doc_ids must be an int64 tensor of the whole sequence's length ", seq_len,
-                 ", got ", d.numel(), " elements");
-    s.docs.assign(d.data_ptr<int64_t>(), d.data_ptr<int64_t>() + d.numel());
+                 ", got ", s.docs.size(), " elements");
   }
   s.validate();
   return s;
@@ -76,6 +88,23 @@ std::vector<MaskSlice> slices_of(const std::optional<at::Tensor>& t) {
     slices.push_back({x[0], x[1], x[2], x[3], static_cast<SliceType>(x[4])});
   }
   return slices;
+}
+
+// The q and kv shardings of a varlen call (varlen_shardings): the whole sequence's cu_seqlens
+// and token counts.
+VarlenShardings varlen_sharding(const std::string& layout, const at::Tensor& cu_seqlens_q,
+                                const at::Tensor& cu_seqlens_k, int64_t total_q, int64_t total_k,
+                                int cp_size, int cp_rank) {
+  const std::vector<int64_t> cu_q = int64_values(cu_seqlens_q, "cu_seqlens_q");
+  const std::vector<int64_t> cu_k = int64_values(cu_seqlens_k, "cu_seqlens_k");
+  return varlen_shardings(parse_layout(layout), cu_q, cu_k, total_q, total_k, cp_size, cp_rank);
+}
+
+// flash-attn's max_seqlen bounds of a varlen call, against its (checked) cu_seqlens.
+void check_max_seqlen(const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
+                      int64_t max_seqlen_q, int64_t max_seqlen_k) {
+  check_varlen_max_seqlen(int64_values(cu_seqlens_q, "cu_seqlens_q"),
+                          int64_values(cu_seqlens_k, "cu_seqlens_k"), max_seqlen_q, max_seqlen_k);
 }
 
 // The ErrorCode whose error_code_name is `name` (kInvalidArgument for a name cpattn does not
@@ -275,21 +304,40 @@ PYBIND11_MODULE(_cpattn, m) {
   py::class_<tb::Call>(m, "Call", "The non-tensor arguments of one attention call")
       .def(py::init([](std::optional<tb::ProcessGroupPtr> group, const std::string& layout,
                        int64_t seq_len, std::optional<int64_t> kv_seq_len,
-                       std::optional<at::Tensor> doc_ids, std::optional<float> softmax_scale,
+                       std::optional<at::Tensor> doc_ids, std::optional<at::Tensor> cu_seqlens_q,
+                       std::optional<at::Tensor> cu_seqlens_k, std::optional<float> softmax_scale,
                        bool causal, int64_t window_left, int64_t window_right, float dropout_p,
                        float softcap, std::optional<at::Tensor> alibi_slopes,
                        std::optional<at::Tensor> sink, std::optional<at::Tensor> slices,
                        double timeout, int num_threads, const std::string& strategy,
                        std::shared_ptr<cpattn::AttentionWorkspace> workspace,
-                       const std::string& call_site) {
+                       const std::string& call_site, int64_t max_seqlen_q, int64_t max_seqlen_k) {
              const bool grouped = group.has_value() && *group;
              const int cp_size = grouped ? (*group)->getSize() : 1;
              const int cp_rank = grouped ? (*group)->getRank() : 0;
              tb::Call c;
-             c.q_seq = tb::sharding(layout, seq_len, cp_size, cp_rank, doc_ids);
-             c.kv_seq = kv_seq_len.has_value()
-                            ? tb::sharding(layout, *kv_seq_len, cp_size, cp_rank, doc_ids)
-                            : c.q_seq;
+             CPATTN_CHECK(cu_seqlens_q.has_value() == cu_seqlens_k.has_value(),
+                          cpattn::ErrorCode::kInvalidArgument,
+                          "cu_seqlens_q and cu_seqlens_k are given together or not at all");
+             if (cu_seqlens_q.has_value()) {
+               CPATTN_CHECK(!doc_ids.has_value(), cpattn::ErrorCode::kInvalidArgument,
+                            "a varlen call (cu_seqlens) takes no doc_ids: its documents are "
+                            "the cu_seqlens'");
+               cpattn::VarlenShardings v =
+                   tb::varlen_sharding(layout, *cu_seqlens_q, *cu_seqlens_k, seq_len,
+                                       kv_seq_len.value_or(seq_len), cp_size, cp_rank);
+               c.q_seq = std::move(v.q);
+               c.kv_seq = std::move(v.kv);
+               tb::check_max_seqlen(*cu_seqlens_q, *cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+             } else {
+               CPATTN_CHECK(max_seqlen_q < 0 && max_seqlen_k < 0,
+                            cpattn::ErrorCode::kInvalidArgument,
+                            "max_seqlen_q / max_seqlen_k belong to a varlen call (cu_seqlens)");
+               c.q_seq = tb::sharding(layout, seq_len, cp_size, cp_rank, doc_ids);
+               c.kv_seq = kv_seq_len.has_value()
+                              ? tb::sharding(layout, *kv_seq_len, cp_size, cp_rank, doc_ids)
+                              : c.q_seq;
+             }
              c.params.softmax_scale = softmax_scale;
              c.params.causal = causal;
              c.params.window_left = window_left;
@@ -308,14 +356,17 @@ PYBIND11_MODULE(_cpattn, m) {
              return c;
            }),
            py::kw_only(), py::arg("group"), py::arg("layout"), py::arg("seq_len"),
-           py::arg("kv_seq_len"), py::arg("doc_ids"), py::arg("softmax_scale"), py::arg("causal"),
+           py::arg("kv_seq_len"), py::arg("doc_ids"), py::arg("cu_seqlens_q"),
+           py::arg("cu_seqlens_k"), py::arg("softmax_scale"), py::arg("causal"),
            py::arg("window_left"), py::arg("window_right"), py::arg("dropout_p"),
            py::arg("softcap"), py::arg("alibi_slopes"), py::arg("sink"), py::arg("slices"),
            py::arg("timeout"), py::arg("num_threads"), py::arg("strategy"), py::arg("workspace"),
-           py::arg("call_site"),
-           "group: the CP group (None: one rank); layout ('zigzag', 'striped', 'contiguous') and "
-           "seq_len: the whole sequence's split (kv_seq_len: the keys' length when it differs, one "
-           "rank only); doc_ids: int64 [seq_len] or None; the "
+           py::arg("call_site"), py::arg("max_seqlen_q"), py::arg("max_seqlen_k"),
+           "group: the CP group (None: one rank); layout ('zigzag', 'striped', 'contiguous', "
+           "'doc_zigzag') and seq_len: the whole sequence's split (kv_seq_len: the keys' length "
+           "when it differs); doc_ids: int64 [seq_len] or None; cu_seqlens_q / cu_seqlens_k: "
+           "a varlen call's whole-sequence cumulative document lengths (int64) or None, and "
+           "max_seqlen_q / max_seqlen_k its flash-attn bounds (-1 for other calls); the "
            "attention parameters (AttentionParams; alibi_slopes and sink float32 [Hq] or None, "
            "slices int64 [n, 5] or None); timeout in seconds; strategy as "
            "parse_strategy reads it; workspace: a Workspace or None; call_site: the caller's name "
@@ -352,13 +403,23 @@ PYBIND11_MODULE(_cpattn, m) {
       "raises cpattn.Error with that code and message after the group's agreement");
   m.def(
       "shard_token_indices",
-      [](const std::string& layout, int64_t seq_len, int cp_size, int rank) {
-        const std::vector<int64_t> idx =
-            cpattn::shard_token_indices(cpattn::parse_layout(layout), seq_len, cp_size, rank);
-        return at::tensor(idx, at::kLong);
+      [](const std::string& layout, int64_t seq_len, int cp_size, int rank,
+         std::optional<at::Tensor> doc_ids, std::optional<at::Tensor> cu_seqlens) {
+        CPATTN_CHECK(!(doc_ids.has_value() && cu_seqlens.has_value()),
+                     cpattn::ErrorCode::kInvalidArgument,
+                     "pass doc_ids or cu_seqlens (the documents), not both");
+        const cpattn::SequenceSharding seq =
+            cu_seqlens.has_value() ? tb::varlen_sharding(layout, *cu_seqlens, *cu_seqlens, seq_len,
+                                                         seq_len, cp_size, rank)
+                                         .q
+                                   : tb::sharding(layout, seq_len, cp_size, rank, doc_ids);
+        return at::tensor(cpattn::shard_token_indices(seq, rank), at::kLong);
       },
       py::arg("layout"), py::arg("seq_len"), py::arg("cp_size"), py::arg("rank"),
-      "Global token indices rank `rank` holds, in local order");
+      py::arg("doc_ids") = py::none(), py::arg("cu_seqlens") = py::none(),
+      "Global token indices rank `rank` holds, in local order, of a sequence of seq_len tokens "
+      "whose documents are doc_ids (int64 [seq_len]) or cu_seqlens (flash-attn's cumulative "
+      "lengths), or one document");
   m.def(
       "memory_stats",
       [] {

@@ -65,7 +65,7 @@ def _group_does_not_match_sharding(rank, world):
 
 
 @pytest.mark.parametrize("fn,needle", [
-    (_wrong_layout, "layout: expected contiguous | zigzag | striped, got 'diagonal'"),
+    (_wrong_layout, "layout: expected contiguous | zigzag | striped | doc_zigzag, got 'diagonal'"),
     (_group_does_not_match_sharding, "q must have shape [B, Sq_local, Hq, Dqk] = [1, 20, 2, 8], "
                                      "got [1, 8, 2, 8]"),
 ])

@@ -26,24 +26,26 @@ def _call(group_name, seq_len, *, causal=True, dropout_p=0.0, layout="contiguous
           strategy="ring", softcap=0.0):
     # The non-tensor arguments (cpattn/_ops.py: _CALL_ARGS order).
     return (group_name, layout, seq_len, -1, None, causal, -1, -1, dropout_p, softcap, 60.0,
-            strategy, 0, "test")
+            strategy, 0, "test", -1, -1)
 
 
-# The optional tensor arguments after doc_ids (_PARAM_TENSORS): sink, alibi_slopes, slices.
+# The document tensors after call_number: doc_ids, cu_seqlens_q, cu_seqlens_k.
+_NO_DOCS = (None, None, None)
+# The optional tensor arguments after them (_PARAM_TENSORS): sink, alibi_slopes, slices.
 _NO_PARAMS = (None, None, None)
 
 
-def _opcheck_both(q, k, v, call, rng, params=_NO_PARAMS):
+def _opcheck_both(q, k, v, call, rng, params=_NO_PARAMS, docs=_NO_DOCS):
     """opcheck of attention_forward, then of attention_backward on the forward's real state."""
     number = torch.zeros(1, dtype=torch.int64)
-    forward_args = (q, k, v, rng, number, None) + params + call
+    forward_args = (q, k, v, rng, number) + docs + params + call
     torch.library.opcheck(torch.ops.cpattn.attention_forward.default, forward_args,
                           test_utils=_UTILS)
     out, lse, fingerprint = torch.ops.cpattn.attention_forward(*forward_args)
     dout = torch.randn_like(out)
     detached = tuple(t.detach() if t is not None else None for t in params)
     backward_args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, rng,
-                     fingerprint, torch.ones(1, dtype=torch.int64), None) + detached + call
+                     fingerprint, torch.ones(1, dtype=torch.int64)) + docs + detached + call
     torch.library.opcheck(torch.ops.cpattn.attention_backward.default, backward_args,
                           test_utils=("test_schema", "test_faketensor",
                                       "test_aot_dispatch_dynamic"))
@@ -65,6 +67,35 @@ def test_opcheck_one_rank_with_sinks_softcap_alibi_and_slices():
     rng = torch.tensor([11, 3], dtype=torch.int64)
     _opcheck_both(q, k, v, _call("", q.shape[1], causal=False, dropout_p=0.2, softcap=2.0), rng,
                   (sink, slopes, slices))
+
+
+def _varlen_call(group_name, seq_len, layout="contiguous", dropout_p=0.0):
+    # A varlen call: cu_seqlens in the tensors, max_seqlen (10) at the end of the call args.
+    return _call(group_name, seq_len, dropout_p=dropout_p, layout=layout)[:-2] + (10, 10)
+
+
+_CU = torch.tensor([0, 3, 3, 13], dtype=torch.int64)  # documents of 3, 0 and 10 tokens
+
+
+def test_opcheck_varlen_one_rank():
+    q, k, v = _inputs(b=1, s=13)
+    rng = torch.tensor([5, 6], dtype=torch.int64)
+    _opcheck_both(q, k, v, _varlen_call("", 13, dropout_p=0.25), rng, docs=(None, _CU, _CU))
+
+
+def _opcheck_varlen_group(rank, world):
+    import torch.distributed as dist
+    group = dist.group.WORLD
+    local = len(cpattn._cpattn.shard_token_indices("doc_zigzag", 13, world, rank,
+                                                    cu_seqlens=_CU))
+    q, k, v = _inputs(b=1, s=local, seed=rank)
+    _opcheck_both(q, k, v, _varlen_call(group.group_name, -1, "doc_zigzag", 0.1),
+                  torch.tensor([7, 9], dtype=torch.int64), docs=(None, _CU, _CU))
+    return True
+
+
+def test_opcheck_varlen_two_gloo_processes():
+    assert run_processes(2, _opcheck_varlen_group, start="spawn") == [True, True]
 
 
 def _opcheck_group(rank, world, layout, strategy):
@@ -91,8 +122,8 @@ def test_opcheck_two_gloo_processes(layout, strategy):
 
 def test_fake_forward_gives_the_real_shapes_dtypes_and_strides():
     q, k, v = _inputs(b=1, s=9, hq=6, hkv=3, dqk=4, dv=5, dtype=torch.bfloat16)
-    args = (q, k, v, torch.zeros(2, dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
-            None) + _NO_PARAMS + _call("", 9)
+    args = (q, k, v, torch.zeros(2, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)) + \
+        _NO_DOCS + _NO_PARAMS + _call("", 9)
     real = torch.ops.cpattn.attention_forward(*args)
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode() as mode:
@@ -124,18 +155,20 @@ def test_a_fingerprint_of_another_call_is_refused_by_backward():
     call = _call("", q.shape[1])
     zeros = torch.zeros(2, dtype=torch.int64)
     number = torch.zeros(1, dtype=torch.int64)
-    out, lse, fp = torch.ops.cpattn.attention_forward(q, k, v, zeros, number, None, *_NO_PARAMS,
-                                                      *call)
+    out, lse, fp = torch.ops.cpattn.attention_forward(q, k, v, zeros, number, *_NO_DOCS,
+                                                      *_NO_PARAMS, *call)
     q2 = q.detach() + 1
-    _, _, other_fp = torch.ops.cpattn.attention_forward(q2, k, v, zeros, number, None,
+    _, _, other_fp = torch.ops.cpattn.attention_forward(q2, k, v, zeros, number, *_NO_DOCS,
                                                         *_NO_PARAMS, *call)
     dout = torch.ones_like(out)
     with pytest.raises(cpattn.Error, match="q/k/v|digest|inputs"):
         torch.ops.cpattn.attention_backward(dout, q.detach(), k.detach(), v.detach(), out, lse,
-                                            zeros, other_fp, number, None, *_NO_PARAMS, *call)
+                                            zeros, other_fp, number, *_NO_DOCS, *_NO_PARAMS,
+                                            *call)
     with pytest.raises(cpattn.Error, match="fingerprint"):
         torch.ops.cpattn.attention_backward(dout, q.detach(), k.detach(), v.detach(), out, lse,
-                                            zeros, fp[:-1], number, None, *_NO_PARAMS, *call)
+                                            zeros, fp[:-1], number, *_NO_DOCS, *_NO_PARAMS,
+                                            *call)
 
 
 def test_lse_and_fingerprint_are_not_differentiable():

@@ -31,4 +31,8 @@ Command plan_command();
 /// Every subcommand, in help order.
 std::vector<Command> all_commands();
 
+/// The names of every sequence layout (cpattn::kLayouts): the choices of each command's
+/// --layout.
+std::vector<std::string> layout_choices();
+
 }  // namespace cpattn::cli

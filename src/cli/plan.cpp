@@ -181,8 +181,10 @@ Command plan_command() {
         sub->add_option("--cp", p.cp_size, "P, ranks of the group")
             ->check(CLI::Range(1, 4096))
             ->capture_default_str();
-        sub->add_option("--layout", o->layout, "zigzag | striped | contiguous")
-            ->check(CLI::IsMember({"zigzag", "striped", "contiguous"}))
+        sub->add_option("--layout", o->layout,
+                        "zigzag | striped | contiguous | doc_zigzag (each --docs document "
+                        "zigzagged over the ranks)")
+            ->check(CLI::IsMember(layout_choices()))
             ->capture_default_str();
         sub->add_option("--bandwidth", o->bandwidth_gbs, "link GB/s per rank (1e9 B/s)")
             ->check(CLI::PositiveNumber)

@@ -48,8 +48,10 @@ Command train_command() {
         cmd->add_option("--backend", o->backend, "threads (in-process ranks) | mpi (mpirun)")
             ->check(CLI::IsMember({"threads", "mpi"}))
             ->capture_default_str();
-        cmd->add_option("--layout", o->layout, "Token layout: zigzag | striped | contiguous")
-            ->check(CLI::IsMember({"zigzag", "striped", "contiguous"}))
+        cmd->add_option("--layout", o->layout,
+                        "Token layout: zigzag | striped | contiguous | doc_zigzag (one document "
+                        "per sequence: doc_zigzag is the zigzag)")
+            ->check(CLI::IsMember(layout_choices()))
             ->capture_default_str();
         cmd->add_option("--strategy", o->strategy,
                         "How the CP group splits attention: ring | allgather | ulysses | "

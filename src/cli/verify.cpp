@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "cli/commands.h"
+#include "cli/docs_spec.h"
 #include "cli/job.h"
 #include "cli/slices_spec.h"
 #include "cli/verify_report.h"
@@ -50,11 +51,12 @@ struct VerifyOptions {
   bool json = false;
   // Ring mode (--cp or --backend mpi); shape options replace the default sweep by one shape.
   int cp = 0;          // 0: not given
-  std::string layout;  // empty: all three
+  std::string layout;  // empty: every layout (doc_zigzag only with documents)
   std::string backend = "threads";
   std::string strategy;  // empty: every strategy the group allows (sweep_strategies)
   RingShape shape;
   bool shape_given = false;
+  std::string varlen;  // --varlen: document lengths of a varlen call ("" none)
   double timeout_s = 300;
   std::string dtype = "fp32";  // --dtype: of q, k, v, dout and the results
   // --sink, --softcap, --alibi; the slices are read from slices_arg (resolve_features).
@@ -125,6 +127,7 @@ std::vector<train::ConfigField> verify_fields(const VerifyOptions& o) {
           {"--window-right", num(s.window_right), ""},
           {"--dropout", train::format_value(s.dropout_p), ""},
           {"--docs", s.docs ? "on" : "off", ""},
+          {"--varlen", o.varlen.empty() ? "off" : o.varlen, ""},
           {"--seq", num(s.dims.Sq), ""},
           {"--batch", num(s.dims.B), ""},
           {"--heads-q", num(s.dims.Hq), ""},
@@ -168,9 +171,13 @@ int run_kernel_sweep(const VerifyOptions& o) {
 
 // The cases the options ask for: one shape or the default sweep, over one or all layouts, for
 // one strategy or every one the group allows. Without --strategy and --layout the ring gets every
-// layout and the other strategies one each (rotating), so the sweep stays a few seconds.
+// layout and the other strategies one each (rotating), so the sweep stays a few seconds; a
+// varlen run (--varlen) takes the document-balanced layout unless --layout names one.
 std::vector<RingCase> ring_cases(const VerifyOptions& o, int cp_size) {
-  const std::vector<Layout> all = {Layout::kContiguous, Layout::kZigzag, Layout::kStriped};
+  // doc_zigzag is the zigzag without documents: it joins the sweep when there are some.
+  std::vector<Layout> all = {Layout::kContiguous, Layout::kZigzag, Layout::kStriped};
+  if (o.shape.docs) all.push_back(Layout::kDocZigzag);
+  if (!o.shape.varlen.empty()) all = {Layout::kDocZigzag};
   const DType dtype = parse_dtype(o.dtype.c_str());
   const std::vector<Strategy> strategies =
       o.strategy.empty() ? sweep_strategies(cp_size, o.shape.dims.Hq, o.shape.dims.Hkv, dtype)
@@ -189,6 +196,8 @@ std::vector<RingCase> ring_cases(const VerifyOptions& o, int cp_size) {
       for (RingCase& c : default_ring_cases(cp_size, layouts, s)) {
         c.shape.dtype = dtype;
         c.shape.features = o.features;
+        c.shape.varlen = o.shape.varlen;
+        c.shape.dims.Sq = o.shape.dims.Sq;
         cases.push_back(std::move(c));
       }
       continue;
@@ -211,8 +220,14 @@ int run_ring_cases(const VerifyOptions& o, int cp_size, Communicator* world) {
   }
   int status = 0;
   if (world == nullptr || world->rank() == 0) {
+    const std::string varlen = o.shape.varlen.empty()
+                                   ? ""
+                                   : "varlen (" + std::to_string(o.shape.varlen.size()) +
+                                         " documents, " + std::to_string(o.shape.dims.Sq) +
+                                         " tokens) on ";
     const std::string title =
-        "cpattn verify: CP strategies over " + std::to_string(cp_size) + " rank(s) (" +
+        "cpattn verify: " + varlen + "CP strategies over " + std::to_string(cp_size) +
+        " rank(s) (" +
         (world == nullptr ? std::string("in-process threads") : std::string("MPI processes")) +
         ") vs float64 reference and vs the single-rank kernel (" + std::to_string(o.threads) +
         " thread(s)), " + isa_summary();
@@ -224,14 +239,31 @@ int run_ring_cases(const VerifyOptions& o, int cp_size, Communicator* world) {
   return failed > 0 ? 1 : 0;
 }
 
+// Reads --varlen into the shape: the document lengths and their sum as the sequence length (an
+// explicit --seq must be that sum; mean:N covers --seq). No --docs with it: the documents are the
+// varlen call's.
+void set_varlen(VerifyOptions& o, bool seq_given) {
+  RingShape& s = o.shape;
+  CPATTN_CHECK(!s.docs, ErrorCode::kInvalidArgument,
+               "verify: --varlen gives the documents; --docs goes without it");
+  s.varlen = parse_docs(o.varlen, s.dims.Sq, 0, "--varlen");
+  int64_t total = 0;
+  for (const int64_t l : s.varlen) total += l;
+  CPATTN_CHECK(!seq_given || total == s.dims.Sq, ErrorCode::kInvalidArgument, "verify: --varlen ",
+               detail::quoted(o.varlen), " holds ", total, " tokens but --seq is ", s.dims.Sq);
+  CPATTN_CHECK(total >= 1, ErrorCode::kInvalidArgument, "verify: --varlen ",
+               detail::quoted(o.varlen), " holds no token");
+  s.dims.Sq = total;
+}
+
 int run_verify(const VerifyOptions& given) {
   refuse_mpirun_without_mpi("verify", given.backend);
   deadline(given.timeout_s);  // validates --timeout
   VerifyOptions o = given;
   if (o.backend == "threads") {
     o.features = resolve_features(given);
-    if (o.cp == 0) return run_kernel_sweep(o);
-    return run_ring_cases(o, o.cp, nullptr);
+    if (o.cp == 0 && o.shape.varlen.empty()) return run_kernel_sweep(o);
+    return run_ring_cases(o, std::max(o.cp, 1), nullptr);  // --varlen alone: one rank
   }
 #ifdef CPATTN_HAVE_MPI
   MpiSession session(nullptr, nullptr);
@@ -356,9 +388,16 @@ Command verify_command() {
                             "CP mode: ring | allgather | ulysses | hybrid:UxR (default: every "
                             "strategy the group and heads allow)");
             sub->add_option("--layout", o->layout,
-                            "Ring split: contiguous | zigzag | striped "
-                            "(default: all three)")
-                ->check(CLI::IsMember({"contiguous", "zigzag", "striped"}));
+                            "Ring split: contiguous | zigzag | striped | doc_zigzag (default: "
+                            "the first three, doc_zigzag too with --docs; doc_zigzag alone "
+                            "with --varlen)")
+                ->check(CLI::IsMember(layout_choices()));
+            CLI::Option* varlen = sub->add_option(
+                "--varlen", o->varlen,
+                "Varlen call (flash-attn's cu_seqlens): the document lengths L1,L2,... of the "
+                "whole sequence (0 allowed; or mean:N with --seq), every CP strategy on the "
+                "document-balanced layout, against the reference, the kernel and each document "
+                "alone; without --cp on one rank");
             // Shape options: any of them replaces the default sweep by this one shape.
             RingShape& s = o->shape;
             const std::vector<CLI::Option*> shape_options = {
@@ -393,17 +432,18 @@ Command verify_command() {
                 sub->add_option("--seed", s.seed, "Ring: seed of the inputs and dropout")
                     ->capture_default_str(),
             };
-            return [o, cp, shape_options, sub] {
+            return [o, cp, varlen, shape_options, sub] {
               for (CLI::Option* opt : shape_options) o->shape_given |= opt->count() > 0;
               o->softcap_given = sub->count("--softcap") > 0;
               o->slices_given = sub->count("--slices") > 0;
+              if (varlen->count() > 0) set_varlen(*o, sub->count("--seq") > 0);
               // Ring options without ring mode would be silently ignored: refuse them instead.
-              const bool ring = cp->count() > 0 || o->backend == "mpi";
+              const bool ring = cp->count() > 0 || o->backend == "mpi" || varlen->count() > 0;
               CPATTN_CHECK(ring || (!o->shape_given && sub->count("--layout") == 0 &&
                                     sub->count("--strategy") == 0),
                            ErrorCode::kInvalidArgument,
                            "verify: ring options (--layout, --strategy and the shape options) need "
-                           "--cp P or --backend mpi");
+                           "--cp P, --varlen or --backend mpi");
               if (!o->strategy.empty()) parse_strategy(o->strategy);  // fails before any run
               return run_verify(*o);
             };

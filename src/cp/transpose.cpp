@@ -16,7 +16,7 @@ TokenUnion token_union(const SequenceSharding& seq, std::span<const int> members
   index.reserve(members.size());
   std::vector<int64_t> all;
   for (int m : members) {
-    index.push_back(shard_token_indices(seq.layout, seq.seq_len, seq.cp_size, m));
+    index.push_back(shard_token_indices(seq, m));
     all.insert(all.end(), index.back().begin(), index.back().end());
   }
   std::sort(all.begin(), all.end());

@@ -22,8 +22,7 @@ ShardBatch shard_batch(const Batch& batch, const SequenceSharding& seq) {
   seq.validate();
   CPATTN_CHECK_EQ(seq.seq_len, batch.seq_len, ErrorCode::kInvalidArgument,
                   "shard_batch: sharding seq_len vs batch seq_len");
-  const std::vector<int64_t> tokens =
-      shard_token_indices(seq.layout, seq.seq_len, seq.cp_size, seq.cp_rank);
+  const std::vector<int64_t> tokens = shard_token_indices(seq, seq.cp_rank);
   const std::vector<int64_t> positions = seq.local_positions();
   ShardBatch shard;
   shard.batch = batch.batch;

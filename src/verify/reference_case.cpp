@@ -10,6 +10,7 @@
 
 #include "cpattn/error.h"
 #include "cpattn/kernel.h"
+#include "cpattn/varlen.h"
 
 namespace cpattn::reference {
 
@@ -358,6 +359,98 @@ Outputs run_kernel(const Problem& p, const KernelRun& run) {
   result.dv = to_doubles(dv.view(run.layout));
   result.dsink = to_doubles(dsink);
   return result;
+}
+
+Problem make_varlen_problem(CaseSpec spec, std::span<const int64_t> cu_seqlens_q,
+                            std::span<const int64_t> cu_seqlens_k) {
+  CPATTN_CHECK(spec.dims.B == 1, ErrorCode::kInvalidArgument,
+               "make_varlen_problem: a varlen call has B = 1 (thd tensors), got B = ", spec.dims.B);
+  CPATTN_CHECK(!cu_seqlens_q.empty() && !cu_seqlens_k.empty(), ErrorCode::kInvalidArgument,
+               "make_varlen_problem: cu_seqlens must not be empty");
+  spec.dims.Sq = cu_seqlens_q.back();
+  spec.dims.Sk = cu_seqlens_k.back();
+  spec.positions = PositionKind::kContiguous;
+  if (spec.mask == MaskKind::kDocs) spec.mask = MaskKind::kNone;
+  if (spec.mask == MaskKind::kDocsCausal) spec.mask = MaskKind::kCausal;
+  Problem p = make_problem(spec);
+  VarlenTokens t = varlen_tokens(cu_seqlens_q, cu_seqlens_k, spec.dims.Sq, spec.dims.Sk);
+  p.q_pos = std::move(t.q_pos);
+  p.k_pos = std::move(t.k_pos);
+  p.q_doc = std::move(t.q_doc);
+  p.k_doc = std::move(t.k_doc);
+  return p;
+}
+
+namespace {
+
+// Rows [begin, end) of a flat [1, S, H, D] tensor of `row` elements per token.
+std::vector<double> token_rows(const std::vector<double>& x, int64_t begin, int64_t end,
+                               int64_t row) {
+  if (x.empty()) return {};
+  return {x.begin() + begin * row, x.begin() + end * row};
+}
+
+void put_rows(const std::vector<double>& rows, int64_t begin, int64_t row,
+              std::vector<double>& whole) {
+  std::copy(rows.begin(), rows.end(), whole.begin() + begin * row);
+}
+
+}  // namespace
+
+Outputs run_kernel_per_document(const Problem& p, std::span<const int64_t> cu_seqlens_q,
+                                std::span<const int64_t> cu_seqlens_k, const KernelRun& run) {
+  const Dims& d = p.dims;
+  // Validates the whole problem's cumulative lengths once (and their totals).
+  varlen_tokens(cu_seqlens_q, cu_seqlens_k, d.Sq, d.Sk);
+  CPATTN_CHECK(d.B == 1, ErrorCode::kInvalidArgument,
+               "run_kernel_per_document: a varlen problem has B = 1, got ", d.B);
+  const int64_t q_row = d.Hq * d.Dqk, k_row = d.Hkv * d.Dqk, v_row = d.Hkv * d.Dv,
+                o_row = d.Hq * d.Dv;
+  Outputs all;
+  all.out.assign(static_cast<size_t>(d.Sq * o_row), 0.0);
+  all.lse.assign(static_cast<size_t>(d.Hq * d.Sq), -std::numeric_limits<double>::infinity());
+  if (run.backward) {
+    all.dq.assign(static_cast<size_t>(d.Sq * q_row), 0.0);
+    all.dk.assign(static_cast<size_t>(d.Sk * k_row), 0.0);
+    all.dv.assign(static_cast<size_t>(d.Sk * v_row), 0.0);
+  }
+  for (size_t doc = 0; doc + 1 < cu_seqlens_q.size(); ++doc) {
+    const int64_t q0 = cu_seqlens_q[doc], q1 = cu_seqlens_q[doc + 1];
+    const int64_t k0 = cu_seqlens_k[doc], k1 = cu_seqlens_k[doc + 1];
+    if (q1 == q0) continue;  // no query: nothing to compute, its keys get no gradient
+    Problem one;
+    one.dims = d;
+    one.dims.Sq = q1 - q0;
+    one.dims.Sk = k1 - k0;
+    one.params = p.params;
+    one.rng = p.rng;
+    const std::array<int64_t, 2> cu_q{0, one.dims.Sq}, cu_k{0, one.dims.Sk};
+    VarlenTokens t = varlen_tokens(cu_q, cu_k, one.dims.Sq, one.dims.Sk);
+    one.q_pos = std::move(t.q_pos);
+    one.k_pos = std::move(t.k_pos);
+    one.q = token_rows(p.q, q0, q1, q_row);
+    one.k = token_rows(p.k, k0, k1, k_row);
+    one.v = token_rows(p.v, k0, k1, v_row);
+    one.dout = token_rows(p.dout, q0, q1, o_row);
+    const Outputs r = run_kernel(one, run);
+    put_rows(r.out, q0, o_row, all.out);
+    for (int64_t h = 0; h < d.Hq; ++h) {
+      for (int64_t i = 0; i < one.dims.Sq; ++i) {
+        all.lse[static_cast<size_t>(h * d.Sq + q0 + i)] =
+            r.lse[static_cast<size_t>(h * one.dims.Sq + i)];
+      }
+    }
+    if (!run.backward) continue;
+    put_rows(r.dq, q0, q_row, all.dq);
+    put_rows(r.dk, k0, k_row, all.dk);
+    put_rows(r.dv, k0, v_row, all.dv);
+    // dsink is a sum over the rows: the documents' sums add up.
+    if (!r.dsink.empty()) {
+      all.dsink.resize(r.dsink.size(), 0.0);
+      for (size_t h = 0; h < r.dsink.size(); ++h) all.dsink[h] += r.dsink[h];
+    }
+  }
+  return all;
 }
 
 double max_abs_error(const std::vector<double>& a, const std::vector<double>& b) {

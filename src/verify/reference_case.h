@@ -105,6 +105,14 @@ Problem make_problem(const CaseSpec& spec);
 /// random kind draws from `seed`.
 std::vector<MaskSlice> make_slices(MaskKind kind, int64_t n, uint64_t seed);
 
+/// A varlen problem (flash-attn's cu_seqlens, cpattn/varlen.h): make_problem of `spec` with
+/// Sq = total_q, Sk = total_k (B must be 1: a thd call) and the positions and document ids
+/// varlen_tokens gives the cumulative lengths (spec.positions is not used; spec.mask's causal
+/// flag and window apply within each document). Throws varlen_tokens' errors and
+/// Error(kInvalidArgument) when spec.dims.B != 1.
+Problem make_varlen_problem(CaseSpec spec, std::span<const int64_t> cu_seqlens_q,
+                            std::span<const int64_t> cu_seqlens_k);
+
 /// Rounds q, k, v and dout of `problem` to `dtype` (through float; dtype.h's rounding): the
 /// values a kernel fed with that dtype sees, so the double reference answers for exactly them.
 void round_inputs(Problem& problem, DType dtype);
@@ -140,6 +148,15 @@ struct KernelRun {
 /// Runs attention_kernel_forward (and backward) on the problem with tensors of run.dtype stored
 /// in run.layout; returns the results as flat BSHD doubles (gradients empty without backward).
 Outputs run_kernel(const Problem& problem, const KernelRun& run);
+
+/// Runs each document of a varlen problem alone through the kernel, as a one-document varlen call
+/// of its own (positions from varlen_tokens of that document only, so the causal and window
+/// alignment is the document's own bottom-right one), and places the results in whole-problem
+/// Outputs (lse [1, Hq, Sq]; dsink, with sinks, summed over the documents). Equal to run_kernel
+/// of the whole problem up to rounding, without dropout and mask slices (with dropout the
+/// documents' positions, and so their masks, differ; slices are on global positions).
+Outputs run_kernel_per_document(const Problem& problem, std::span<const int64_t> cu_seqlens_q,
+                                std::span<const int64_t> cu_seqlens_k, const KernelRun& run);
 
 /// Max |a - b| over two equally long vectors; equal infinities count as 0, NaN as +inf.
 /// Throws Error(kShapeMismatch) when the lengths differ.

@@ -82,14 +82,21 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
   const Dims& d = p.dims;
   const int r = comm.rank();
   MemoryCounter* mem = &comm.memory();
-  const SequenceSharding qs = problem_sharding(p, true, run, r);
-  const SequenceSharding ks = problem_sharding(p, false, run, r);
+  SequenceSharding qs, ks;
+  if (run.cu_seqlens_q.empty() && run.cu_seqlens_k.empty()) {
+    qs = problem_sharding(p, true, run, r);
+    ks = problem_sharding(p, false, run, r);
+  } else {
+    VarlenShardings v = varlen_shardings(run.layout, run.cu_seqlens_q, run.cu_seqlens_k, d.Sq, d.Sk,
+                                         run.cp_size, r);
+    qs = std::move(v.q);
+    ks = std::move(v.kv);
+  }
   const MemoryLayout m = run.memory;
-  const auto local = [&](const Tensor& t) {
-    return dense_copy(shard_tensor(t.view(), run.layout, run.cp_size, r, mem).view(), run.dtype, m,
-                      mem);
+  const auto local = [&](const Tensor& t, const SequenceSharding& seq) {
+    return dense_copy(shard_tensor(t.view(), seq, r, mem).view(), run.dtype, m, mem);
   };
-  const Tensor q_r = local(whole.q), k_r = local(whole.k), v_r = local(whole.v);
+  const Tensor q_r = local(whole.q, qs), k_r = local(whole.k, ks), v_r = local(whole.v, ks);
   CpOptions options;
   options.num_threads = run.num_threads;
   options.strategy = run.strategy;
@@ -99,8 +106,8 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
   if (!run.workspaces.empty()) options.workspace = &run.workspaces[static_cast<size_t>(r)];
   const detail::CpForwardResult fwd = detail::cp_attention_forward(
       comm, q_r.view(m), k_r.view(m), v_r.view(m), qs, ks, p.params, p.rng, options);
-  const std::vector<int64_t> q_idx = shard_token_indices(run.layout, d.Sq, run.cp_size, r);
-  const std::vector<int64_t> k_idx = shard_token_indices(run.layout, d.Sk, run.cp_size, r);
+  const std::vector<int64_t> q_idx = shard_token_indices(qs, r);
+  const std::vector<int64_t> k_idx = shard_token_indices(ks, r);
   scatter_rows(fwd.out.view(), q_idx, d.Sq, all.out);
   const int64_t sr = static_cast<int64_t>(q_idx.size());
   for (int64_t bh = 0; bh < d.B * d.Hq; ++bh)
@@ -108,7 +115,7 @@ void run_ring_rank(Communicator& comm, const Problem& p, const ProblemTensors& w
       all.lse[static_cast<size_t>(bh * d.Sq + q_idx[static_cast<size_t>(i)])] =
           fwd.lse.data()[bh * sr + i];
   if (!run.backward) return;
-  const Tensor dout_r = local(whole.dout);
+  const Tensor dout_r = local(whole.dout, qs);
   const AttentionGradients g = detail::cp_attention_backward(
       comm, dout_r.view(m), q_r.view(m), k_r.view(m), v_r.view(m), fwd.out.view(), fwd.lse.span(),
       qs, ks, p.params, fwd.rng, options);

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "cpattn/communicator.h"
 #include "cpattn/cp_options.h"
@@ -34,6 +35,11 @@ struct RingRun {
   /// When not empty (one per rank), rank r's ring borrows its buffers from workspaces[r]
   /// (CpOptions::workspace).
   std::span<AttentionWorkspace> workspaces{};
+  /// A varlen problem's whole-sequence cumulative document lengths (make_varlen_problem): when
+  /// not empty, every rank's q and k/v shardings are varlen_shardings(layout, cu_seqlens_q,
+  /// cu_seqlens_k, ...) (layout.h) instead of the problem's positions and document ids, which
+  /// they equal.
+  std::vector<int64_t> cu_seqlens_q{}, cu_seqlens_k{};
 };
 
 /// Zero whole-sequence Outputs of the problem's shapes (gradients only when backward).
@@ -41,7 +47,8 @@ Outputs zero_outputs(const Dims& d, bool backward);
 
 /// One rank's part of the ring: shards `whole` (ProblemTensors, built once and shared read-only
 /// by the ranks) by run.layout (q by Sq, k/v by Sk; positions and
-/// documents from the problem, identity positions left implicit), restrides it to run.memory in
+/// documents from the problem, identity positions left implicit, or from run.cu_seqlens_q / _k),
+/// restrides it to run.memory in
 /// run.dtype,
 /// runs run.strategy's forward (and backward) on `comm` (detail::cp_attention_forward),
 /// and writes this rank's rows of out, lse, dq, dk, dv into `all` (other rows untouched, so ranks

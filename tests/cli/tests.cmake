@@ -29,7 +29,7 @@ set_tests_properties(cli.verify_rejects_impossible_grid PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "U x R must cover the group of 4 ranks")
 add_test(NAME cli.verify_ring_options_need_cp COMMAND cpattn_cli verify --layout zigzag)
 set_tests_properties(cli.verify_ring_options_need_cp PROPERTIES LABELS cli
-  PASS_REGULAR_EXPRESSION "need --cp P or --backend mpi")
+  PASS_REGULAR_EXPRESSION "need --cp P, --varlen or --backend mpi")
 if(CPATTN_HAVE_MPI)
   add_test(NAME cli.verify_ring_mpi_np2
            COMMAND ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:cpattn_cli> verify
@@ -37,6 +37,26 @@ if(CPATTN_HAVE_MPI)
   set_tests_properties(cli.verify_ring_mpi_np2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
     PROCESSORS 2 PASS_REGULAR_EXPRESSION "40 cases: 40 passed, 0 failed")
 endif()
+
+# `verify --varlen`: a varlen call (flash-attn's cu_seqlens; 1-token and empty documents) on the
+# document-balanced layout, every strategy at P = 4, against the reference, the kernel and each
+# document run alone; on one rank without --cp (with dropout: no per-document row); --docs with it
+# and a bad length are refused.
+add_test(NAME cli.verify_varlen
+         COMMAND cpattn_cli verify --varlen 1,7,300,0,5,1025 --cp 4 --causal --window-left 200
+                 --heads-q 4 --heads-kv 2 --dqk 32 --dv 32)
+set_tests_properties(cli.verify_varlen PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "varlen \\(6 documents, 1338 tokens\\).*Varlen6_CausalWindow_GQA4x2_S1338_D32x32_p0_W200xinf_doc_zigzag_cp4_vs_documents .*12 cases: 12 passed, 0 failed")
+add_test(NAME cli.verify_varlen_one_rank
+         COMMAND cpattn_cli verify --varlen 3,0,1,40 --causal --dropout 0.1)
+set_tests_properties(cli.verify_varlen_one_rank PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "Varlen4_Causal_GQA8x2_S44_D64x64_p0p1_doc_zigzag_cp1 .*6 cases: 6 passed, 0 failed")
+add_test(NAME cli.verify_varlen_refuses_docs COMMAND cpattn_cli verify --varlen 3,4 --docs --cp 2)
+set_tests_properties(cli.verify_varlen_refuses_docs PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "--varlen gives the documents; --docs goes without it")
+add_test(NAME cli.verify_varlen_rejects_bad_length COMMAND cpattn_cli verify --varlen 3,x)
+set_tests_properties(cli.verify_varlen_rejects_bad_length PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "--varlen: 'x' is not a document length in \\[0, 2\\^40\\]")
 
 # A word that is no subcommand is named, with the subcommands there are (exit 11).
 add_test(NAME cli.unknown_subcommand COMMAND cpattn_cli bogus)
@@ -80,6 +100,10 @@ add_test(NAME cli.plan_json
          COMMAND cpattn_cli plan --seq 1000 --cp 8 --layout contiguous --docs mean:64 --causal --json)
 set_tests_properties(cli.plan_json PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "\"recommended\": \"[a-z:0-9]+\"")
+add_test(NAME cli.plan_doc_zigzag
+         COMMAND cpattn_cli plan --seq 4096 --cp 8 --layout doc_zigzag --docs mean:256 --causal)
+set_tests_properties(cli.plan_doc_zigzag PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "doc_zigzag layout, P=8.*recommended: [a-z:0-9]+ \\(predicted")
 add_test(NAME cli.plan_rejects_bad_docs COMMAND cpattn_cli plan --seq 10 --cp 2 --docs 5x,5)
 set_tests_properties(cli.plan_rejects_bad_docs PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "--docs: '5x' is not a document length in \\[1, 2\\^40\\]; expected L1,L2,... or mean:N")

@@ -39,7 +39,7 @@ Result run(int P, const cpattn::Tensor& q, const cpattn::Tensor& k, const cpattn
     const int r = comm.rank();
     const auto seq = cpattn::SequenceSharding::of(cpattn::Layout::kZigzag, kS, P, r);
     const auto shard = [&](const cpattn::Tensor& t) {
-      return cpattn::shard_tensor(t.view(), seq.layout, P, r, &comm.memory());
+      return cpattn::shard_tensor(t.view(), seq, r, &comm.memory());
     };
     const cpattn::Tensor qr = shard(q), kr = shard(k), vr = shard(v), dr = shard(dout);
     cpattn::Generator gen(/*seed=*/42);  // every rank draws the same RngState
@@ -56,8 +56,8 @@ Result run(int P, const cpattn::Tensor& q, const cpattn::Tensor& k, const cpattn
     out_views.push_back(outs[static_cast<size_t>(r)].view());
     dq_views.push_back(dqs[static_cast<size_t>(r)].view());
   }
-  return {cpattn::unshard_tensor(out_views, cpattn::Layout::kZigzag, kS),
-          cpattn::unshard_tensor(dq_views, cpattn::Layout::kZigzag, kS)};
+  const auto whole = cpattn::SequenceSharding::of(cpattn::Layout::kZigzag, kS, P, 0);
+  return {cpattn::unshard_tensor(out_views, whole), cpattn::unshard_tensor(dq_views, whole)};
 }
 
 double max_abs_diff(const cpattn::Tensor& a, const cpattn::Tensor& b) {

@@ -94,7 +94,7 @@ TEST(Cancellation, TheRingHasInterruptionPointsAtEveryStepAndKernelItem) {
   std::vector<int64_t> counts(4), progress(4);
   run_ranks(4, [&](Communicator& comm) {
     const auto seq = SequenceSharding::of(Layout::kZigzag, S, 4, comm.rank());
-    const Tensor xr = shard_tensor(x.view(), seq.layout, 4, comm.rank(), &comm.memory());
+    const Tensor xr = shard_tensor(x.view(), seq, comm.rank(), &comm.memory());
     testing::CountingCommunicator counting(comm);
     const ForwardResult f =
         attention_forward(counting, xr.view(), xr.view(), xr.view(), seq, {}, {});
@@ -129,7 +129,7 @@ TEST(Cancellation, AStopRequestEndsALongCallOnEveryRank) {
                          [&](Communicator& comm) {
                            const auto seq =
                                SequenceSharding::of(Layout::kZigzag, S, 2, comm.rank());
-                           const Tensor xr = shard_tensor(x.view(), seq.layout, 2, comm.rank());
+                           const Tensor xr = shard_tensor(x.view(), seq, comm.rank());
                            CpOptions options;
                            options.stop_requested = &stop;
                            computing.store(true);
@@ -168,7 +168,7 @@ TEST(Cancellation, AStopRequestedBeforeTheCallStopsIt) {
                          [&](Communicator& comm) {
                            const auto seq =
                                SequenceSharding::of(Layout::kZigzag, 64, 2, comm.rank());
-                           const Tensor xr = shard_tensor(x.view(), seq.layout, 2, comm.rank());
+                           const Tensor xr = shard_tensor(x.view(), seq, comm.rank());
                            try {
                              attention_forward(comm, xr.view(), xr.view(), xr.view(), seq, {}, {},
                                                CpOptions(options));

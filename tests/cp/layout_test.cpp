@@ -55,25 +55,27 @@ TEST(ShardTokenIndices, MatchesHandWrittenTable) {
   };
   for (const TableRow& row : table) {
     for (int r = 0; r < row.cp_size; ++r) {
-      EXPECT_EQ(shard_token_indices(row.layout, row.seq_len, row.cp_size, r), row.ranks[r])
+      const SequenceSharding seq = SequenceSharding::of(row.layout, row.seq_len, row.cp_size, r);
+      EXPECT_EQ(shard_token_indices(seq, r), row.ranks[r])
           << layout_name(row.layout) << " S " << row.seq_len << " P " << row.cp_size << " rank "
           << r;
-      EXPECT_EQ(shard_length(row.layout, row.seq_len, row.cp_size, r),
-                static_cast<int64_t>(row.ranks[r].size()));
+      EXPECT_EQ(shard_length(seq, r), static_cast<int64_t>(row.ranks[r].size()));
     }
   }
 }
 
 class LayoutCoverage : public ::testing::TestWithParam<std::tuple<Layout, int64_t, int>> {};
 
-// Every token is held by exactly one rank, for any S and P (no padding, no error).
+// Every token is held by exactly one rank, for any S and P (no padding, no error); doc_zigzag
+// without documents is one document.
 TEST_P(LayoutCoverage, EveryTokenExactlyOnce) {
   const auto [layout, seq_len, cp_size] = GetParam();
   std::vector<int> owner(static_cast<size_t>(seq_len), -1);
   int64_t lo = seq_len, hi = 0;
+  const SequenceSharding seq = SequenceSharding::of(layout, seq_len, cp_size, 0);
   for (int r = 0; r < cp_size; ++r) {
-    const Indices idx = shard_token_indices(layout, seq_len, cp_size, r);
-    ASSERT_EQ(static_cast<int64_t>(idx.size()), shard_length(layout, seq_len, cp_size, r));
+    const Indices idx = shard_token_indices(seq, r);
+    ASSERT_EQ(static_cast<int64_t>(idx.size()), shard_length(seq, r));
     for (int64_t t : idx) {
       ASSERT_GE(t, 0);
       ASSERT_LT(t, seq_len);
@@ -85,12 +87,12 @@ TEST_P(LayoutCoverage, EveryTokenExactlyOnce) {
   }
   EXPECT_EQ(std::count(owner.begin(), owner.end(), -1), 0);
   // Zigzag ranks hold two chunks, each of which may carry one extra token.
-  EXPECT_LE(hi - lo, layout == Layout::kZigzag ? 2 : 1);
+  EXPECT_LE(hi - lo, layout == Layout::kZigzag || layout == Layout::kDocZigzag ? 2 : 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSizes, LayoutCoverage,
                          ::testing::Combine(::testing::Values(Layout::kContiguous, Layout::kZigzag,
-                                                              Layout::kStriped),
+                                                              Layout::kStriped, Layout::kDocZigzag),
                                             ::testing::Values(0, 1, 3, 7, 16, 97, 1025),
                                             ::testing::Values(1, 2, 3, 4, 8)),
                          [](const auto& tp) {
@@ -100,7 +102,7 @@ INSTANTIATE_TEST_SUITE_P(AllSizes, LayoutCoverage,
                          });
 
 TEST(LayoutName, RoundTripsAndRejectsUnknown) {
-  for (Layout l : {Layout::kContiguous, Layout::kZigzag, Layout::kStriped}) {
+  for (Layout l : {Layout::kContiguous, Layout::kZigzag, Layout::kStriped, Layout::kDocZigzag}) {
     EXPECT_EQ(parse_layout(layout_name(l)), l);
   }
   try {
@@ -113,10 +115,10 @@ TEST(LayoutName, RoundTripsAndRejectsUnknown) {
 }
 
 TEST(ShardLength, RejectsBadArguments) {
-  EXPECT_THROW(shard_length(Layout::kZigzag, -1, 2, 0), Error);
-  EXPECT_THROW(shard_length(Layout::kZigzag, 4, 0, 0), Error);
-  EXPECT_THROW(shard_length(Layout::kZigzag, 4, 2, 2), Error);
-  EXPECT_THROW(shard_length(Layout::kStriped, 4, 2, -1), Error);
+  EXPECT_THROW(shard_length(SequenceSharding::of(Layout::kZigzag, -1, 2, 0), 0), Error);
+  EXPECT_THROW(shard_length(SequenceSharding::of(Layout::kZigzag, 4, 0, 0), 0), Error);
+  EXPECT_THROW(shard_length(SequenceSharding::of(Layout::kZigzag, 4, 2, 0), 2), Error);
+  EXPECT_THROW(shard_length(SequenceSharding::of(Layout::kStriped, 4, 2, 0), -1), Error);
 }
 
 // A [B, S, H, D] tensor whose element value encodes its indices.
@@ -131,11 +133,12 @@ TEST(ShardTensor, RoundTripsEveryLayoutIncludingEmptyRanks) {
   const Tensor whole = iota_tensor(B, S, H, D);
   for (Layout layout : {Layout::kContiguous, Layout::kZigzag, Layout::kStriped}) {
     for (int P : {1, 3, 8}) {
+      const SequenceSharding seq = SequenceSharding::of(layout, S, P, 0);
       std::vector<Tensor> pieces;
       std::vector<ConstView> views;
       for (int r = 0; r < P; ++r) {
-        pieces.push_back(shard_tensor(whole.view(), layout, P, r));
-        const Indices idx = shard_token_indices(layout, S, P, r);
+        pieces.push_back(shard_tensor(whole.view(), seq, r));
+        const Indices idx = shard_token_indices(seq, r);
         ASSERT_EQ(pieces.back().shape(),
                   (std::vector<int64_t>{B, static_cast<int64_t>(idx.size()), H, D}));
         // Local token i is global token idx[i].
@@ -147,7 +150,7 @@ TEST(ShardTensor, RoundTripsEveryLayoutIncludingEmptyRanks) {
                 ASSERT_EQ(p(b, static_cast<int64_t>(i), h, d), g(b, idx[i], h, d));
       }
       for (const Tensor& t : pieces) views.push_back(t.view());
-      const Tensor back = unshard_tensor(views, layout, S);
+      const Tensor back = unshard_tensor(views, seq);
       EXPECT_TRUE(std::equal(back.span().begin(), back.span().end(), whole.span().begin()))
           << layout_name(layout) << " P " << P;
     }
@@ -165,19 +168,20 @@ TEST(ShardTensor, ReadsStridedInput) {
     for (int64_t s = 0; s < S; ++s)
       for (int64_t h = 0; h < H; ++h)
         for (int64_t d = 0; d < D; ++d) dst(b, s, h, d) = src(b, s, h, d);
-  const Tensor a = shard_tensor(bshd.view(), Layout::kZigzag, 2, 1);
-  const Tensor c =
-      shard_tensor(std::as_const(bhsd).view(MemoryLayout::kBHSD), Layout::kZigzag, 2, 1);
+  const SequenceSharding seq = SequenceSharding::of(Layout::kZigzag, S, 2, 1);
+  const Tensor a = shard_tensor(bshd.view(), seq, 1);
+  const Tensor c = shard_tensor(std::as_const(bhsd).view(MemoryLayout::kBHSD), seq, 1);
   EXPECT_TRUE(std::equal(a.span().begin(), a.span().end(), c.span().begin()));
 }
 
 TEST(ShardTensor, UnshardRejectsWrongPieceShape) {
   const Tensor whole = iota_tensor(1, 6, 1, 2);
-  const Tensor p0 = shard_tensor(whole.view(), Layout::kStriped, 2, 0);
+  const SequenceSharding seq = SequenceSharding::of(Layout::kStriped, 6, 2, 0);
+  const Tensor p0 = shard_tensor(whole.view(), seq, 0);
   const Tensor wrong({1, 2, 1, 2});
   const std::vector<ConstView> views = {p0.view(), wrong.view()};
   try {
-    unshard_tensor(views, Layout::kStriped, 6);
+    unshard_tensor(views, seq);
     FAIL() << "expected an Error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kShapeMismatch);
@@ -190,10 +194,11 @@ TEST(ShardLse, RoundTripsTokenDimensionLast) {
   const int64_t B = 2, H = 3, S = 7;
   Tensor lse({B, H, S});
   std::iota(lse.span().begin(), lse.span().end(), 0.0f);
+  const SequenceSharding seq = SequenceSharding::of(Layout::kZigzag, S, 3, 0);
   std::vector<Tensor> pieces;
   for (int r = 0; r < 3; ++r) {
-    pieces.push_back(shard_lse(lse, Layout::kZigzag, 3, r));
-    const Indices idx = shard_token_indices(Layout::kZigzag, S, 3, r);
+    pieces.push_back(shard_lse(lse, seq, r));
+    const Indices idx = shard_token_indices(seq, r);
     const Tensor& p = pieces.back();
     ASSERT_EQ(p.shape(), (std::vector<int64_t>{B, H, static_cast<int64_t>(idx.size())}));
     for (int64_t bh = 0; bh < B * H; ++bh)
@@ -201,7 +206,7 @@ TEST(ShardLse, RoundTripsTokenDimensionLast) {
         EXPECT_EQ(p.data()[bh * static_cast<int64_t>(idx.size()) + static_cast<int64_t>(i)],
                   lse.data()[bh * S + idx[i]]);
   }
-  const Tensor back = unshard_lse(pieces, Layout::kZigzag, S);
+  const Tensor back = unshard_lse(pieces, seq);
   EXPECT_TRUE(std::equal(back.span().begin(), back.span().end(), lse.span().begin()));
 }
 

@@ -137,7 +137,7 @@ TEST(MpiCallAgreement, ARefusalAndASkippedCallFailEveryProcess) {
   Tensor x({1, S, 2, 8});
   for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = static_cast<float>(i % 13) * 0.1f;
   const SequenceSharding seq = SequenceSharding::of(Layout::kZigzag, S, P, comm.rank());
-  const Tensor xr = shard_tensor(x.view(), seq.layout, P, comm.rank());
+  const Tensor xr = shard_tensor(x.view(), seq, comm.rank());
   const auto outcome = [&](const std::function<void()>& call) {
     try {
       call();

@@ -81,32 +81,36 @@ TEST(Plan, BytesAndMessagesAreWhatTheStrategiesSend) {
 }
 
 // The same with short bidirectional documents at P = 8 on contiguous shards, where the ring sends
-// most blocks straight from their home to the ranks that need them (RelayPlan::direct).
+// most blocks straight from their home to the ranks that need them (RelayPlan::direct), and on
+// the document-balanced layout, where every rank holds a piece of every document.
 TEST(Plan, DirectBlocksBytesAndMessagesAreWhatTheRingSends) {
-  PlanProblem pp = plan_problem(8, Layout::kContiguous, false);
-  for (int d = 0; d < 16; ++d) pp.doc_lengths.push_back(32 + (d * 37) % 64);  // mean 61.5
-  pp.S = std::accumulate(pp.doc_lengths.begin(), pp.doc_lengths.end(), int64_t{0});
-  reference::CaseSpec spec;
-  spec.mask = reference::MaskKind::kDocs;
-  spec.dims = {1, pp.S, pp.S, pp.Hq, pp.Hkv, pp.Dqk, pp.Dv};
-  spec.seed = 5;
-  reference::Problem p = reference::make_problem(spec);
-  p.q_doc.clear();
-  for (size_t d = 0; d < pp.doc_lengths.size(); ++d) {
-    p.q_doc.insert(p.q_doc.end(), static_cast<size_t>(pp.doc_lengths[d]), static_cast<int64_t>(d));
-  }
-  p.k_doc = p.q_doc;
-  for (const StrategyEstimate& e : plan_strategies(pp, {}, {})) {
-    if (e.strategy.kind != Strategy::Kind::kRing && e.strategy.kind != Strategy::Kind::kHybrid) {
-      continue;
+  for (const Layout layout : {Layout::kContiguous, Layout::kDocZigzag}) {
+    PlanProblem pp = plan_problem(8, layout, false);
+    for (int d = 0; d < 16; ++d) pp.doc_lengths.push_back(32 + (d * 37) % 64);  // mean 61.5
+    pp.S = std::accumulate(pp.doc_lengths.begin(), pp.doc_lengths.end(), int64_t{0});
+    reference::CaseSpec spec;
+    spec.mask = reference::MaskKind::kDocs;
+    spec.dims = {1, pp.S, pp.S, pp.Hq, pp.Hkv, pp.Dqk, pp.Dv};
+    spec.seed = 5;
+    reference::Problem p = reference::make_problem(spec);
+    p.q_doc.clear();
+    for (size_t d = 0; d < pp.doc_lengths.size(); ++d) {
+      p.q_doc.insert(p.q_doc.end(), static_cast<size_t>(pp.doc_lengths[d]),
+                     static_cast<int64_t>(d));
     }
-    SCOPED_TRACE(strategy_name(e.strategy));
-    ASSERT_TRUE(e.feasible) << e.reason;
-    RingRun run{8, Layout::kContiguous};
-    run.strategy = e.strategy;
-    const auto [bytes, messages] = busiest_traffic(p, run);
-    EXPECT_EQ(static_cast<int64_t>(e.bytes_sent), bytes);
-    EXPECT_EQ(e.messages, messages);
+    p.k_doc = p.q_doc;
+    for (const StrategyEstimate& e : plan_strategies(pp, {}, {})) {
+      if (e.strategy.kind != Strategy::Kind::kRing && e.strategy.kind != Strategy::Kind::kHybrid) {
+        continue;
+      }
+      SCOPED_TRACE(strategy_name(e.strategy) + " " + layout_name(layout));
+      ASSERT_TRUE(e.feasible) << e.reason;
+      RingRun run{8, layout};
+      run.strategy = e.strategy;
+      const auto [bytes, messages] = busiest_traffic(p, run);
+      EXPECT_EQ(static_cast<int64_t>(e.bytes_sent), bytes);
+      EXPECT_EQ(e.messages, messages);
+    }
   }
 }
 
@@ -273,9 +277,7 @@ int64_t measured_peak(const PlanProblem& pp, const Strategy& strategy) {
     MemoryCounter* mem = &comm.memory();
     SequenceSharding seq = SequenceSharding::of(pp.layout, pp.S, pp.cp_size, r);
     seq.docs = docs;
-    const auto shard = [&](const Tensor& x) {
-      return shard_tensor(x.view(), pp.layout, pp.cp_size, r, mem);
-    };
+    const auto shard = [&](const Tensor& x) { return shard_tensor(x.view(), seq, r, mem); };
     const Tensor q = shard(whole.q), k = shard(whole.k), v = shard(whole.v);
     const Tensor dout = shard(whole.dout);
     const int64_t inputs = mem->stats().live_bytes;
@@ -325,6 +327,12 @@ TEST(Plan, PredictedPeakBytesAreTheMeasuredPeak) {
   for (int d = 0; d < 16; ++d) docs.doc_lengths.push_back(32 + (d * 37) % 64);
   docs.S = std::accumulate(docs.doc_lengths.begin(), docs.doc_lengths.end(), int64_t{0});
   problems.push_back(docs);
+  // The document-balanced layout: short documents among long ones, causal.
+  PlanProblem balanced = plan_problem(8, Layout::kDocZigzag, true);
+  balanced.doc_lengths = {1, 7, 300, 2, 5, 250, 3, 1, 90};
+  balanced.S =
+      std::accumulate(balanced.doc_lengths.begin(), balanced.doc_lengths.end(), int64_t{0});
+  problems.push_back(balanced);
   for (const PlanProblem& pp : problems) {
     for (const StrategyEstimate& e : plan_strategies(pp, {}, {})) {
       SCOPED_TRACE(strategy_name(e.strategy) + " " + layout_name(pp.layout) + " P " +

@@ -173,8 +173,9 @@ TEST(RingDtypeRecompute, RecomputeIsBitwiseEqualInBf16) {
   run_ranks(P, [&](Communicator& comm) {
     const int r = comm.rank();
     const auto local = [&](const Tensor& t) {
-      return dense_copy(shard_tensor(t.view(), Layout::kZigzag, P, r).view(), DType::kBF16,
-                        MemoryLayout::kBSHD);
+      return dense_copy(
+          shard_tensor(t.view(), SequenceSharding::of(Layout::kZigzag, p.dims.Sq, P, r), r).view(),
+          DType::kBF16, MemoryLayout::kBSHD);
     };
     const Tensor q = local(whole.q), k = local(whole.k), v = local(whole.v),
                  dout = local(whole.dout);
@@ -242,8 +243,8 @@ TEST(RingDtypeStrategies, NonRingStrategiesRefuse16BitTensors) {
       std::atomic<int> failed{0};
       try {
         run_ranks(2, [&](Communicator& comm) {
-          const Tensor piece = shard_tensor(x.view(), Layout::kContiguous, 2, comm.rank());
           const SequenceSharding seq = SequenceSharding::of(Layout::kContiguous, 8, 2, comm.rank());
+          const Tensor piece = shard_tensor(x.view(), seq, comm.rank());
           try {
             attention_forward(comm, piece.view(), piece.view(), piece.view(), seq, params, {1, 0},
                               options);

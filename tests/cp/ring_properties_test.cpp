@@ -189,7 +189,7 @@ double causal_imbalance(Layout layout, int64_t S, int P) {
   for (int64_t i = 0; i < S; ++i) all[static_cast<size_t>(i)] = i;
   int64_t busiest = 0, total = 0;
   for (int r = 0; r < P; ++r) {
-    const auto q = shard_token_indices(layout, S, P, r);
+    const auto q = shard_token_indices(SequenceSharding::of(layout, S, P, r), r);
     const int64_t n = count_visible_pairs(q, all, {}, {}, causal);
     busiest = std::max(busiest, n);
     total += n;

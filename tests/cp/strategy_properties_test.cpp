@@ -200,9 +200,9 @@ TEST(StrategyFailure, OneRankFailingReleasesTheWholeGrid) {
       const int r = comm.rank();
       const SequenceSharding s = SequenceSharding::of(Layout::kZigzag, 64, 4, r);
       MemoryCounter* mem = &comm.memory();
-      const Tensor q = shard_tensor(whole.q.view(), s.layout, 4, r, mem);
-      const Tensor k = shard_tensor(whole.k.view(), s.layout, 4, r, mem);
-      const Tensor v = shard_tensor(whole.v.view(), s.layout, 4, r, mem);
+      const Tensor q = shard_tensor(whole.q.view(), s, r, mem);
+      const Tensor k = shard_tensor(whole.k.view(), s, r, mem);
+      const Tensor v = shard_tensor(whole.v.view(), s, r, mem);
       CpOptions options;
       options.strategy = Strategy::hybrid(2, 2);
       try {

@@ -41,7 +41,7 @@ TEST(StateAdversarial, ResultsOutliveTheirCommunicator) {
     run_ranks(3, [&](Communicator& comm) {
       const int r = comm.rank();
       const SequenceSharding seq = s.p.sharding(3, r);
-      const Tensor x = shard_tensor(s.p.x.view(), s.p.layout, 3, r, &comm.memory());
+      const Tensor x = s.p.shard(s.p.x, 3, r, &comm.memory());
       ForwardResult f =
           attention_forward(comm, x.view(), x.view(), x.view(), seq, s.params, {5, 0});
       grads[static_cast<size_t>(r)] = attention_backward(comm, x.view(), x.view(), x.view(),
@@ -69,7 +69,7 @@ TEST(StateAdversarial, MovedFromResultIsRejected) {
     run_ranks(2, [&](Communicator& comm) {
       const int r = comm.rank();
       const SequenceSharding seq = s.p.sharding(2, r);
-      const Tensor x = shard_tensor(s.p.x.view(), s.p.layout, 2, r, &comm.memory());
+      const Tensor x = s.p.shard(s.p.x, 2, r, &comm.memory());
       // The try covers the forward too: once rank 0 fails, rank 1 may be stopped at an
       // interruption point of its forward's last kernel call.
       try {
@@ -135,8 +135,8 @@ TEST(StateAdversarial, OneRankWithAMismatchedState) {
       // forward transfer, and that peer is then released inside attention_forward.
       try {
         const SequenceSharding seq = s.p.sharding(4, r);
-        const Tensor x = shard_tensor(s.p.x.view(), s.p.layout, 4, r, &comm.memory());
-        const Tensor y = shard_tensor(s.p.w.view(), s.p.layout, 4, r, &comm.memory());
+        const Tensor x = s.p.shard(s.p.x, 4, r, &comm.memory());
+        const Tensor y = s.p.shard(s.p.w, 4, r, &comm.memory());
         Generator gen(3);
         const RngState rx = gen.next(), ry = gen.next();
         const ForwardResult fx =
@@ -171,7 +171,7 @@ TEST(StateAdversarial, RecomputeWithOtherParams) {
   Scenario s;
   run_ranks(2, [&](Communicator& comm) {
     const SequenceSharding seq = s.p.sharding(2, comm.rank());
-    const Tensor x = shard_tensor(s.p.x.view(), s.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = s.p.shard(s.p.x, 2, comm.rank(), &comm.memory());
     const ConstView v = x.view();
     AttentionCheckpoint ckpt;
     {
@@ -199,7 +199,7 @@ TEST(StateAdversarial, RanksWithoutTokens) {
   params.causal = true;
   run_ranks(5, [&](Communicator& comm) {
     const SequenceSharding seq = p.sharding(5, comm.rank());
-    const Tensor x = shard_tensor(p.x.view(), p.layout, 5, comm.rank(), &comm.memory());
+    const Tensor x = p.shard(p.x, 5, comm.rank(), &comm.memory());
     const ConstView v = x.view();
     const ForwardResult f = attention_forward(comm, v, v, v, seq, params, {1, 1});
     const AttentionCheckpoint ckpt = make_checkpoint(f);

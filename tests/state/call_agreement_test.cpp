@@ -33,7 +33,7 @@ struct Case {
 TEST(CallAgreement, DifferentDropoutOnOneRankFailsEveryRankNamingIt) {
   const Case c;
   const RankOutcomes o = run_all(4, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 4, comm.rank(), &comm.memory());
     AttentionParams params = c.params;
     if (comm.rank() == 3) params.dropout_p = 0.0f;
     attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(4, comm.rank()), params,
@@ -54,7 +54,7 @@ TEST(CallAgreement, AWrappersRefusalJoinsTheAgreement) {
   const Case c;
   for (const RefusedCall kind : {RefusedCall::kForward, RefusedCall::kBackward}) {
     const RankOutcomes o = run_all(3, [&](Communicator& comm) {
-      const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 3, comm.rank(), &comm.memory());
+      const Tensor x = c.p.shard(c.p.x, 3, comm.rank(), &comm.memory());
       if (comm.rank() == 1) {
         refuse_attention_call(comm, Error(ErrorCode::kShapeMismatch, "q is not 4-dimensional"),
                               kind);
@@ -78,7 +78,7 @@ TEST(CallAgreement, AWrappersRefusalJoinsTheAgreement) {
 TEST(CallAgreement, CallNumbersAreCountedPerGroupAndCanBeSet) {
   const Case c;
   const RankOutcomes o = run_all(2, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 2, comm.rank(), &comm.memory());
     const auto forward = [&] {
       return attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(2, comm.rank()),
                                c.params, {1, 0});
@@ -134,7 +134,7 @@ TEST(CallAgreement, EachFieldIsCompared) {
       };
   for (const auto& [needle, change] : variants) {
     const RankOutcomes o = run_all(2, [&](Communicator& comm) {
-      const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+      const Tensor x = c.p.shard(c.p.x, 2, comm.rank(), &comm.memory());
       AttentionParams params = c.params;
       SequenceSharding seq = c.p.sharding(2, comm.rank());
       RngState rng{1, 0};
@@ -173,8 +173,8 @@ TEST(CallAgreement, BackwardCallsInDifferentOrdersAreCaught) {
   c.params.dropout_p = 0.0f;
   const RankOutcomes o = run_all(2, [&](Communicator& comm) {
     const SequenceSharding seq = c.p.sharding(2, comm.rank());
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
-    const Tensor y = shard_tensor(c.p.w.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 2, comm.rank(), &comm.memory());
+    const Tensor y = c.p.shard(c.p.w, 2, comm.rank(), &comm.memory());
     const ForwardResult fx =
         attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {});
     const ForwardResult fy =
@@ -198,7 +198,7 @@ TEST(CallAgreement, StateOfAnotherForwardOnTheSameInputsIsRefused) {
   const Case c;
   const RankOutcomes o = run_all(2, [&](Communicator& comm) {
     const SequenceSharding seq = c.p.sharding(2, comm.rank());
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 2, comm.rank(), &comm.memory());
     Generator gen(9);
     const RngState first = gen.next(), second = gen.next();
     const ForwardResult f1 =
@@ -238,7 +238,7 @@ TEST(CallAgreement, CostsOneRecordExchangePerCall) {
   std::vector<int64_t> extra;
   run_ranks(4, [&](Communicator& comm) {
     const SequenceSharding seq = c.p.sharding(4, comm.rank());
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 4, comm.rank(), &comm.memory());
     CountingCommunicator counting(comm);
     const ForwardResult f =
         attention_forward(counting, x.view(), x.view(), x.view(), seq, c.params, {1, 0});

@@ -46,7 +46,7 @@ TEST(CallSite, ASkippedEvaluationForwardFailsAtTheNextCallNamingBothSites) {
   const RankOutcomes o = run_all(kRanks, [&](Communicator& comm) {
     const int r = comm.rank();
     const SequenceSharding seq = c.p.sharding(kRanks, r);
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, kRanks, r, &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, kRanks, r, &comm.memory());
     Generator gen(5);
     if (r == 0) {
       line_of_eval = static_cast<int>(SourceLocation::current().line) + 1;
@@ -66,7 +66,7 @@ TEST(CallSite, ASkippedLayerIsNamedByTheCallersSites) {
   const RankOutcomes o = run_all(kRanks, [&](Communicator& comm) {
     const int r = comm.rank();
     const SequenceSharding seq = c.p.sharding(kRanks, r);
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, kRanks, r, &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, kRanks, r, &comm.memory());
     for (int layer = 0; layer < 3; ++layer) {
       if (r == 1 && layer == 1) continue;
       CpOptions options;
@@ -84,7 +84,7 @@ TEST(CallSite, ASkippedBackwardNamesTheFieldThenTheSites) {
   const RankOutcomes o = run_all(kRanks, [&](Communicator& comm) {
     const int r = comm.rank();
     const SequenceSharding seq = c.p.sharding(kRanks, r);
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, kRanks, r, &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, kRanks, r, &comm.memory());
     CpOptions layer0, layer1;
     layer0.call_site = "layer 0";
     layer1.call_site = "layer 1";
@@ -115,7 +115,7 @@ TEST(CallSite, CallsFromOneSiteAgree) {
   run_ranks(kRanks, [&](Communicator& comm) {
     const int r = comm.rank();
     const SequenceSharding seq = c.p.sharding(kRanks, r);
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, kRanks, r, &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, kRanks, r, &comm.memory());
     for (uint64_t step = 0; step < 3; ++step) {
       const ForwardResult f =
           attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {3, step});
@@ -138,7 +138,7 @@ TEST(CallSite, ASkipBetweenIdenticalCallsOfOneSiteIsCaughtOnlyWhereTheSitesPart)
   const RankOutcomes o = run_all(kRanks, [&](Communicator& comm) {
     const int r = comm.rank();
     const SequenceSharding seq = c.p.sharding(kRanks, r);
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, kRanks, r, &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, kRanks, r, &comm.memory());
     for (int i = 0; i < (r == 0 ? 3 : 2); ++i) {
       attention_forward(comm, x.view(), x.view(), x.view(), seq, eval, {3, 0});
       ++calls_before_failure[r];

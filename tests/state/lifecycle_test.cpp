@@ -53,7 +53,7 @@ TEST(Lifecycle, RecomputeKeepsAtMostOneForwardResultAlive) {
   const StackConfig config = causal_dropout_config(4);
   run_ranks(2, [&](Communicator& comm) {
     const SequenceSharding seq = p.sharding(2, comm.rank());
-    const Tensor x = shard_tensor(p.x.view(), p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = p.shard(p.x, 2, comm.rank(), &comm.memory());
     Generator generator(5);
     StackActivations acts = stack_forward(comm, config, x.view(), seq, generator, true);
     EXPECT_EQ(memory_stats(comm.memory()).live_forward_results, 0) << "checkpoints hold no tensors";
@@ -87,12 +87,12 @@ TEST_P(MicrobatchOrder, EveryMicrobatchGetsItsOwnGradients) {
     const StackProblem& p = mbs[static_cast<size_t>(m)];
     run_ranks(kCp, [&](Communicator& comm) {
       const SequenceSharding seq = p.sharding(kCp, comm.rank());
-      const Tensor x = shard_tensor(p.x.view(), p.layout, kCp, comm.rank(), &comm.memory());
-      const Tensor w = shard_tensor(p.w.view(), p.layout, kCp, comm.rank(), &comm.memory());
+      const Tensor x = p.shard(p.x, kCp, comm.rank(), &comm.memory());
+      const Tensor w = p.shard(p.w, kCp, comm.rank(), &comm.memory());
       Generator generator(42, static_cast<uint64_t>(m * config.layers));
       StackActivations acts = stack_forward(comm, config, x.view(), seq, generator, recompute);
       const Tensor g = stack_backward(comm, config, acts, w.view(), seq);
-      gather_rows(g.view(), shard_token_indices(p.layout, p.S, kCp, comm.rank()), p.S, dx);
+      gather_rows(g.view(), p.token_indices(kCp, comm.rank()), p.S, dx);
     });
     isolated.push_back(std::move(dx));
   }
@@ -103,8 +103,8 @@ TEST_P(MicrobatchOrder, EveryMicrobatchGetsItsOwnGradients) {
     std::vector<Tensor> ws;
     for (const StackProblem& p : mbs) {
       const SequenceSharding seq = p.sharding(kCp, comm.rank());
-      const Tensor x = shard_tensor(p.x.view(), p.layout, kCp, comm.rank(), &comm.memory());
-      ws.push_back(shard_tensor(p.w.view(), p.layout, kCp, comm.rank(), &comm.memory()));
+      const Tensor x = p.shard(p.x, kCp, comm.rank(), &comm.memory());
+      ws.push_back(p.shard(p.w, kCp, comm.rank(), &comm.memory()));
       acts.push_back(stack_forward(comm, config, x.view(), seq, generator, recompute));
     }
     for (int m : order) {
@@ -112,7 +112,7 @@ TEST_P(MicrobatchOrder, EveryMicrobatchGetsItsOwnGradients) {
       const SequenceSharding seq = p.sharding(kCp, comm.rank());
       const Tensor g = stack_backward(comm, config, acts[static_cast<size_t>(m)],
                                       ws[static_cast<size_t>(m)].view(), seq);
-      gather_rows(g.view(), shard_token_indices(p.layout, p.S, kCp, comm.rank()), p.S,
+      gather_rows(g.view(), p.token_indices(kCp, comm.rank()), p.S,
                   interleaved[static_cast<size_t>(m)]);
     }
   });
@@ -147,7 +147,7 @@ TEST(Lifecycle, EvaluationForwardsWithoutBackwardLeaveNothingBehind) {
   const StateMemoryStats process_before = memory_stats();
   run_ranks(2, [&](Communicator& comm) {
     const SequenceSharding seq = p.sharding(2, comm.rank());
-    const Tensor x = shard_tensor(p.x.view(), p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = p.shard(p.x, 2, comm.rank(), &comm.memory());
     const StateMemoryStats before = memory_stats(comm.memory());
     Generator generator(9);
     for (int i = 0; i < 10'000; ++i) {
@@ -197,7 +197,7 @@ TEST(Lifecycle, SoakForwardRecomputeBackwardLeaksNothing) {
   int64_t rss_after_warmup = 0, rss_end = 0;
   run_ranks(2, [&](Communicator& comm) {
     const SequenceSharding seq = p.sharding(2, comm.rank());
-    const Tensor x = shard_tensor(p.x.view(), p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = p.shard(p.x, 2, comm.rank(), &comm.memory());
     const int64_t baseline = comm.memory().stats().live_bytes;
     Generator generator(77);
     for (int i = 0; i < kIterations; ++i) {

@@ -32,8 +32,8 @@ TEST(Misuse, StateFromAnotherLayer) {
   Fixture f;
   const Error e = expect_error(2, [&](Communicator& comm) {
     const SequenceSharding seq = f.p.sharding(2, comm.rank());
-    const Tensor x0 = shard_tensor(f.p.x.view(), f.p.layout, 2, comm.rank(), &comm.memory());
-    const Tensor x1 = shard_tensor(f.p.w.view(), f.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x0 = f.p.shard(f.p.x, 2, comm.rank(), &comm.memory());
+    const Tensor x1 = f.p.shard(f.p.w, 2, comm.rank(), &comm.memory());
     Generator gen(1);
     const ForwardResult layer0 =
         attention_forward(comm, x0.view(), x0.view(), x0.view(), seq, f.params, gen.next());
@@ -83,7 +83,7 @@ TEST(Misuse, StateOfAnotherRank) {
     const int r = comm.rank();
     const SequenceSharding seq = f.p.sharding(kCp, r);
     // Every rank holds 5 tokens, so only the rank (and data) tell the states apart.
-    const Tensor x = shard_tensor(f.p.x.view(), f.p.layout, kCp, r, &comm.memory());
+    const Tensor x = f.p.shard(f.p.x, kCp, r, &comm.memory());
     states[static_cast<size_t>(r)] =
         attention_forward(comm, x.view(), x.view(), x.view(), seq, f.params, {1, 0});
     comm.barrier();
@@ -106,7 +106,7 @@ TEST(Misuse, StateOfAnotherCpSize) {
   });
   const Error e = expect_error(2, [&](Communicator& comm) {
     const SequenceSharding seq = f.p.sharding(2, comm.rank());
-    const Tensor x = shard_tensor(f.p.x.view(), f.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = f.p.shard(f.p.x, 2, comm.rank(), &comm.memory());
     attention_backward(comm, x.view(), x.view(), x.view(), x.view(), *from_cp1, seq, f.params,
                        {1, 0});
   });
@@ -118,7 +118,7 @@ TEST(Misuse, RecomputeWithoutRestoringTheGenerator) {
   Fixture f;
   const Error e = expect_error(2, [&](Communicator& comm) {
     const SequenceSharding seq = f.p.sharding(2, comm.rank());
-    const Tensor x = shard_tensor(f.p.x.view(), f.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = f.p.shard(f.p.x, 2, comm.rank(), &comm.memory());
     Generator gen(3);
     const AttentionCheckpoint ckpt = make_checkpoint(
         attention_forward(comm, x.view(), x.view(), x.view(), seq, f.params, gen.next()));
@@ -134,7 +134,7 @@ TEST(Misuse, RecomputeWithOtherInputs) {
   Fixture f;
   const Error e = expect_error(2, [&](Communicator& comm) {
     const SequenceSharding seq = f.p.sharding(2, comm.rank());
-    const Tensor x = shard_tensor(f.p.x.view(), f.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = f.p.shard(f.p.x, 2, comm.rank(), &comm.memory());
     Tensor changed = x.clone();
     if (changed.numel() > 0) changed.data()[0] += 1e-3f;
     const AttentionCheckpoint ckpt = make_checkpoint(
@@ -177,7 +177,7 @@ TEST(Misuse, StrictRecomputeDetectsADivergedOutput) {
 TEST(Misuse, StrictRecomputeFailsEveryRankWhenOneDiverges) {
   Fixture f;
   const RankOutcomes diverged = run_all(2, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(f.p.x.view(), f.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = f.p.shard(f.p.x, 2, comm.rank(), &comm.memory());
     const SequenceSharding seq = f.p.sharding(2, comm.rank());
     AttentionCheckpoint ckpt = make_checkpoint(
         attention_forward(comm, x.view(), x.view(), x.view(), seq, f.params, {3, 0}));
@@ -191,7 +191,7 @@ TEST(Misuse, StrictRecomputeFailsEveryRankWhenOneDiverges) {
   EXPECT_THAT(diverged.messages[0], HasSubstr("the recomputed out/lse of rank(s) 1 differ"));
 
   const RankOutcomes mixed = run_all(2, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(f.p.x.view(), f.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = f.p.shard(f.p.x, 2, comm.rank(), &comm.memory());
     const SequenceSharding seq = f.p.sharding(2, comm.rank());
     const AttentionCheckpoint ckpt = make_checkpoint(
         attention_forward(comm, x.view(), x.view(), x.view(), seq, f.params, {3, 0}));

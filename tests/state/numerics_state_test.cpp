@@ -37,7 +37,7 @@ TEST(NumericsAgreement, ARankOnAnotherArithmeticFailsEveryRankNamingIt) {
   if (!available(Isa::kAvx2)) GTEST_SKIP() << "needs an FMA path beside generic";
   const Case c;
   const RankOutcomes o = run_all(4, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 4, comm.rank(), &comm.memory());
     attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(4, comm.rank()), c.params,
                       {1, 0}, on(comm.rank() == 1 ? Isa::kGeneric : Isa::kAvx2));
   });
@@ -53,7 +53,7 @@ TEST(NumericsAgreement, ABackwardOnAnotherArithmeticIsRefused) {
   if (!available(Isa::kAvx2)) GTEST_SKIP() << "needs an FMA path beside generic";
   const Case c;
   const RankOutcomes o = run_all(2, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 2, comm.rank(), &comm.memory());
     const SequenceSharding seq = c.p.sharding(2, comm.rank());
     const ForwardResult state = attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params,
                                                   {1, 0}, on(Isa::kGeneric));
@@ -74,7 +74,7 @@ TEST(NumericsAgreement, ARecomputeOnTheOtherBf16PathDiverges) {
   if (!available(Isa::kAvx512Bf16)) GTEST_SKIP() << "needs AVX512_BF16";
   const Case c;
   const RankOutcomes o = run_all(2, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 2, comm.rank(), &comm.memory());
     const Tensor x16 = dense_copy(x.view(), DType::kBF16, MemoryLayout::kBSHD, &comm.memory());
     const SequenceSharding seq = c.p.sharding(2, comm.rank());
     const AttentionCheckpoint ckpt = make_checkpoint(attention_forward(
@@ -96,7 +96,7 @@ TEST(NumericsAgreement, ABackwardOnAnotherPathOfTheSameArithmeticGivesTheSameBit
   const Case c;
   std::vector<std::vector<float>> grads(4);
   run_ranks(2, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 2, comm.rank(), &comm.memory());
     const SequenceSharding seq = c.p.sharding(2, comm.rank());
     const ForwardResult state = attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params,
                                                   {1, 0}, on(Isa::kAvx2));

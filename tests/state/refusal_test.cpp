@@ -82,8 +82,7 @@ TEST(Refusal, AForwardRefusedByAnyRankFailsEveryRankForEveryStrategy) {
     for (const BadArgument& bad : bad_arguments()) {
       for (int refusing = 0; refusing < kRanks; ++refusing) {
         const RankOutcomes o = run_all(kRanks, [&](Communicator& comm) {
-          const Tensor x =
-              shard_tensor(c.p.x.view(), c.p.layout, kRanks, comm.rank(), &comm.memory());
+          const Tensor x = c.p.shard(c.p.x, kRanks, comm.rank(), &comm.memory());
           AttentionParams params = c.params;
           ConstView k = x.view();
           if (comm.rank() == refusing) bad.apply(params, k);
@@ -106,8 +105,7 @@ TEST(Refusal, BackwardAndRecomputeRefusedByOneRankFailEveryRank) {
     for (int refusing = 0; refusing < kRanks; ++refusing) {
       for (const char* op : {"backward", "recompute"}) {
         const RankOutcomes o = run_all(kRanks, [&](Communicator& comm) {
-          const Tensor x =
-              shard_tensor(c.p.x.view(), c.p.layout, kRanks, comm.rank(), &comm.memory());
+          const Tensor x = c.p.shard(c.p.x, kRanks, comm.rank(), &comm.memory());
           const SequenceSharding seq = c.p.sharding(kRanks, comm.rank());
           const ForwardResult state =
               attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {1, 0});
@@ -140,8 +138,8 @@ TEST(Refusal, ARefusingRankThatCatchesItsErrorCannotLineUpWithThePeersCall) {
   run_ranks(2, [&](Communicator& comm) {
     const size_t r = static_cast<size_t>(comm.rank());
     const SequenceSharding seq = c.p.sharding(2, comm.rank());
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
-    const Tensor y = shard_tensor(other.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 2, comm.rank(), &comm.memory());
+    const Tensor y = c.p.shard(other.x, 2, comm.rank(), &comm.memory());
     AttentionParams params = c.params;
     if (comm.rank() == 1) params.dropout_p = 1.0f;
     try {
@@ -164,7 +162,7 @@ TEST(Refusal, BackwardOnlyArgumentsRefusedByOneRankFailEveryRank) {
   const Case c;
   for (const char* op : {"bf16 dout", "short dout in recompute_backward"}) {
     const RankOutcomes o = run_all(2, [&](Communicator& comm) {
-      const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+      const Tensor x = c.p.shard(c.p.x, 2, comm.rank(), &comm.memory());
       const SequenceSharding seq = c.p.sharding(2, comm.rank());
       const ForwardResult state =
           attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {1, 0});
@@ -193,8 +191,8 @@ TEST(Refusal, ALongRefusalIsCutVisiblyAndTheDifferenceFollows) {
   const Case c;
   const RankOutcomes o = run_all(3, [&](Communicator& comm) {
     const SequenceSharding seq = c.p.sharding(3, comm.rank());
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 3, comm.rank(), &comm.memory());
-    const Tensor y = shard_tensor(c.p.w.view(), c.p.layout, 3, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 3, comm.rank(), &comm.memory());
+    const Tensor y = c.p.shard(c.p.w, 3, comm.rank(), &comm.memory());
     const ForwardResult fx =
         attention_forward(comm, x.view(), x.view(), x.view(), seq, c.params, {1, 0});
     const ForwardResult fy =

@@ -26,6 +26,14 @@ struct StackProblem {
     SequenceSharding seq = SequenceSharding::of(layout, S, cp_size, rank);
     return seq;
   }
+  /// Rank `rank`'s piece of the whole tensor t ([B, S, H, D], x or w) in this problem's layout.
+  Tensor shard(const Tensor& t, int cp_size, int rank, MemoryCounter* counter) const {
+    return shard_tensor(t.view(), sharding(cp_size, rank), rank, counter);
+  }
+  /// The global token indices rank `rank` holds.
+  std::vector<int64_t> token_indices(int cp_size, int rank) const {
+    return shard_token_indices(sharding(cp_size, rank), rank);
+  }
 };
 
 /// A small causal call with dropout 0.1 on 4 heads (enough for Ulysses and the hybrid at
@@ -58,12 +66,12 @@ inline std::vector<float> stack_input_grad(const StackProblem& p, const StackCon
   run_ranks(cp_size, [&](Communicator& comm) {
     const int r = comm.rank();
     const SequenceSharding seq = p.sharding(cp_size, r);
-    const Tensor x = shard_tensor(p.x.view(), p.layout, cp_size, r, &comm.memory());
-    const Tensor w = shard_tensor(p.w.view(), p.layout, cp_size, r, &comm.memory());
+    const Tensor x = p.shard(p.x, cp_size, r, &comm.memory());
+    const Tensor w = p.shard(p.w, cp_size, r, &comm.memory());
     Generator generator(rng_seed);
     StackActivations acts = stack_forward(comm, config, x.view(), seq, generator, recompute);
     const Tensor grad = stack_backward(comm, config, acts, w.view(), seq);
-    gather_rows(grad.view(), shard_token_indices(p.layout, p.S, cp_size, r), p.S, dx);
+    gather_rows(grad.view(), p.token_indices(cp_size, r), p.S, dx);
   });
   return dx;
 }

@@ -23,7 +23,7 @@ using Case = CausalDropoutCase;
 TEST(StrategyAgreement, ARankWithAnotherStrategyFailsEveryRankNamingIt) {
   const Case c;
   const RankOutcomes o = run_all(4, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 4, comm.rank(), &comm.memory());
     CpOptions options;
     if (comm.rank() == 2) options.strategy = Strategy::ulysses();
     attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(4, comm.rank()), c.params,
@@ -41,7 +41,7 @@ TEST(StrategyAgreement, ARankWithAnotherStrategyFailsEveryRankNamingIt) {
 TEST(StrategyAgreement, ARankWithAnotherRelayFailsEveryRankNamingIt) {
   const Case c;
   const RankOutcomes o = run_all(4, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 4, comm.rank(), &comm.memory());
     CpOptions options;
     options.document_aware = comm.rank() != 3;
     attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(4, comm.rank()), c.params,
@@ -76,7 +76,7 @@ TEST(StrategyAgreement, ARankThatDoesNotReduceDsinkFailsEveryRankNamingIt) {
 TEST(StrategyAgreement, ARankWithAnotherDtypeFailsEveryRankNamingIt) {
   const Case c;
   const RankOutcomes o = run_all(4, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 4, comm.rank(), &comm.memory());
     const Tensor x16 = dense_copy(x.view(), DType::kBF16, MemoryLayout::kBSHD, &comm.memory());
     const ConstView in = comm.rank() == 1 ? x16.view() : x.view();
     attention_forward(comm, in, in, in, c.p.sharding(4, comm.rank()), c.params, {1, 0});
@@ -91,7 +91,7 @@ TEST(StrategyAgreement, ARankWithAnotherDtypeFailsEveryRankNamingIt) {
 TEST(StrategyAgreement, AStateOfAnotherStrategyIsRefused) {
   const Case c;
   const RankOutcomes o = run_all(2, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 2, comm.rank(), &comm.memory());
     const SequenceSharding seq = c.p.sharding(2, comm.rank());
     CpOptions ulysses;
     ulysses.strategy = Strategy::ulysses();
@@ -110,7 +110,7 @@ TEST(StrategyAgreement, AStateOfAnotherStrategyIsRefused) {
 TEST(StrategyAgreement, AStrategyThatCannotRunTheCallFailsOnEveryRank) {
   const Case c;  // 4 heads
   const RankOutcomes o = run_all(3, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 3, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 3, comm.rank(), &comm.memory());
     CpOptions options;
     options.strategy = Strategy::ulysses();
     attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(3, comm.rank()), c.params,
@@ -126,7 +126,7 @@ TEST(StrategyAgreement, AStrategyThatCannotRunTheCallFailsOnEveryRank) {
 TEST(StrategyAgreement, RecomputeWithAnotherStrategyDiverges) {
   const Case c;
   const RankOutcomes o = run_all(2, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 2, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 2, comm.rank(), &comm.memory());
     const SequenceSharding seq = c.p.sharding(2, comm.rank());
     CpOptions hybrid;
     hybrid.strategy = Strategy::hybrid(2, 1);

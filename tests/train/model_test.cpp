@@ -40,7 +40,7 @@ TEST(ShardBatch, EachRankHoldsItsLayoutTokensAndTheirTargets) {
     for (int r = 0; r < 3; ++r) {
       SequenceSharding seq = SequenceSharding::of(layout, 11, 3, r);
       const ShardBatch shard = shard_batch(batch, seq);
-      const std::vector<int64_t> idx = shard_token_indices(layout, 11, 3, r);
+      const std::vector<int64_t> idx = shard_token_indices(seq, r);
       ASSERT_EQ(shard.local_len, static_cast<int64_t>(idx.size()));
       EXPECT_EQ(shard.total_tokens, 33);
       for (int64_t b = 0; b < 3; ++b) {
