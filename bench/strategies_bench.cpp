@@ -11,14 +11,20 @@
 //   mpirun -n 4 bench_strategies              the same over MPI processes (one rank each)
 //   bench_strategies --ulysses-check          Ulysses at P = 2 vs the single-rank kernel
 //   bench_strategies --docs-check             document-aware ring bytes at P = 8
+//   bench_strategies --balance-check          per-rank load of packed documents at P = 8,
+//                                             S = 32768: doc_zigzag vs zigzag (--seq S, --reps N,
+//                                             --docs-mean N: mean document length, S/16)
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <map>
+#include <numeric>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -30,6 +36,7 @@
 #include "cpattn/error.h"
 #include "cpattn/kernel.h"
 #include "cpattn/layout.h"
+#include "cpattn/mask.h"
 #include "cpattn/plan.h"
 #include "cpattn/stopwatch.h"
 #include "cpattn/thread_communicator.h"
@@ -47,11 +54,14 @@ using Group = std::function<void(const std::function<void(Communicator&)>&)>;
 
 struct Options {
   std::vector<int64_t> seqs = {8192};
+  bool seqs_given = false;  ///< --seq was given (--balance-check: else S = 32768)
   std::vector<int64_t> kv = {8, 2};
   int reps = 3;
   int ranks = 4;
   bool ulysses_check = false;
   bool docs_check = false;
+  bool balance_check = false;
+  int64_t docs_mean = 0;       ///< --balance-check: mean document length (0: S / 16)
   std::vector<Strategy> only;  ///< empty: every candidate strategy
 };
 
@@ -407,6 +417,150 @@ void docs_check() {
   }
 }
 
+// The CPU seconds this thread has run (CLOCK_THREAD_CPUTIME_ID): a rank's own compute, whatever
+// share of the cores the other in-process ranks take (they block on condition variables while
+// they wait for a message, so waiting costs no CPU time).
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// busiest / mean of per-rank values.
+double busiest_over_mean(const std::vector<double>& x) {
+  double sum = 0;
+  for (double v : x) sum += v;
+  return *std::max_element(x.begin(), x.end()) * static_cast<double>(x.size()) / sum;
+}
+
+// Per-rank load of the ring over packed documents of mixed lengths (docs/performance.md, "Load\n//
+// balance"): P = 8, S = 32768 (or --seq's first value), causal, document lengths drawn
+// exponentially with mean S/16 or --docs-mean (std::mt19937_64 seed 1,
+// std::exponential_distribution, floored, at least 1, the last one cut to S), Hq = 4, Hkv = 1,
+// Dqk = Dv = 64, one kernel thread per
+// rank. For doc_zigzag and zigzag, interleaved over --reps runs: busiest / mean over the ranks
+// of the visible (query, key) pairs (count_visible_pairs), of the pairs in 128 x 128 tiles the
+// mask does not hide (MaskRule::classify of the tiles of every (q shard, k/v block): what a tiled
+// kernel computes), of each rank's CPU seconds in the forward + backward (thread CPU time: the
+// kernel's work, unaffected by 8 ranks sharing the host's cores) and of CpStats::kernel_seconds
+// (wall time inside kernel calls, which the sharing of cores distorts); then the busiest rank's
+// CPU seconds of doc_zigzag over zigzag's.
+void balance_check(const Options& o) {
+  constexpr int P = 8;
+  constexpr int64_t kTile = 128;
+  const int64_t S = o.seqs_given ? o.seqs.front() : 32768;
+  PlanProblem p = problem_of(S, 1, P);
+  p.Hq = 4;
+  p.Dqk = p.Dv = 64;
+  std::mt19937_64 gen(1);
+  const int64_t mean = o.docs_mean > 0 ? o.docs_mean : S / 16;
+  std::exponential_distribution<double> length(1.0 / static_cast<double>(mean));
+  for (int64_t at = 0; at < S;) {
+    const int64_t l = std::min(S - at, std::max<int64_t>(1, static_cast<int64_t>(length(gen))));
+    p.doc_lengths.push_back(l);
+    at += l;
+  }
+  std::vector<int64_t> docs;
+  for (size_t d = 0; d < p.doc_lengths.size(); ++d)
+    docs.insert(docs.end(), static_cast<size_t>(p.doc_lengths[d]), static_cast<int64_t>(d));
+  std::vector<int64_t> all(static_cast<size_t>(S));
+  std::iota(all.begin(), all.end(), int64_t{0});
+  const MaskRule rule(p.params, true);
+  std::printf(
+      "\nLoad balance, P=%d, S=%lld, causal, %zu documents of exponential lengths (mean %lld, "
+      "seed 1; longest %lld), Hq=%lld Hkv=%lld D=%lld, ring, %d rep(s)\n",
+      P, static_cast<long long>(S), p.doc_lengths.size(), static_cast<long long>(mean),
+      static_cast<long long>(*std::max_element(p.doc_lengths.begin(), p.doc_lengths.end())),
+      static_cast<long long>(p.Hq), static_cast<long long>(p.Hkv), static_cast<long long>(p.Dqk),
+      o.reps);
+  const std::vector<Layout> layouts = {Layout::kDocZigzag, Layout::kZigzag};
+  std::map<Layout, std::vector<double>> visible, tiles, cpu_ratio, wall_ratio, busiest_cpu;
+  for (const Layout layout : layouts) {
+    SequenceSharding seq = SequenceSharding::of(layout, S, P, 0);
+    seq.docs = docs;
+    std::vector<std::vector<int64_t>> pos(P), doc(P);
+    for (int r = 0; r < P; ++r) {
+      pos[static_cast<size_t>(r)] = seq.local_positions(r);
+      doc[static_cast<size_t>(r)] = seq.local_docs(r);
+    }
+    for (int r = 0; r < P; ++r) {
+      const auto& qp = pos[static_cast<size_t>(r)];
+      const auto& qd = doc[static_cast<size_t>(r)];
+      visible[layout].push_back(
+          static_cast<double>(count_visible_pairs(qp, all, qd, docs, p.params)));
+      double computed = 0;
+      for (int b = 0; b < P; ++b) {
+        const auto& kp = pos[static_cast<size_t>(b)];
+        const auto& kd = doc[static_cast<size_t>(b)];
+        for (size_t i = 0; i < qp.size(); i += kTile) {
+          const size_t ni = std::min<size_t>(kTile, qp.size() - i);
+          const BlockRange q =
+              block_range(std::span(qp).subspan(i, ni), std::span(qd).subspan(i, ni));
+          for (size_t j = 0; j < kp.size(); j += kTile) {
+            const size_t nj = std::min<size_t>(kTile, kp.size() - j);
+            const BlockRange k =
+                block_range(std::span(kp).subspan(j, nj), std::span(kd).subspan(j, nj));
+            if (rule.classify(q, k) != BlockVisibility::kHidden) {
+              computed += static_cast<double>(ni * nj);
+            }
+          }
+        }
+      }
+      tiles[layout].push_back(computed);
+    }
+  }
+  for (int rep = 0; rep < o.reps; ++rep) {
+    for (const Layout layout : layouts) {
+      p.layout = layout;
+      std::vector<double> cpu(P), wall(P);
+      run_ranks(P, [&](Communicator& comm) {
+        SequenceSharding seq = SequenceSharding::of(layout, S, P, comm.rank());
+        seq.docs = docs;
+        MemoryCounter* mem = &comm.memory();
+        const Tensor q = shard(1, seq, p.Hq, p.Dqk, mem), k = shard(2, seq, p.Hkv, p.Dqk, mem),
+                     v = shard(3, seq, p.Hkv, p.Dv, mem), dout = shard(4, seq, p.Hq, p.Dv, mem);
+        CpStats stats;
+        CpOptions options;
+        options.stats = &stats;
+        comm.barrier();
+        const double cpu0 = thread_cpu_seconds();
+        const detail::CpForwardResult f = detail::cp_attention_forward(
+            comm, q.view(), k.view(), v.view(), seq, seq, p.params, {7, 0}, options);
+        detail::cp_attention_backward(comm, dout.view(), q.view(), k.view(), v.view(), f.out.view(),
+                                      f.lse.span(), seq, seq, p.params, f.rng, options);
+        cpu[static_cast<size_t>(comm.rank())] = thread_cpu_seconds() - cpu0;
+        wall[static_cast<size_t>(comm.rank())] = stats.kernel_seconds;
+      });
+      cpu_ratio[layout].push_back(busiest_over_mean(cpu));
+      wall_ratio[layout].push_back(busiest_over_mean(wall));
+      busiest_cpu[layout].push_back(*std::max_element(cpu.begin(), cpu.end()));
+    }
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf(
+      "| layout | visible pairs busiest/mean | computed tile pairs busiest/mean | tile pairs / "
+      "visible pairs | rank CPU s busiest/mean | CpStats kernel_seconds busiest/mean | busiest "
+      "rank CPU s |\n|---|---|---|---|---|---|---|\n");
+  for (const Layout layout : layouts) {
+    double v = 0, t = 0;
+    for (double x : visible[layout]) v += x;
+    for (double x : tiles[layout]) t += x;
+    std::printf("| %s | %.4f | %.4f | %.2f | %.4f | %.4f | %.2f |\n", layout_name(layout),
+                busiest_over_mean(visible[layout]), busiest_over_mean(tiles[layout]), t / v,
+                median(cpu_ratio[layout]), median(wall_ratio[layout]), median(busiest_cpu[layout]));
+  }
+  std::vector<double> speed;
+  for (int rep = 0; rep < o.reps; ++rep) {
+    speed.push_back(busiest_cpu[Layout::kDocZigzag][static_cast<size_t>(rep)] /
+                    busiest_cpu[Layout::kZigzag][static_cast<size_t>(rep)]);
+  }
+  std::printf("busiest rank CPU s, doc_zigzag / zigzag (median of the runs' ratios): %.3f\n",
+              median(speed));
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -417,6 +571,7 @@ Options parse(int argc, char** argv) {
     };
     if (a == "--seq") {
       o.seqs = parse_list(value());
+      o.seqs_given = true;
     } else if (a == "--kv") {
       o.kv = parse_list(value());
     } else if (a == "--reps") {
@@ -431,10 +586,16 @@ Options parse(int argc, char** argv) {
       o.ulysses_check = true;
     } else if (a == "--docs-check") {
       o.docs_check = true;
+    } else if (a == "--balance-check") {
+      o.balance_check = true;
+    } else if (a == "--docs-mean") {
+      o.docs_mean = std::stoll(value());
     } else {
       throw Error(ErrorCode::kInvalidArgument,
                   "usage: bench_strategies [--seq S,...] [--kv H,...] [--reps N] [--ranks P] "
-                  "[--only STRATEGY,...] [--ulysses-check] [--docs-check]; got " +
+                  "[--only STRATEGY,...] [--ulysses-check] [--docs-check] [--balance-check "
+                  "[--docs-mean N]]; "
+                  "got " +
                       a);
     }
   }
@@ -465,7 +626,8 @@ int main(int argc, char** argv) {
 #endif
   if (o.ulysses_check) ulysses_check(o);
   if (o.docs_check) docs_check();
-  if (o.ulysses_check || o.docs_check) return 0;
+  if (o.balance_check) balance_check(o);
+  if (o.ulysses_check || o.docs_check || o.balance_check) return 0;
   RunRanksOptions options;
   options.timeout = std::chrono::seconds(3600);
   const Group group = [&](const std::function<void(Communicator&)>& fn) {
