@@ -69,15 +69,14 @@ struct PlacedDocument {
   int rotation = 0;
 };
 
-// An exact, order-free comparison key: sums of products of int64 loads. 128 bits hold any product
-// of two loads; the sums saturate (never reached for sequences below 2^40 tokens), so the key is a
-// pure function of the loads on every machine.
+// Loads and comparison keys in unsigned 128-bit integers: exact while the products and sums fit
+// (sequences below 2^31 tokens), saturating beyond, so the keys are a pure function of the
+// documents on every machine and nothing overflows. (All keys saturated: rotation 0.)
 __extension__ using Key = unsigned __int128;
+constexpr Key kKeyMax = ~Key{0};
 
-Key key_add(Key sum, Key term) {
-  const Key next = sum + term;
-  return next < sum ? ~Key{0} : next;
-}
+Key key_add(Key a, Key b) { return a > kKeyMax - b ? kKeyMax : a + b; }
+Key key_mul(Key a, Key b) { return a != 0 && b > kKeyMax / a ? kKeyMax : a * b; }
 
 // The chunks c and 2P-1-c of a document of `length` tokens, as offsets in the document.
 std::array<TokenRange, 2> slot_chunks(int64_t length, int P, int c) {
@@ -86,7 +85,9 @@ std::array<TokenRange, 2> slot_chunks(int64_t length, int P, int c) {
 }
 
 // sum over t in [r.begin, r.end) of (t + 1): the causal pairs of those document offsets.
-int64_t causal_pairs(TokenRange r) { return r.size() * (r.begin + r.end + 1) / 2; }
+Key causal_pairs(TokenRange r) {
+  return key_mul(static_cast<uint64_t>(r.size()), static_cast<uint64_t>(r.begin + r.end + 1)) / 2;
+}
 
 std::vector<PlacedDocument> place_documents(const SequenceSharding& seq) {
   const int P = seq.cp_size;
@@ -96,10 +97,10 @@ std::vector<PlacedDocument> place_documents(const SequenceSharding& seq) {
     return placed;
   }
   // Loads of the documents placed so far, per rank.
-  std::vector<int64_t> tokens(static_cast<size_t>(P), 0), pairs(static_cast<size_t>(P), 0);
+  std::vector<Key> tokens(static_cast<size_t>(P), 0), pairs(static_cast<size_t>(P), 0);
   // What the document gives slot c (chunks c and 2P-1-c), for the slots that get anything.
   std::vector<int> slots;
-  std::vector<int64_t> slot_tokens(static_cast<size_t>(P)), slot_pairs(static_cast<size_t>(P));
+  std::vector<Key> slot_tokens(static_cast<size_t>(P)), slot_pairs(static_cast<size_t>(P));
   for (int64_t begin = 0; begin < seq.seq_len;) {
     int64_t end = begin + 1;
     while (end < seq.seq_len &&
@@ -110,8 +111,10 @@ std::vector<PlacedDocument> place_documents(const SequenceSharding& seq) {
     slots.clear();
     for (int c = 0; c < P; ++c) {
       const auto chunks = slot_chunks(doc.length, P, c);
-      slot_tokens[static_cast<size_t>(c)] = chunks[0].size() + chunks[1].size();
-      slot_pairs[static_cast<size_t>(c)] = causal_pairs(chunks[0]) + causal_pairs(chunks[1]);
+      slot_tokens[static_cast<size_t>(c)] =
+          static_cast<uint64_t>(chunks[0].size() + chunks[1].size());
+      slot_pairs[static_cast<size_t>(c)] =
+          key_add(causal_pairs(chunks[0]), causal_pairs(chunks[1]));
       if (slot_tokens[static_cast<size_t>(c)] > 0) slots.push_back(c);
     }
     // A length that is a multiple of 2P gives every slot the same tokens and causal pairs (the
@@ -119,17 +122,15 @@ std::vector<PlacedDocument> place_documents(const SequenceSharding& seq) {
     if (doc.length % (2 * int64_t{P}) != 0) {
       // Loads relative to the least loaded rank: every rotation hands out the same totals, so
       // subtracting a constant keeps the order of the keys and keeps them small.
-      const int64_t t0 = *std::min_element(tokens.begin(), tokens.end());
-      const int64_t c0 = *std::min_element(pairs.begin(), pairs.end());
-      Key best_tokens = ~Key{0}, best_pairs = ~Key{0};
+      const Key t0 = *std::min_element(tokens.begin(), tokens.end());
+      const Key c0 = *std::min_element(pairs.begin(), pairs.end());
+      Key best_tokens = kKeyMax, best_pairs = kKeyMax;
       for (int o = 0; o < P; ++o) {
         Key kt = 0, kp = 0;
         for (int c : slots) {
           const size_t r = static_cast<size_t>((o + c) % P);
-          kt = key_add(kt, Key(static_cast<uint64_t>(tokens[r] - t0)) *
-                               static_cast<uint64_t>(slot_tokens[static_cast<size_t>(c)]));
-          kp = key_add(kp, Key(static_cast<uint64_t>(pairs[r] - c0)) *
-                               static_cast<uint64_t>(slot_pairs[static_cast<size_t>(c)]));
+          kt = key_add(kt, key_mul(tokens[r] - t0, slot_tokens[static_cast<size_t>(c)]));
+          kp = key_add(kp, key_mul(pairs[r] - c0, slot_pairs[static_cast<size_t>(c)]));
         }
         if (kt < best_tokens || (kt == best_tokens && kp < best_pairs)) {
           best_tokens = kt;
@@ -140,8 +141,8 @@ std::vector<PlacedDocument> place_documents(const SequenceSharding& seq) {
     }
     for (int c : slots) {
       const size_t r = static_cast<size_t>((doc.rotation + c) % P);
-      tokens[r] += slot_tokens[static_cast<size_t>(c)];
-      pairs[r] += slot_pairs[static_cast<size_t>(c)];
+      tokens[r] = key_add(tokens[r], slot_tokens[static_cast<size_t>(c)]);
+      pairs[r] = key_add(pairs[r], slot_pairs[static_cast<size_t>(c)]);
     }
     placed.push_back(doc);
     begin = end;
