@@ -184,10 +184,10 @@ TEST(CpFeatures, DsinkIsTheSameBitsOnEveryRankOrEachRanksShare) {
         const int r = comm.rank();
         const SequenceSharding seq = SequenceSharding::of(Layout::kZigzag, 61, P, r);
         MemoryCounter* mem = &comm.memory();
-        const Tensor q = shard_tensor(whole.q.view(), seq.layout, P, r, mem);
-        const Tensor k = shard_tensor(whole.k.view(), seq.layout, P, r, mem);
-        const Tensor v = shard_tensor(whole.v.view(), seq.layout, P, r, mem);
-        const Tensor dout = shard_tensor(whole.dout.view(), seq.layout, P, r, mem);
+        const Tensor q = shard_tensor(whole.q.view(), seq, r, mem);
+        const Tensor k = shard_tensor(whole.k.view(), seq, r, mem);
+        const Tensor v = shard_tensor(whole.v.view(), seq, r, mem);
+        const Tensor dout = shard_tensor(whole.dout.view(), seq, r, mem);
         CpOptions options;
         options.strategy = strategy;
         options.reduce_dsink = reduce;

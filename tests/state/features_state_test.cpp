@@ -82,9 +82,7 @@ Gathered safe_api(const Whole& w, const AttentionParams& params, bool docs,
     SequenceSharding seq = SequenceSharding::of(Layout::kZigzag, kS, P, r);
     if (docs) seq.docs = documents();
     MemoryCounter* mem = &comm.memory();
-    const auto shard = [&](const Tensor& t) {
-      return shard_tensor(t.view(), seq.layout, P, r, mem);
-    };
+    const auto shard = [&](const Tensor& t) { return shard_tensor(t.view(), seq, r, mem); };
     const Tensor q = shard(w.q), k = shard(w.k), v = shard(w.v), dout = shard(w.dout);
     CpOptions options;
     options.strategy = strategy;
@@ -103,7 +101,7 @@ Gathered safe_api(const Whole& w, const AttentionParams& params, bool docs,
       grads = attention_backward(comm, dout.view(), q.view(), k.view(), v.view(), f, seq, params,
                                  rng, options);
     }
-    const std::vector<int64_t> idx = shard_token_indices(seq.layout, kS, P, r);
+    const std::vector<int64_t> idx = shard_token_indices(seq, r);
     const std::lock_guard<std::mutex> lock(mu);
     gather_rows(grads.dq.view(), idx, kS, g.dq);
     gather_rows(grads.dk.view(), idx, kS, g.dk);
@@ -188,8 +186,8 @@ TEST(SafeApiFeatures, BackwardOrRecomputeWithOtherFeaturesIsRefusedNamingTheFiel
         const int r = comm.rank();
         SequenceSharding seq = SequenceSharding::of(Layout::kZigzag, kS, 2, r);
         seq.docs = documents();
-        const Tensor q = shard_tensor(w.q.view(), seq.layout, 2, r, &comm.memory());
-        const Tensor kv = shard_tensor(w.k.view(), seq.layout, 2, r, &comm.memory());
+        const Tensor q = shard_tensor(w.q.view(), seq, r, &comm.memory());
+        const Tensor kv = shard_tensor(w.k.view(), seq, r, &comm.memory());
         const AttentionParams params = featured(false);
         AttentionParams other = params;
         change(other);
@@ -222,8 +220,8 @@ TEST(SafeApiFeatures, ARankWithOtherFeaturesFailsEveryRankNamingTheField) {
       const int r = comm.rank();
       SequenceSharding seq = SequenceSharding::of(Layout::kZigzag, kS, 4, r);
       seq.docs = documents();
-      const Tensor q = shard_tensor(w.q.view(), seq.layout, 4, r, &comm.memory());
-      const Tensor kv = shard_tensor(w.k.view(), seq.layout, 4, r, &comm.memory());
+      const Tensor q = shard_tensor(w.q.view(), seq, r, &comm.memory());
+      const Tensor kv = shard_tensor(w.k.view(), seq, r, &comm.memory());
       AttentionParams params = featured(false);
       if (r == 2) change(params);
       attention_forward(comm, q.view(), kv.view(), kv.view(), seq, params, {3, 0});

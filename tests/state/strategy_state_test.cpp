@@ -59,7 +59,7 @@ TEST(StrategyAgreement, ARankWithAnotherRelayFailsEveryRankNamingIt) {
 TEST(StrategyAgreement, ARankThatDoesNotReduceDsinkFailsEveryRankNamingIt) {
   const Case c;
   const RankOutcomes o = run_all(4, [&](Communicator& comm) {
-    const Tensor x = shard_tensor(c.p.x.view(), c.p.layout, 4, comm.rank(), &comm.memory());
+    const Tensor x = c.p.shard(c.p.x, 4, comm.rank(), &comm.memory());
     CpOptions options;
     options.reduce_dsink = comm.rank() != 1;
     attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(4, comm.rank()), c.params,
