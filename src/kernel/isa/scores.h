@@ -20,25 +20,32 @@ namespace cpattn::detail::CPATTN_ISA_NS {
 template <bool kCap, bool kAlibi>
 struct ScoreMap {
   static constexpr bool kHasCap = kCap;
-  VF scale, cap, inv_cap, slope;
+  VF scale, cap, scale_over_cap, slope;
   const float* q_rel;  ///< [columns] float(q_pos - base), 0 in padding columns
   const float* k_rel;  ///< [keys] float(k_pos - base)
 
-  /// s of key row j, query columns c .. c + kLanes - 1, from their raw products.
+  /// s of key row j, query columns c .. c + kLanes - 1, from their raw products (with a cap,
+  /// softcap * tanh(raw * (scale / softcap)): one multiply fewer than scaling first).
   VF operator()(VF raw, int64_t j, int64_t c) const {
-    VF s = raw * scale;
-    if constexpr (kCap) s = cap * tanh_v(s * inv_cap);
+    VF s;
+    if constexpr (kCap) {
+      s = cap * tanh_v(raw * scale_over_cap);
+    } else {
+      s = raw * scale;
+    }
     if constexpr (kAlibi) s = s - slope * abs_v(load(q_rel + c) - splat(k_rel[j]));
     return s;
   }
   /// The same s, and in `dcap` its derivative in the scaled score, 1 - tanh^2 (the backward's
   /// factor of dS; only with kCap).
   VF operator()(VF raw, int64_t j, int64_t c, VF& dcap) const {
-    VF s = raw * scale;
+    VF s;
     if constexpr (kCap) {
-      const VF t = tanh_v(s * inv_cap);
+      const VF t = tanh_v(raw * scale_over_cap);
       dcap = 1.0f - t * t;
       s = cap * t;
+    } else {
+      s = raw * scale;
     }
     if constexpr (kAlibi) s = s - slope * abs_v(load(q_rel + c) - splat(k_rel[j]));
     return s;
@@ -75,7 +82,7 @@ void with_score_map(const Problem& p, int64_t h, const TileRange& q, int64_t col
   const auto run = [&](auto map) {
     map.scale = splat(p.scale);
     map.cap = splat(c);
-    map.inv_cap = splat(1.0f / c);
+    map.scale_over_cap = splat(p.scale / c);
     map.slope = splat(slope);
     map.q_rel = q_rel;
     map.k_rel = k_rel;
