@@ -440,8 +440,8 @@ double busiest_over_mean(const std::vector<double>& x) {
 // Dqk = Dv = 64, one kernel thread per
 // rank. For doc_zigzag and zigzag, interleaved over --reps runs: busiest / mean over the ranks
 // of the visible (query, key) pairs (count_visible_pairs), of the pairs in 128 x 128 tiles the
-// mask does not hide (MaskRule::classify of the tiles of every (q shard, k/v block): what a tiled
-// kernel computes), of each rank's CPU seconds in the forward + backward (thread CPU time: the
+// mask does not hide (count_computed_pairs of every (q shard, k/v block), the kernel's tiling rule
+// and tile skipping: what the kernel computes), of each rank's CPU seconds in the forward + backward (thread CPU time: the
 // kernel's work, unaffected by 8 ranks sharing the host's cores) and of CpStats::kernel_seconds
 // (wall time inside kernel calls, which the sharing of cores distorts); then the busiest rank's
 // CPU seconds of doc_zigzag over zigzag's.
@@ -465,7 +465,6 @@ void balance_check(const Options& o) {
     docs.insert(docs.end(), static_cast<size_t>(p.doc_lengths[d]), static_cast<int64_t>(d));
   std::vector<int64_t> all(static_cast<size_t>(S));
   std::iota(all.begin(), all.end(), int64_t{0});
-  const MaskRule rule(p.params, true);
   std::printf(
       "\nLoad balance, P=%d, S=%lld, causal, %zu documents of exponential lengths (mean %lld, "
       "seed 1; longest %lld), Hq=%lld Hkv=%lld D=%lld, ring, %d rep(s)\n",
@@ -490,21 +489,9 @@ void balance_check(const Options& o) {
           static_cast<double>(count_visible_pairs(qp, all, qd, docs, p.params)));
       double computed = 0;
       for (int b = 0; b < P; ++b) {
-        const auto& kp = pos[static_cast<size_t>(b)];
-        const auto& kd = doc[static_cast<size_t>(b)];
-        for (size_t i = 0; i < qp.size(); i += kTile) {
-          const size_t ni = std::min<size_t>(kTile, qp.size() - i);
-          const BlockRange q =
-              block_range(std::span(qp).subspan(i, ni), std::span(qd).subspan(i, ni));
-          for (size_t j = 0; j < kp.size(); j += kTile) {
-            const size_t nj = std::min<size_t>(kTile, kp.size() - j);
-            const BlockRange k =
-                block_range(std::span(kp).subspan(j, nj), std::span(kd).subspan(j, nj));
-            if (rule.classify(q, k) != BlockVisibility::kHidden) {
-              computed += static_cast<double>(ni * nj);
-            }
-          }
-        }
+        computed += static_cast<double>(
+            count_computed_pairs(qp, pos[static_cast<size_t>(b)], qd, doc[static_cast<size_t>(b)],
+                                 p.params, kTile, kTile));
       }
       tiles[layout].push_back(computed);
     }

@@ -41,9 +41,10 @@ enum class Layout {
   /// document, and any whose length is a multiple of 2P, gets o_d = 0, so a sequence of one
   /// document is split exactly as kZigzag. Measured (docs/design.md section 5.1): the ranks'
   /// token counts differ by at most 2 and the busiest rank's visible pairs are within 0.6% of the
-  /// mean for mixed lengths, causal and full; but a rank holds L_d / P tokens of every document,
-  /// so for documents short against 2P x 128 tokens the kernel's 128 x 128 tiles span several
-  /// documents and compute pairs the mask hides.
+  /// mean for mixed lengths, causal and full. A rank holds pieces of L_d / P tokens of every
+  /// document; the kernel's tiles end at document boundaries and position jumps (tile_spans,
+  /// cpattn/mask.h), so those pieces cost their visible pairs, not whole tiles of mixed
+  /// documents.
   kDocZigzag,
 };
 

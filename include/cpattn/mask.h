@@ -128,4 +128,28 @@ int64_t count_visible_pairs(std::span<const int64_t> q_pos, std::span<const int6
                             std::span<const int64_t> q_doc, std::span<const int64_t> k_doc,
                             const AttentionParams& params);
 
+/// Rows [begin, begin + size) of one tile of a sequence: the kernel's unit of work and of its
+/// mask's classification (tile_spans).
+struct TileSpan {
+  int64_t begin = 0, size = 0;
+};
+
+/// The kernel's tiling of a sequence of pos.size() tokens (doc: empty, or one id per token):
+/// consecutive tiles of at most `tile` rows (>= 1), each ending early at a run boundary
+/// (another document id, or a position jump of more than `tile` or backwards) once it holds
+/// tile / 4 rows. A tile that straddled two documents, or the two zigzag chunks of one, would be
+/// classified by a range box of mostly invisible pairs and computed in full; the floor keeps
+/// tiny documents from making tiny tiles. One run (one document, consecutive positions): tiles
+/// of exactly `tile` rows, the last shorter. The kernel (src/kernel/tiles.cpp), the planner's
+/// compute model and the benchmarks tile with it.
+std::vector<TileSpan> tile_spans(std::span<const int64_t> pos, std::span<const int64_t> doc,
+                                 int64_t tile);
+
+/// Number of (query, key) pairs a kernel call computes: those of the pairs of q_tile x k_tile
+/// tiles (tile_spans) that MaskRule::classify does not hide, partially visible tiles counted
+/// whole: the work behind count_visible_pairs' pairs. Arguments as count_visible_pairs.
+int64_t count_computed_pairs(std::span<const int64_t> q_pos, std::span<const int64_t> k_pos,
+                             std::span<const int64_t> q_doc, std::span<const int64_t> k_doc,
+                             const AttentionParams& params, int64_t q_tile, int64_t k_tile);
+
 }  // namespace cpattn

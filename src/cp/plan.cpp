@@ -36,9 +36,10 @@ SequenceSharding sharding(const PlanProblem& p, const std::vector<int64_t>& docs
   return s;
 }
 
-// The (query, key) pairs a kernel call computes: those of its 128 x 128 tiles (in the call's
-// token order) that the mask does not hide entirely (MaskRule::classify of the tiles' ranges,
-// the kernel's own tile skipping), so partially visible tiles count whole.
+// The (query, key) pairs a kernel call computes: those of its 128 x 128 tiles (the kernel's
+// tiling rule, tile_spans, in the call's token order) that the mask does not hide entirely
+// (MaskRule::classify of the tiles' ranges, the kernel's own tile skipping), so partially
+// visible tiles count whole.
 constexpr int64_t kTile = 128;
 struct Tiles {
   std::vector<BlockRange> ranges;
@@ -46,10 +47,10 @@ struct Tiles {
 };
 Tiles tiles_of(std::span<const int64_t> pos, std::span<const int64_t> doc) {
   Tiles t;
-  for (size_t at = 0; at < pos.size(); at += kTile) {
-    const size_t n = std::min<size_t>(kTile, pos.size() - at);
+  for (const TileSpan& span : tile_spans(pos, doc, kTile)) {
+    const size_t at = static_cast<size_t>(span.begin), n = static_cast<size_t>(span.size);
     t.ranges.push_back(block_range(pos.subspan(at, n), doc.empty() ? doc : doc.subspan(at, n)));
-    t.sizes.push_back(static_cast<int64_t>(n));
+    t.sizes.push_back(span.size);
   }
   return t;
 }

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "cpattn/error.h"
 
@@ -197,6 +199,61 @@ int64_t count_visible_pairs(std::span<const int64_t> q_pos, std::span<const int6
     const int64_t qd = docs ? q_doc[i] : 0;
     for (size_t j = 0; j < k_pos.size(); ++j) {
       n += rule.visible(q_pos[i], k_pos[j], qd, docs ? k_doc[j] : 0);
+    }
+  }
+  return n;
+}
+
+std::vector<TileSpan> tile_spans(std::span<const int64_t> pos, std::span<const int64_t> doc,
+                                 int64_t tile) {
+  const int64_t n = static_cast<int64_t>(pos.size());
+  const int64_t min_rows = std::max<int64_t>(1, tile / 4);
+  // Token i starts a new run: another document, or a jump in positions.
+  const auto run_starts = [&](int64_t i) {
+    const size_t at = static_cast<size_t>(i);
+    if (!doc.empty() && doc[at] != doc[at - 1]) return true;
+    const int64_t step = pos[at] - pos[at - 1];  // positions are >= 0: no overflow
+    return step < 0 || step > tile;
+  };
+  std::vector<TileSpan> spans;
+  spans.reserve(static_cast<size_t>((n + tile - 1) / tile));
+  for (int64_t begin = 0; begin < n;) {
+    int64_t end = std::min(begin + tile, n);
+    for (int64_t i = begin + min_rows; i < end; ++i) {
+      if (run_starts(i)) {
+        end = i;
+        break;
+      }
+    }
+    spans.push_back({begin, end - begin});
+    begin = end;
+  }
+  return spans;
+}
+
+int64_t count_computed_pairs(std::span<const int64_t> q_pos, std::span<const int64_t> k_pos,
+                             std::span<const int64_t> q_doc, std::span<const int64_t> k_doc,
+                             const AttentionParams& params, int64_t q_tile, int64_t k_tile) {
+  const bool docs = !q_doc.empty() && !k_doc.empty();
+  const MaskRule rule(params, docs);
+  const auto ranges = [&](std::span<const int64_t> pos, std::span<const int64_t> doc,
+                          int64_t tile) {
+    std::vector<std::pair<BlockRange, int64_t>> r;
+    for (const TileSpan& t : tile_spans(pos, docs ? doc : std::span<const int64_t>{}, tile)) {
+      const auto rows = [&](std::span<const int64_t> x) {
+        return x.empty() ? x : x.subspan(static_cast<size_t>(t.begin), static_cast<size_t>(t.size));
+      };
+      r.emplace_back(block_range(rows(pos), docs ? rows(doc) : std::span<const int64_t>{}),
+                     t.size);
+    }
+    return r;
+  };
+  const auto q = ranges(q_pos, q_doc, q_tile), k = ranges(k_pos, k_doc, k_tile);
+  int64_t n = 0;
+  for (const auto& [qr, qn] : q) {
+    const std::vector<uint32_t> slices = rule.slices_meeting(qr);
+    for (const auto& [kr, kn] : k) {
+      if (rule.classify(qr, kr, slices) != BlockVisibility::kHidden) n += qn * kn;
     }
   }
   return n;

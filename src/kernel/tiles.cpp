@@ -9,16 +9,14 @@ namespace cpattn::detail {
 
 std::vector<TileRange> make_tiles(std::span<const int64_t> pos, std::span<const int64_t> doc,
                                   int64_t tile) {
-  const int64_t n = static_cast<int64_t>(pos.size());
   std::vector<TileRange> tiles;
-  tiles.reserve(static_cast<size_t>((n + tile - 1) / tile));
-  for (int64_t begin = 0; begin < n; begin += tile) {
+  for (const TileSpan& span : tile_spans(pos, doc, tile)) {
     TileRange t;
-    t.begin = begin;
-    t.size = std::min(tile, n - begin);
-    t.index = begin / tile;
+    t.begin = span.begin;
+    t.size = span.size;
+    t.index = static_cast<int64_t>(tiles.size());
     const auto rows = [&](std::span<const int64_t> x) {
-      return x.empty() ? x : x.subspan(static_cast<size_t>(begin), static_cast<size_t>(t.size));
+      return x.empty() ? x : x.subspan(static_cast<size_t>(t.begin), static_cast<size_t>(t.size));
     };
     t.range = block_range(rows(pos), rows(doc));
     tiles.push_back(t);

@@ -16,12 +16,12 @@ namespace cpattn::detail {
 /// document ids.
 struct TileRange {
   int64_t begin = 0, size = 0;
-  int64_t index = 0;  ///< the tile's number in its sequence (begin / tile)
+  int64_t index = 0;  ///< the tile's number in its sequence (0, 1, ...)
   BlockRange range;
 };
 
-/// Splits a sequence of pos.size() tokens into tiles of `tile` rows (the last may be shorter)
-/// and computes each tile's ranges, once per call. doc may be empty.
+/// The tiles of tile_spans (cpattn/mask.h: at most `tile` rows, ending early at document
+/// boundaries and position jumps) with each tile's ranges, once per call. doc may be empty.
 std::vector<TileRange> make_tiles(std::span<const int64_t> pos, std::span<const int64_t> doc,
                                   int64_t tile);
 
