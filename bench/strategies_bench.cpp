@@ -441,10 +441,10 @@ double busiest_over_mean(const std::vector<double>& x) {
 // rank. For doc_zigzag and zigzag, interleaved over --reps runs: busiest / mean over the ranks
 // of the visible (query, key) pairs (count_visible_pairs), of the pairs in 128 x 128 tiles the
 // mask does not hide (count_computed_pairs of every (q shard, k/v block), the kernel's tiling rule
-// and tile skipping: what the kernel computes), of each rank's CPU seconds in the forward + backward (thread CPU time: the
-// kernel's work, unaffected by 8 ranks sharing the host's cores) and of CpStats::kernel_seconds
-// (wall time inside kernel calls, which the sharing of cores distorts); then the busiest rank's
-// CPU seconds of doc_zigzag over zigzag's.
+// and tile skipping: what the kernel computes), of each rank's CPU seconds in the forward +
+// backward (thread CPU time: the kernel's work, unaffected by 8 ranks sharing the host's cores) and
+// of CpStats::kernel_seconds (wall time inside kernel calls, which the sharing of cores distorts);
+// then the busiest rank's CPU seconds of doc_zigzag over zigzag's.
 void balance_check(const Options& o) {
   constexpr int P = 8;
   constexpr int64_t kTile = 128;
@@ -489,9 +489,9 @@ void balance_check(const Options& o) {
           static_cast<double>(count_visible_pairs(qp, all, qd, docs, p.params)));
       double computed = 0;
       for (int b = 0; b < P; ++b) {
-        computed += static_cast<double>(
-            count_computed_pairs(qp, pos[static_cast<size_t>(b)], qd, doc[static_cast<size_t>(b)],
-                                 p.params, kTile, kTile));
+        computed += static_cast<double>(count_computed_pairs(qp, pos[static_cast<size_t>(b)], qd,
+                                                             doc[static_cast<size_t>(b)], p.params,
+                                                             kTile, kTile));
       }
       tiles[layout].push_back(computed);
     }

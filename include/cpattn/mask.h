@@ -135,13 +135,14 @@ struct TileSpan {
 };
 
 /// The kernel's tiling of a sequence of pos.size() tokens (doc: empty, or one id per token):
-/// consecutive tiles of at most `tile` rows (>= 1), each ending early at a run boundary
-/// (another document id, or a position jump of more than `tile` or backwards) once it holds
-/// tile / 4 rows. A tile that straddled two documents, or the two zigzag chunks of one, would be
-/// classified by a range box of mostly invisible pairs and computed in full; the floor keeps
-/// tiny documents from making tiny tiles. One run (one document, consecutive positions): tiles
-/// of exactly `tile` rows, the last shorter. The kernel (src/kernel/tiles.cpp), the planner's
-/// compute model and the benchmarks tile with it.
+/// consecutive tiles of at most `tile` rows (>= 1) that end early at run boundaries (another
+/// document id, or a position jump of more than `tile` or backwards): a tile that starts a run
+/// ends at the first boundary once it holds tile / 4 rows (runs shorter than that, tiny
+/// documents, share a tile rather than make tiny ones); a tile that continues a run cut by the
+/// size ends where the run does. A tile that straddled two documents, or the two zigzag chunks of
+/// one, would be classified by a range box of mostly invisible pairs and computed in full. One
+/// run (one document, consecutive positions): tiles of exactly `tile` rows, the last shorter. The
+/// kernel (src/kernel/tiles.cpp), the planner's compute model and the benchmarks tile with it.
 std::vector<TileSpan> tile_spans(std::span<const int64_t> pos, std::span<const int64_t> doc,
                                  int64_t tile);
 

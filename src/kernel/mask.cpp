@@ -219,7 +219,10 @@ std::vector<TileSpan> tile_spans(std::span<const int64_t> pos, std::span<const i
   spans.reserve(static_cast<size_t>((n + tile - 1) / tile));
   for (int64_t begin = 0; begin < n;) {
     int64_t end = std::min(begin + tile, n);
-    for (int64_t i = begin + min_rows; i < end; ++i) {
+    // A tile that starts a run ends at a boundary once it holds min_rows rows (shorter runs, tiny
+    // documents, join it); one that continues a run cut by the size ends at its run's end.
+    const bool continues_run = begin > 0 && !run_starts(begin);
+    for (int64_t i = begin + (continues_run ? 1 : min_rows); i < end; ++i) {
       if (run_starts(i)) {
         end = i;
         break;
@@ -243,8 +246,7 @@ int64_t count_computed_pairs(std::span<const int64_t> q_pos, std::span<const int
       const auto rows = [&](std::span<const int64_t> x) {
         return x.empty() ? x : x.subspan(static_cast<size_t>(t.begin), static_cast<size_t>(t.size));
       };
-      r.emplace_back(block_range(rows(pos), docs ? rows(doc) : std::span<const int64_t>{}),
-                     t.size);
+      r.emplace_back(block_range(rows(pos), docs ? rows(doc) : std::span<const int64_t>{}), t.size);
     }
     return r;
   };
