@@ -91,6 +91,21 @@ TEST_P(TanhV, WithinTheUlpBound) {
   EXPECT_GT(abs_pos, 0.25 * 0x1.0p-24);
 }
 
+// Never beyond +-1: every float of [4, 10] (below, |tanh| < 0.9994 leaves room for the error
+// bound), where the generic copy needs its clamp and the FMA copies do without.
+TEST_P(TanhV, NeverBeyondOne) {
+  const IsaKernels isa = isa_kernels(GetParam());
+  constexpr int64_t kBatch = 4096;
+  std::vector<float> x(kBatch), y(kBatch);
+  float worst = 0.0f;
+  for (uint32_t u = to_bits(4.0f); u <= to_bits(10.0f); u += kBatch) {
+    for (int64_t l = 0; l < kBatch; ++l) x[l] = from_bits(u + static_cast<uint32_t>(l));
+    isa.tanh(x.data(), y.data(), kBatch);
+    for (float v : y) worst = std::max(worst, v);
+  }
+  EXPECT_LE(worst, 1.0f);
+}
+
 TEST_P(TanhV, EdgesAndSpecialValues) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   std::vector<float> x(16, 0.0f), y(16);

@@ -20,16 +20,17 @@ namespace cpattn::detail::CPATTN_ISA_NS {
 template <bool kCap, bool kAlibi>
 struct ScoreMap {
   static constexpr bool kHasCap = kCap;
-  VF scale, cap, scale_over_cap, slope;
+  VF scale, cap, inv_cap, half_scale_over_cap, slope;
   const float* q_rel;  ///< [columns] float(q_pos - base), 0 in padding columns
   const float* k_rel;  ///< [keys] float(k_pos - base)
 
   /// s of key row j, query columns c .. c + kLanes - 1, from their raw products (with a cap,
-  /// softcap * tanh(raw * (scale / softcap)): one multiply fewer than scaling first).
+  /// softcap * tanh(2 raw (scale / (2 softcap))): the scale and the tanh's half angle in one
+  /// multiply, the softcap folded into the tanh's numerator).
   VF operator()(VF raw, int64_t j, int64_t c) const {
     VF s;
     if constexpr (kCap) {
-      s = cap * tanh_v(raw * scale_over_cap);
+      s = scaled_tanh_of_double_v(raw * half_scale_over_cap, cap);
     } else {
       s = raw * scale;
     }
@@ -41,9 +42,9 @@ struct ScoreMap {
   VF operator()(VF raw, int64_t j, int64_t c, VF& dcap) const {
     VF s;
     if constexpr (kCap) {
-      const VF t = tanh_v(raw * scale_over_cap);
+      s = scaled_tanh_of_double_v(raw * half_scale_over_cap, cap);  // the forward's bits
+      const VF t = s * inv_cap;
       dcap = 1.0f - t * t;
-      s = cap * t;
     } else {
       s = raw * scale;
     }
@@ -82,7 +83,8 @@ void with_score_map(const Problem& p, int64_t h, const TileRange& q, int64_t col
   const auto run = [&](auto map) {
     map.scale = splat(p.scale);
     map.cap = splat(c);
-    map.scale_over_cap = splat(p.scale / c);
+    map.inv_cap = splat(1.0f / c);
+    map.half_scale_over_cap = splat(0.5f * p.scale / c);
     map.slope = splat(slope);
     map.q_rel = q_rel;
     map.k_rel = k_rel;

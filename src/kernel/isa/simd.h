@@ -144,19 +144,24 @@ inline VF exp_v(VF x) {
 /// |x| for each lane (the sign bit cleared; NaN stays NaN).
 inline VF abs_v(VF x) { return as_float(as_int(x) & 0x7FFFFFFF); }
 
-/// tanh(x) for each lane (logit soft-capping, docs/design.md section 1), in 6 FMAs, 8 other
-/// operations and one division, since the forward pays it once per score (about a 256-FMA share
-/// of the products at D = 128): u = tanh(x / 2) as c P(c^2) / Q(c^2), c = x / 2 clamped to
-/// [-4.5, 4.5], a [7/6] rational minimax approximation on [0, 4.5] fitted for this kernel
-/// (Lawson's iteration on the relative error; its own error 0.38 ulp), then the double angle
-/// tanh x = 2u / (1 + u^2), taken in one division as 2 cP Q / (Q^2 + (cP)^2). Near +-1, where
-/// the softcap's logits saturate, the double angle damps u's rounding by 1 - u^2; the fp32
-/// evaluation's rounding shows at small |x|, in ulps of a small result (tests/kernel/tanh_test.cpp
-/// states both bounds). From |x| = 9 on the result is the value at 9, within an ulp of +-1 and
-/// never beyond (checked over every float of [0, 10]); odd by construction, the sign of zero kept;
-/// NaN stays NaN. Lane-wise, so the same bits for any lane count.
-inline VF tanh_v(VF x) {
-  const VF c = vmin(vmax(x * 0.5f, splat(-4.5f)), splat(4.5f));
+/// scale * tanh(2 h) for each lane, scale > 0 (the softcap; tanh_v is tanh itself), for logit
+/// soft-capping (docs/design.md section 1) in 6 FMAs, 6 other operations and one division,
+/// since the forward pays it once per score (about a 256-FMA share of the products at D = 128):
+/// u = tanh(h) as c P(c^2) / Q(c^2), c = h clamped to [-4.5, 4.5] (the caller folds the half of
+/// x = 2h into its own multiply), a [7/6] rational
+/// minimax approximation on [0, 4.5] fitted for this kernel (Lawson's iteration on the relative
+/// error; its own error 0.38 ulp), then the double angle tanh 2h = 2u / (1 + u^2), taken in one
+/// division as (2 scale) cP Q / (Q^2 + (cP)^2), the scale folded into the numerator. Near +-1,
+/// where capped logits saturate, the double angle damps u's rounding by 1 - u^2; the fp32
+/// evaluation's rounding shows at small |x|, in ulps of a small result
+/// (tests/kernel/tanh_test.cpp states both bounds for scale 1). From |h| = 4.5 on the result is
+/// the value at 9, within an ulp of +-scale and never beyond; odd by construction, the sign of
+/// zero kept; NaN stays NaN. Lane-wise, so the same bits for any lane count.
+inline VF scaled_tanh_of_double_v(VF h, VF scale) {
+  // The clamps keep NaN: (4.5 < h ? 4.5 : h) is h when h is NaN (vmin's order would give 4.5).
+  const VF hi = splat(4.5f), lo = splat(-4.5f);
+  const VF c0 = hi < h ? hi : h;
+  const VF c = lo > c0 ? lo : c0;
   const VF y = c * c;
   VF p = splat(5.497644452e-06f);
   p = p * y + 2.557787811e-03f;
@@ -167,9 +172,20 @@ inline VF tanh_v(VF x) {
   q = q * y + 4.592971206e-01f;
   q = q * y + 1.0f;
   const VF n = c * p;  // tanh(x / 2) = n / q
-  // 2nq <= q^2 + n^2, but without fused multiply-adds (generic) near +-1 it may round above.
-  const VF t = vmin(vmax((n + n) * q / (q * q + n * n), splat(-1.0f)), splat(1.0f));
-  return x == x ? t : x;  // the clamp turned NaN into -4.5
+  const VF t = n * (scale + scale) * q / (q * q + n * n);
+#if !defined(__FMA__)
+  // 2nq <= q^2 + n^2, but without fused multiply-adds (the generic copy) near +-1 it may round
+  // above; the FMA copies never do (tests/kernel/tanh_test.cpp checks every float from 4 on).
+  // NaN kept, as above.
+  const VF minus_scale = -scale;
+  const VF t0 = scale < t ? scale : t;
+  return minus_scale > t0 ? minus_scale : t0;
+#else
+  return t;
+#endif
 }
+
+/// tanh(x) for each lane: scaled_tanh_of_double_v of x / 2 with scale 1.
+inline VF tanh_v(VF x) { return scaled_tanh_of_double_v(x * 0.5f, splat(1.0f)); }
 
 }  // namespace cpattn::detail::CPATTN_ISA_NS
