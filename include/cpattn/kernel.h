@@ -188,7 +188,8 @@ struct AttentionGradients {
   Tensor dk;
   Tensor dv;
   /// fp32 [Hq of the whole call]: the gradient of AttentionParams::sink (BackwardOptions::dsink;
-  /// under CP summed over every rank's rows, the same on every rank); empty without sinks.
+  /// under CP summed over every rank's rows, the same on every rank, unless
+  /// CpOptions::reduce_dsink is false: then each rank's own share); empty without sinks.
   Tensor dsink{};
 };
 KernelForwardResult attention_kernel_forward(const AttentionInputs& in,

@@ -38,6 +38,14 @@ struct MaskSlice {
   friend bool operator==(const MaskSlice&, const MaskSlice&) = default;
 };
 
+/// The range of a nonzero AttentionParams::softcap, 2^-60 .. 2^60: the kernel computes
+/// 1 / softcap and products of about 1000 softcap in fp32 (docs/design.md section 3).
+inline constexpr float kMinSoftcap = 0x1.0p-60f;
+inline constexpr float kMaxSoftcap = 0x1.0p60f;
+/// The largest |AttentionParams::alibi_slopes[h]|, 2^60: slope x |q_pos - k_pos| stays finite in
+/// fp32 for any int64 positions.
+inline constexpr float kMaxAlibiSlope = 0x1.0p60f;
+
 /// The parameters of one attention call.
 struct AttentionParams {
   /// Multiplies <q, k>. Default (nullopt): 1 / sqrt(Dqk). Must be finite.
@@ -52,11 +60,12 @@ struct AttentionParams {
   /// 1 / (1 - dropout_p). The mask follows the contract of rng.h (docs/design.md section 4).
   float dropout_p = 0.0f;
   /// Logit soft-capping (Gemma 2, Grok): when > 0, every scaled score s = softmax_scale <q, k>
-  /// becomes softcap * tanh(s / softcap) before ALiBi and masking; 0 = off. Finite, >= 0.
+  /// becomes softcap * tanh(s / softcap) before ALiBi and masking; 0 = off. Otherwise in
+  /// [kMinSoftcap, kMaxSoftcap] with softmax_scale / softcap finite in fp32.
   float softcap = 0.0f;
   /// ALiBi (Press et al. 2022), one slope per query head of the whole call (length Hq; empty =
   /// off): s_ij -= alibi_slopes[h] * |q_pos_i - k_pos_j| on global positions, after softcap.
-  /// Finite.
+  /// Finite, |slope| <= kMaxAlibiSlope.
   std::vector<float> alibi_slopes{};
   /// Attention sinks (gpt-oss), one logit per query head of the whole call (length Hq; empty =
   /// off): added once to every row's softmax denominator, lse_i = ln(exp(sink_h) + sum_visible

@@ -2,8 +2,9 @@
 first forward did.
 
 Every cpattn attention call inside the checkpointed function records, in the first forward, the
-RngState it drew and the digest of its q/k/v. When autograd recomputes the function, call i must
-draw the same RngState and see the same inputs as the first forward's call i, or the recompute
+RngState it drew, the digest of its q/k/v and its fingerprint. When autograd recomputes the
+function, call i must draw the same RngState, see the same inputs and be made with the same
+arguments (softcap, scale, mask, dropout_p, ...) as the first forward's call i, or the recompute
 raises cpattn.Error("recompute diverged: ...") instead of producing gradients of other dropout
 masks than the ones the loss was computed with. The record belongs to the one checkpoint call
 that made it: a context variable points to it only while that call's function runs (first
@@ -14,6 +15,7 @@ import contextvars
 
 import torch.utils.checkpoint
 
+from . import _cpattn
 from ._errors import error
 
 # The record of the checkpointed function that is running now, if any (set and reset around
@@ -35,13 +37,14 @@ class _Record:
     (and checked) by every recompute."""
 
     def __init__(self):
-        self.calls = []  # (seed, offset, inputs_digest) per attention call, in call order
+        # (seed, offset, inputs_digest, fingerprint) per attention call, in call order
+        self.calls = []
         self.replaying = False
         self.cursor = 0
 
-    def on_call(self, seed, offset, inputs_digest):
+    def on_call(self, seed, offset, inputs_digest, fingerprint):
         if not self.replaying:
-            self.calls.append((seed, offset, inputs_digest))
+            self.calls.append((seed, offset, inputs_digest, fingerprint))
             return
         i = self.cursor
         self.cursor += 1
@@ -49,7 +52,7 @@ class _Record:
             raise error("recompute_diverged",
                         f"recompute diverged: the recompute made attention call {i + 1}, the "
                         f"first forward made only {len(self.calls)}")
-        want_seed, want_offset, want_digest = self.calls[i]
+        want_seed, want_offset, want_digest, want_fingerprint = self.calls[i]
         if (seed, offset) != (want_seed, want_offset):
             raise error("recompute_diverged",
                         f"recompute diverged: attention call {i + 1} of the checkpointed function "
@@ -62,6 +65,11 @@ class _Record:
                         f"recompute diverged: attention call {i + 1} of the checkpointed function "
                         f"got other q/k/v than in the first forward (digest "
                         f"{inputs_digest:016x}, first {want_digest:016x})")
+        differences = _cpattn.recompute_differences(want_fingerprint, fingerprint)
+        if differences:
+            raise error("recompute_diverged",
+                        f"recompute diverged: attention call {i + 1} of the checkpointed function "
+                        f"was made with other arguments than in the first forward: {differences}")
 
     def finish_replay(self):
         if self.replaying and self.cursor != len(self.calls):
@@ -73,7 +81,8 @@ class _Record:
 def checkpoint(fn, *args, use_reentrant=False, **kwargs):
     """torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=use_reentrant, **kwargs) with
     the replay guard of this module: the recompute of fn must draw, in every cpattn attention
-    call, the RngState the first forward drew, on the same inputs, or backward raises
+    call, the RngState the first forward drew, on the same inputs and with the same arguments,
+    or backward raises
     cpattn.Error (code "recompute_diverged"). Other keyword arguments (preserve_rng_state, ...)
     go to torch.utils.checkpoint."""
     record = _Record()

@@ -7,8 +7,9 @@ Four custom ops, each traced by torch.compile as one opaque node:
   cpattn::take_call_number(Tensor q, str group_name) -> Tensor  int64 [1]: the group's next number
   cpattn::attention_forward(q, k, v, rng, call_number, <docs>, sink, alibi_slopes, slices,
                             <call>) -> (out, lse, fingerprint)
-  cpattn::attention_backward(dout, q, k, v, out, lse, rng, fingerprint, call_number, <docs>,
-                             sink, alibi_slopes, slices, <call>) -> (dq, dk, dv, dsink)
+  cpattn::attention_backward(dout, q, k, v, out, lse, rng, fingerprint, state_fingerprint,
+                             call_number, <docs>, sink, alibi_slopes, slices, <call>)
+                             -> (dq, dk, dv, dsink)
 where <docs> is (doc_ids, cu_seqlens_q, cu_seqlens_k), the optional int64 tensors that say
 where packed documents sit (document ids, or flash-attn's cumulative lengths of a varlen call),
 <call> the call's non-tensor arguments (_CALL_ARGS), and sink, alibi_slopes (float32 [Hq]) and
@@ -23,13 +24,14 @@ does, alike on every rank. attention_forward and attention_backward are pure fun
 inputs.
 
 The forward state (out, lse, the RngState tensor, the fingerprint) travels only through
-autograd: attention_forward's autograd saves q, k, v, out, lse and rng as saved tensors (which
-activation checkpointing drops and recomputes) and keeps the fingerprint of the FIRST forward
-on its context, so a backward whose recomputed state differs from the one the loss was computed
-with (other dropout masks, other inputs) is refused by the C++ side instead of giving wrong
-gradients.
+autograd: attention_forward's autograd saves q, k, v, out, lse, rng and the fingerprint as saved
+tensors (which activation checkpointing drops and recomputes) and keeps the fingerprint of the
+FIRST forward on its context, so a backward whose recomputed state differs from the one the loss
+was computed with (other dropout masks, other inputs, another softcap, scale, mask or dropout_p)
+is refused by the C++ side instead of giving wrong gradients.
 """
 
+import operator
 import os
 import sys
 import weakref
@@ -237,7 +239,7 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rng: to
     record = active_record()
     if record is not None:
         seed, offset = (int(w) & _U64 for w in rng)
-        record.on_call(seed, offset, inputs_digest)
+        record.on_call(seed, offset, inputs_digest, fingerprint)
     return out, lse, fingerprint
 
 
@@ -256,7 +258,8 @@ def _(q, k, v, rng, call_number, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alib
 @torch.library.custom_op("cpattn::attention_backward", mutates_args=(), device_types="cpu")
 def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        out: torch.Tensor, lse: torch.Tensor, rng: torch.Tensor,
-                       fingerprint: torch.Tensor, call_number: torch.Tensor,
+                       fingerprint: torch.Tensor, state_fingerprint: torch.Tensor,
+                       call_number: torch.Tensor,
                        doc_ids: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
                        cu_seqlens_k: Optional[torch.Tensor], sink: Optional[torch.Tensor],
                        alibi_slopes: Optional[torch.Tensor], slices: Optional[torch.Tensor],
@@ -268,18 +271,21 @@ def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """cpattn's checked backward (attention_backward in C++) of the forward whose fingerprint is
     `fingerprint`, from its state out, lse, rng (saved, maybe recomputed: they must be that
-    forward's). Returns dq, dk, dv (dense, the dtype and shapes of q, k, v) and dsink (float32
-    [Hq], the same on every rank of a group; [0] without sinks)."""
+    forward's, and state_fingerprint, the fingerprint of the run that computed them, must equal
+    `fingerprint`). Returns dq, dk, dv (dense, the dtype and shapes of q, k, v) and dsink
+    (float32 [Hq], this rank's share of the sink gradient: the group's is the sum over its ranks;
+    [0] without sinks)."""
     call = _call_of(call_number, q, k, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi_slopes,
                     slices, group_name, layout, seq_len, kv_seq_len, softmax_scale, causal,
                     window_left, window_right, dropout_p, softcap, timeout, strategy,
                     workspace_id, call_site, max_seqlen_q, max_seqlen_k, backward=True)
-    return tuple(_cpattn.backward(call, call_number, dout, q, k, v, out, lse, rng, fingerprint))
+    return tuple(_cpattn.backward(call, call_number, dout, q, k, v, out, lse, rng, fingerprint,
+                                  state_fingerprint))
 
 
 @attention_backward.register_fake
-def _(dout, q, k, v, out, lse, rng, fingerprint, call_number, doc_ids, cu_seqlens_q, cu_seqlens_k,
-      sink, *rest):
+def _(dout, q, k, v, out, lse, rng, fingerprint, state_fingerprint, call_number, doc_ids,
+      cu_seqlens_q, cu_seqlens_k, sink, *rest):
     dsink = sink.new_empty(sink.shape) if sink is not None else q.new_empty((0,),
                                                                               dtype=torch.float32)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsink
@@ -289,21 +295,23 @@ def _setup_context(ctx, inputs, output):
     (q, k, v, rng, _call_number, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi_slopes, slices,
      *call) = inputs
     out, lse, fingerprint = output
-    ctx.save_for_backward(q, k, v, out, lse, rng, doc_ids, cu_seqlens_q, cu_seqlens_k, sink,
-                          alibi_slopes, slices)
-    # The first forward's fingerprint: not a saved tensor, so a recompute cannot replace it.
+    ctx.save_for_backward(q, k, v, out, lse, rng, fingerprint, doc_ids, cu_seqlens_q,
+                          cu_seqlens_k, sink, alibi_slopes, slices)
+    # The first forward's fingerprint also as an attribute: not a saved tensor, so a recompute
+    # cannot replace it (the saved one becomes the recompute's).
     ctx.fingerprint = fingerprint
     ctx.call = call
     ctx.mark_non_differentiable(lse, fingerprint)
 
 
 def _backward(ctx, dout, _dlse, _dfingerprint):
-    (q, k, v, out, lse, rng, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi_slopes,
-     slices) = ctx.saved_tensors
+    (q, k, v, out, lse, rng, state_fingerprint, doc_ids, cu_seqlens_q, cu_seqlens_k, sink,
+     alibi_slopes, slices) = ctx.saved_tensors
     call_number = take_call_number(q, ctx.call[0])
     dq, dk, dv, dsink = attention_backward(dout, q, k, v, out, lse, rng, ctx.fingerprint,
-                                           call_number, doc_ids, cu_seqlens_q, cu_seqlens_k,
-                                           sink, alibi_slopes, slices, *ctx.call)
+                                           state_fingerprint, call_number, doc_ids,
+                                           cu_seqlens_q, cu_seqlens_k, sink, alibi_slopes, slices,
+                                           *ctx.call)
     # Gradients of q, k, v, rng, call_number, doc_ids, cu_seqlens_q, cu_seqlens_k, sink,
     # alibi_slopes, slices, then <call>.
     return (dq, dk, dv, None, None, None, None, None, dsink if sink is not None else None, None,
@@ -371,10 +379,11 @@ def _check_doc_ids_type(doc_ids):
 _SLICE_TYPES = {"full": 0, "causal": 1, "inv_causal": 2, "bi_causal": 3}
 
 
-def _per_head(values, name):
+def _per_head(values, name, differentiable):
     """A per-head parameter (sink logits, ALiBi slopes) as a float32 tensor [Hq], or None. A
-    tensor is used as given (a sink tensor that requires grad gets its gradient); a sequence of
-    numbers becomes a tensor."""
+    tensor is used as given (a sink tensor that requires grad gets its gradient; ALiBi slopes,
+    not differentiable, must not require one); a sequence of numbers becomes a tensor. Refuses
+    an empty one (None is how to say "none")."""
     if values is None:
         return None
     if not isinstance(values, torch.Tensor):
@@ -386,6 +395,12 @@ def _per_head(values, name):
     if values.dtype != torch.float32 or values.dim() != 1:
         raise error("invalid_argument", f"{name} must be a 1-dimensional float32 tensor [Hq], got "
                     f"{values.dtype} with shape {list(values.shape)}")
+    if values.numel() == 0:
+        raise error("shape_mismatch", f"{name} has no values: one per query head, or None for "
+                    f"no {name}")
+    if values.requires_grad and not differentiable:
+        raise error("invalid_argument", f"{name} gets no gradient from cpattn: pass a tensor that "
+                    f"does not require grad (e.g. {name}.detach())")
     return values
 
 
@@ -404,8 +419,9 @@ def _slices_tensor(slices):
     for n, s in enumerate(slices):
         try:
             qb, qe, kb, ke, kind = s
-            code = _SLICE_TYPES[kind] if isinstance(kind, str) else int(kind)
-            rows.append([int(qb), int(qe), int(kb), int(ke), code])
+            code = _SLICE_TYPES[kind] if isinstance(kind, str) else operator.index(kind)
+            # operator.index: integers only (a float bound such as 0.5 is refused, not cut).
+            rows.append([operator.index(x) for x in (qb, qe, kb, ke)] + [code])
         except (TypeError, ValueError, KeyError):
             raise error("invalid_argument", f"slice {n} must be (q_begin, q_end, k_begin, k_end, "
                         f"type) with type one of {', '.join(_SLICE_TYPES)}, got {s!r}") from None
@@ -426,8 +442,8 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
         dropout_p = float(dropout_p)
         softcap = float(softcap)
         scale = None if softmax_scale is None else float(softmax_scale)
-        alibi_slopes = _per_head(alibi_slopes, "alibi_slopes")
-        sink = _per_head(sink, "sink")
+        alibi_slopes = _per_head(alibi_slopes, "alibi_slopes", differentiable=False)
+        sink = _per_head(sink, "sink", differentiable=True)
         slices = _slices_tensor(slices)
         workspace_id = _workspace_id(workspace)
     except (Error, TypeError, ValueError) as reason:
@@ -467,7 +483,8 @@ def attention(q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False, windo
     softcap * tanh(s / softcap) (Gemma 2); alibi_slopes, float32 [Hq] (or a list), subtracts
     slope_h * |i - j| on global positions (ALiBi); sink, float32 [Hq], adds exp(sink_h) once to
     every row's softmax denominator (gpt-oss attention sinks; differentiable: a sink tensor that
-    requires grad gets its gradient, the same on every rank of a group); slices, a list of
+    requires grad gets this rank's share of its gradient: the group's is the sum over its ranks,
+    which data-parallel gradient reduction over the group adds up); slices, a list of
     (q_begin, q_end, k_begin, k_end, type) on global positions with type "full", "causal"
     (bottom-right aligned), "inv_causal" or "bi_causal" (MagiAttention's AttnSlice), or an
     int64 tensor [n, 5] with type codes 0..3: a pair is visible only through one slice (slices

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -179,6 +180,18 @@ RngState rng_of(const at::Tensor& rng) {
   return {w[0], w[1]};
 }
 
+// A Python float argument as the float32 the C++ call takes, refused (kInvalidArgument) when
+// float32 cannot hold it: a nonzero value that would round to 0 (a softcap or dropout_p of 1e-50
+// would silently turn the feature off) or a finite one that would overflow. NaN and infinities
+// pass through to the call's own checks.
+float float_param(double x, const char* name) {
+  const float f = static_cast<float>(x);
+  CPATTN_CHECK(!(x != 0.0 && f == 0.0f) && !(std::isfinite(x) && !std::isfinite(f)),
+               ErrorCode::kInvalidArgument, name, " = ", x,
+               " is not representable in float32 (it would round to ", f, ")");
+  return f;
+}
+
 uint64_t call_number_of(const at::Tensor& call_number) {
   return words_of(call_number, 1, "call_number")[0];
 }
@@ -202,8 +215,8 @@ Fingerprint fingerprint_of(const at::Tensor& t) {
 }
 
 // The views of a call's tensors, or, when one cannot be read (a dtype or rank cpattn does not
-// take), the refusal of the call in the group's agreement (refuse_attention_call), so that the
-// other ranks raise at once instead of waiting for it.
+// take) or the views' own checks throw, the refusal of the call in the group's agreement
+// (refuse_attention_call), so that the other ranks raise at once instead of waiting for it.
 template <typename Views>
 auto views_or_refuse(const Call& call, uint64_t call_number, RefusedCall kind, Views&& views) {
   try {
@@ -236,17 +249,41 @@ py::tuple forward(const Call& call, const at::Tensor& call_number_t, const at::T
                         state->fingerprint.inputs_digest);
 }
 
+// Fingerprint::differences of `recorded` against `called`, '; '-separated ("" when none; call
+// numbers, which a recompute takes anew, are not compared).
+std::string differences_text(const Fingerprint& recorded, const Fingerprint& called) {
+  std::string text;
+  for (const std::string& d : recorded.differences(called)) text += (text.empty() ? "" : "; ") + d;
+  return text;
+}
+
+// Autograd keeps the first forward's fingerprint (`first`) on its context, while out, lse and
+// rng are saved tensors, which activation checkpointing drops and recomputes: `computed_by` is
+// the fingerprint of the run that computed them. A recompute with another softcap, scale, mask,
+// dropout_p or other inputs than the first forward would give the gradients of another function
+// than the loss's: Error(kRecomputeDiverged) naming each difference.
+void check_recompute(const Fingerprint& first, const Fingerprint& computed_by) {
+  // The state was produced by the recompute; the backward is called with the first's arguments.
+  const std::string diffs = differences_text(computed_by, first);
+  CPATTN_CHECK(diffs.empty(), ErrorCode::kRecomputeDiverged,
+               "recompute diverged: out/lse were recomputed (activation checkpointing) by a call "
+               "that differs from the forward the loss came from, whose arguments the backward "
+               "takes: ",
+               diffs);
+}
+
 py::tuple backward(const Call& call, const at::Tensor& call_number_t, const at::Tensor& dout,
                    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                    const at::Tensor& out, const at::Tensor& lse, const at::Tensor& rng_t,
-                   const at::Tensor& fingerprint_t) {
+                   const at::Tensor& fingerprint_t, const at::Tensor& state_fingerprint_t) {
   const uint64_t call_number = call_number_of(call_number_t);
-  const auto [dv, qv, kv, vv, outv, lsev, rng, fingerprint] =
-      views_or_refuse(call, call_number, RefusedCall::kBackward, [&] {
-        return std::make_tuple(view_of(dout, "dout"), view_of(q, "q"), view_of(k, "k"),
-                               view_of(v, "v"), view_of(out, "out"), floats_of(lse, "lse", 3),
-                               rng_of(rng_t), fingerprint_of(fingerprint_t));
-      });
+  const auto [dv, qv, kv, vv, outv, lsev, rng,
+              fingerprint] = views_or_refuse(call, call_number, RefusedCall::kBackward, [&] {
+    const Fingerprint first = fingerprint_of(fingerprint_t);
+    check_recompute(first, fingerprint_of(state_fingerprint_t));
+    return std::make_tuple(view_of(dout, "dout"), view_of(q, "q"), view_of(k, "k"), view_of(v, "v"),
+                           view_of(out, "out"), floats_of(lse, "lse", 3), rng_of(rng_t), first);
+  });
   const ForwardStateView state{outv, lsev, rng, fingerprint};
   AttentionGradients g;
   {
@@ -305,9 +342,9 @@ PYBIND11_MODULE(_cpattn, m) {
       .def(py::init([](std::optional<tb::ProcessGroupPtr> group, const std::string& layout,
                        int64_t seq_len, std::optional<int64_t> kv_seq_len,
                        std::optional<at::Tensor> doc_ids, std::optional<at::Tensor> cu_seqlens_q,
-                       std::optional<at::Tensor> cu_seqlens_k, std::optional<float> softmax_scale,
-                       bool causal, int64_t window_left, int64_t window_right, float dropout_p,
-                       float softcap, std::optional<at::Tensor> alibi_slopes,
+                       std::optional<at::Tensor> cu_seqlens_k, std::optional<double> softmax_scale,
+                       bool causal, int64_t window_left, int64_t window_right, double dropout_p,
+                       double softcap, std::optional<at::Tensor> alibi_slopes,
                        std::optional<at::Tensor> sink, std::optional<at::Tensor> slices,
                        double timeout, int num_threads, const std::string& strategy,
                        std::shared_ptr<cpattn::AttentionWorkspace> workspace,
@@ -338,12 +375,14 @@ PYBIND11_MODULE(_cpattn, m) {
                               ? tb::sharding(layout, *kv_seq_len, cp_size, cp_rank, doc_ids)
                               : c.q_seq;
              }
-             c.params.softmax_scale = softmax_scale;
+             if (softmax_scale.has_value()) {
+               c.params.softmax_scale = tb::float_param(*softmax_scale, "softmax_scale");
+             }
              c.params.causal = causal;
              c.params.window_left = window_left;
              c.params.window_right = window_right;
-             c.params.dropout_p = dropout_p;
-             c.params.softcap = softcap;
+             c.params.dropout_p = tb::float_param(dropout_p, "dropout_p");
+             c.params.softcap = tb::float_param(softcap, "softcap");
              c.params.alibi_slopes = tb::per_head(alibi_slopes, "alibi_slopes");
              c.params.sink = tb::per_head(sink, "sink");
              c.params.slices = tb::slices_of(slices);
@@ -378,11 +417,22 @@ PYBIND11_MODULE(_cpattn, m) {
         py::arg("k"), py::arg("v"), py::arg("rng"),
         "attention_forward: (out [B, S_r, Hq, Dv], lse fp32 [B, Hq, S_r], fingerprint uint8 "
         "[FINGERPRINT_BYTES], inputs_digest); call_number int64 [1], rng int64 [2] (seed, offset)");
+  m.def(
+      "recompute_differences",
+      [](const at::Tensor& first, const at::Tensor& recomputed) {
+        return tb::differences_text(tb::fingerprint_of(first), tb::fingerprint_of(recomputed));
+      },
+      py::arg("first"), py::arg("recomputed"),
+      "how the fingerprint tensor of a recomputed forward differs from its first forward's, as "
+      "C++ recompute_forward words it ('ForwardResult was produced with <first>, backward called "
+      "with <recomputed>', '; '-separated; '' when it does not; call numbers not compared)");
   m.def("backward", &tb::backward, py::arg("call"), py::arg("call_number"), py::arg("dout"),
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("rng"),
-        py::arg("fingerprint"),
+        py::arg("fingerprint"), py::arg("state_fingerprint"),
         "attention_backward from a ForwardStateView (out, lse, rng, the forward's fingerprint "
-        "tensor): (dq, dk, dv, dsink) (dsink float32 [Hq], empty without sinks)");
+        "tensor; state_fingerprint: the fingerprint of the run that computed out, lse and rng, "
+        "which must not differ from it): (dq, dk, dv, dsink) (dsink float32 [Hq], empty "
+        "without sinks)");
   m.def(
       "refuse",
       [](std::optional<tb::ProcessGroupPtr> group, double timeout_s, uint64_t call_number,

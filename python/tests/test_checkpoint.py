@@ -141,6 +141,41 @@ def test_recompute_with_other_rng_is_refused(guard):
             assert "recompute diverged: attention call 1 of the checkpointed function drew " \
                    "RngState {seed=" in message
         else:
-            # Without the guard the C++ state check still refuses out/lse recomputed with
-            # another dropout stream than the forward's.
-            assert "its out/lse were computed with rng=" in message
+            # Without the guard the backward still refuses out/lse recomputed with another
+            # dropout stream than the forward's.
+            assert "recompute diverged: out/lse were recomputed" in message
+            assert "ForwardResult was produced with rng={seed=" in message
+
+
+def _arguments_changed_before_recompute(rank, world, field, first, second, checkpointing):
+    """A checkpointed ring_attention whose non-tensor argument `field` changes between the
+    forward and the recompute autograd runs in backward."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (cpattn.shard(torch.randn(1, 24, 2, 8, generator=g)) for _ in range(3))
+    q.requires_grad_()
+    kwargs = {"causal": True, "dropout_p": 0.1, "softcap": 2.0, field: first}
+
+    def attend(x):
+        return cpattn.ring_attention(x, k, v, **kwargs)
+
+    torch.manual_seed(7)
+    out = checkpointers()[checkpointing](attend, q)
+    kwargs[field] = second
+    out.sum().backward()
+
+
+@pytest.mark.parametrize("checkpointing", ["torch_non_reentrant", "cpattn", "cpattn_reentrant"])
+@pytest.mark.parametrize("field,first,second,texts", [
+    ("softcap", 2.0, 3.0, ("2", "3")), ("softmax_scale", 0.3, 0.5, ("0.3", "0.5")),
+    ("causal", True, False, ("true", "false")), ("dropout_p", 0.1, 0.2, ("0.1", "0.2"))])
+def test_recompute_with_other_arguments_is_refused(field, first, second, texts, checkpointing):
+    """softcap, softmax_scale, causal and dropout_p are not tensors: autograd replays the
+    forward with whatever they are at backward time. out/lse computed with other ones would give
+    another function's gradients, silently: refused on every rank, naming the field."""
+    outcomes = run_processes(2, _arguments_changed_before_recompute, field, first, second,
+                             checkpointing, expect_errors=True)
+    for status, message in outcomes:
+        assert status == "error"
+        assert "recompute diverged" in message, message
+        for text in texts:
+            assert f"with {field}={text}" in message, message

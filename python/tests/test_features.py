@@ -211,8 +211,24 @@ def test_bad_arguments_are_refused():
         cpattn.attention(q, k, v, sink=torch.zeros(4, dtype=torch.float64))
     with pytest.raises(cpattn.Error, match="slice 0 must be"):
         cpattn.attention(q, k, v, slices=[(0, 16, 0, 16, "diagonal")])
-    with pytest.raises(cpattn.Error, match="softcap must be finite"):
-        cpattn.attention(q, k, v, softcap=-1.0)
+    for cap in (-1.0, 1e-30, 1e30):  # negative; outside [2^-60, 2^60]
+        with pytest.raises(cpattn.Error, match=r"softcap must be 0 \(off\) or in \[2\^-60"):
+            cpattn.attention(q, k, v, softcap=cap)
+    with pytest.raises(cpattn.Error, match="alibi_slopes.1. must be within"):
+        cpattn.attention(q, k, v, alibi_slopes=[0.5, -3e38, 0.25, 0.125])
+    # Values float32 cannot hold would turn a feature off or overflow: refused, not rounded.
+    with pytest.raises(cpattn.Error, match="softcap = 1e-50 is not representable in float32"):
+        cpattn.attention(q, k, v, softcap=1e-50)
+    with pytest.raises(cpattn.Error, match="dropout_p = 1e-50 is not representable"):
+        cpattn.attention(q, k, v, dropout_p=1e-50)
+    with pytest.raises(cpattn.Error, match="softmax_scale = 1e.300 is not representable"):
+        cpattn.attention(q, k, v, softmax_scale=1e300)
+    with pytest.raises(cpattn.Error, match="sink has no values: one per query head, or None"):
+        cpattn.attention(q, k, v, sink=torch.zeros(0))
+    with pytest.raises(cpattn.Error, match="alibi_slopes gets no gradient"):
+        cpattn.attention(q, k, v, alibi_slopes=torch.full((4,), 0.5, requires_grad=True))
+    with pytest.raises(cpattn.Error, match="slice 0 must be"):
+        cpattn.attention(q, k, v, slices=[(0, 16.5, 0, 16, "full")])
 
 
 def _one_rank_differs(rank, world, what):

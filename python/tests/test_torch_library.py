@@ -44,8 +44,9 @@ def _opcheck_both(q, k, v, call, rng, params=_NO_PARAMS, docs=_NO_DOCS):
     out, lse, fingerprint = torch.ops.cpattn.attention_forward(*forward_args)
     dout = torch.randn_like(out)
     detached = tuple(t.detach() if t is not None else None for t in params)
-    backward_args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, rng,
-                     fingerprint, torch.ones(1, dtype=torch.int64)) + docs + detached + call
+    backward_args = ((dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, rng,
+                     fingerprint, fingerprint, torch.ones(1, dtype=torch.int64)) + docs + detached
+                     + call)
     torch.library.opcheck(torch.ops.cpattn.attention_backward.default, backward_args,
                           test_utils=("test_schema", "test_faketensor",
                                       "test_aot_dispatch_dynamic"))
@@ -163,12 +164,19 @@ def test_a_fingerprint_of_another_call_is_refused_by_backward():
     dout = torch.ones_like(out)
     with pytest.raises(cpattn.Error, match="q/k/v|digest|inputs"):
         torch.ops.cpattn.attention_backward(dout, q.detach(), k.detach(), v.detach(), out, lse,
-                                            zeros, other_fp, number, *_NO_DOCS, *_NO_PARAMS,
-                                            *call)
-    with pytest.raises(cpattn.Error, match="fingerprint"):
+                                            zeros, other_fp, other_fp, number, *_NO_DOCS,
+                                            *_NO_PARAMS, *call)
+    # out/lse computed by another call than the forward whose fingerprint autograd kept.
+    with pytest.raises(cpattn.Error, match="recompute diverged: .*q/k/v inputs digest") as refused:
         torch.ops.cpattn.attention_backward(dout, q.detach(), k.detach(), v.detach(), out, lse,
-                                            zeros, fp[:-1], number, *_NO_DOCS, *_NO_PARAMS,
+                                            zeros, fp, other_fp, number, *_NO_DOCS, *_NO_PARAMS,
                                             *call)
+    assert refused.value.code == "recompute_diverged"
+    for first, state in ((fp[:-1], fp), (fp, fp[:-1])):
+        with pytest.raises(cpattn.Error, match="fingerprint"):
+            torch.ops.cpattn.attention_backward(dout, q.detach(), k.detach(), v.detach(), out,
+                                                lse, zeros, first, state, number, *_NO_DOCS,
+                                                *_NO_PARAMS, *call)
 
 
 def test_lse_and_fingerprint_are_not_differentiable():

@@ -2,6 +2,7 @@
 #include "cpattn/params.h"
 
 #include <cmath>
+#include <limits>
 
 #include "cpattn/error.h"
 #include "cpattn/mask.h"
@@ -10,7 +11,9 @@ namespace cpattn {
 namespace {
 
 // A per-head array of the whole call: empty, or one finite value per query head.
-void check_per_head(const std::vector<float>& values, int64_t num_heads, const char* name) {
+// One finite value per query head, each of magnitude <= max_magnitude, or none.
+void check_per_head(const std::vector<float>& values, int64_t num_heads, const char* name,
+                    float max_magnitude, const char* why) {
   if (values.empty()) return;
   CPATTN_CHECK(static_cast<int64_t>(values.size()) == num_heads, ErrorCode::kShapeMismatch, name,
                " must have one value per query head of the call, Hq = ", num_heads, ", got ",
@@ -18,6 +21,8 @@ void check_per_head(const std::vector<float>& values, int64_t num_heads, const c
   for (size_t h = 0; h < values.size(); ++h) {
     CPATTN_CHECK(std::isfinite(values[h]), ErrorCode::kInvalidArgument, name, "[", h,
                  "] must be finite, got ", values[h]);
+    CPATTN_CHECK(std::fabs(values[h]) <= max_magnitude, ErrorCode::kInvalidArgument, name, "[", h,
+                 "] must be within +-", max_magnitude, why, ", got ", values[h]);
   }
 }
 
@@ -76,10 +81,16 @@ AttentionParams resolve_params(const AttentionParams& params, int64_t head_dim_q
                "window_left must be >= -1 (-1 = unbounded), got ", p.window_left);
   CPATTN_CHECK(p.window_right >= -1, ErrorCode::kInvalidArgument,
                "window_right must be >= -1 (-1 = unbounded), got ", p.window_right);
-  CPATTN_CHECK(p.softcap >= 0.0f && std::isfinite(p.softcap), ErrorCode::kInvalidArgument,
-               "softcap must be finite and >= 0 (0 = off), got ", p.softcap);
-  check_per_head(p.alibi_slopes, num_heads, "alibi_slopes");
-  check_per_head(p.sink, num_heads, "sink");
+  // The kernel's capped score (docs/design.md section 3) takes 1 / softcap, the scale over the
+  // cap and products of about 1000 softcap in fp32: all finite in this range.
+  CPATTN_CHECK(p.softcap == 0.0f || (p.softcap >= kMinSoftcap && p.softcap <= kMaxSoftcap &&
+                                     std::isfinite(0.5f * *p.softmax_scale / p.softcap)),
+               ErrorCode::kInvalidArgument, "softcap must be 0 (off) or in [2^-60, 2^60] with ",
+               "softmax_scale / softcap finite in fp32, got softcap ", p.softcap,
+               " and softmax_scale ", *p.softmax_scale);
+  check_per_head(p.alibi_slopes, num_heads, "alibi_slopes", kMaxAlibiSlope,
+                 " (2^60: slope x distance stays finite in fp32 for any int64 positions)");
+  check_per_head(p.sink, num_heads, "sink", std::numeric_limits<float>::max(), "");
   for (size_t i = 0; i < p.slices.size(); ++i) check_slice(p.slices[i], i);
   check_slices_disjoint(p.slices);
   return p;

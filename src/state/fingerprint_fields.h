@@ -3,6 +3,7 @@
 // without checks (for bytes a peer sent).
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -17,7 +18,8 @@ namespace cpattn::detail {
 /// A field's value as messages show it: a shape as "[1, 20, 2, 8]", a CpRank as "0 of 4", enums,
 /// strategies and RngStates by their names ("bf16", "zigzag", "hybrid:2x4", "{seed=7,
 /// offset=3}"; "ring with sizes 2x0" for a kind without sizes that has some), bools as "true" /
-/// "false", uint64_t values (the digests) in hex, other numbers in decimal. An enum value without a
+/// "false", uint64_t values (the digests) in hex, floats in the shortest decimal that reads back
+/// as the same float (2.0000002, not 2), other numbers in decimal. An enum value without a
 /// name reads "?".
 template <typename T>
 std::string field_text(const T& x) {
@@ -45,6 +47,10 @@ std::string field_text(const T& x) {
     return x ? "true" : "false";
   } else if constexpr (std::is_same_v<T, uint64_t>) {
     return digest_hex(x);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    // The shortest text that reads back as x: values that differ never print alike.
+    char text[32];
+    return std::string(text, std::to_chars(text, text + sizeof text, x).ptr);
   } else {
     static_assert(std::is_arithmetic_v<T>, "field_text: a Fingerprint field of a new type");
     return str_cat(x);

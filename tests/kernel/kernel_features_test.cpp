@@ -374,12 +374,44 @@ TEST_F(KernelFeatureErrors, PerHeadArraysOfTheWrongLengthOrNotFinite) {
   expect_error(params, ErrorCode::kInvalidArgument, "alibi_slopes[2] must be finite");
 }
 
-TEST_F(KernelFeatureErrors, SoftcapMustBeFiniteAndNotNegative) {
-  for (float cap : {-1.0f, INFINITY, NAN}) {
+TEST_F(KernelFeatureErrors, SoftcapOutsideItsRangeIsRefused) {
+  // Negative, not finite, subnormal (1 / softcap overflows), beyond the range on either side.
+  for (float cap : {-1.0f, INFINITY, NAN, 1e-40f, 0.5f * kMinSoftcap, 2.0f * kMaxSoftcap, 3e38f}) {
     AttentionParams params;
     params.softcap = cap;
-    expect_error(params, ErrorCode::kInvalidArgument, "softcap must be finite and >= 0");
+    expect_error(params, ErrorCode::kInvalidArgument,
+                 "softcap must be 0 (off) or in [2^-60, 2^60]");
   }
+  AttentionParams params;  // in range, but the scale over the cap overflows
+  params.softcap = kMinSoftcap;
+  params.softmax_scale = 1e30f;
+  expect_error(params, ErrorCode::kInvalidArgument, "softmax_scale / softcap finite");
+}
+
+TEST_F(KernelFeatureErrors, AlibiSlopesBeyondTheirBoundAreRefused) {
+  AttentionParams params;
+  params.alibi_slopes = {0.5f, -2.0f * kMaxAlibiSlope, 0.25f, 0.125f};
+  expect_error(params, ErrorCode::kInvalidArgument, "alibi_slopes[1] must be within +-");
+  params.alibi_slopes[1] = -kMaxAlibiSlope;
+  EXPECT_NO_THROW(resolve_params(params, 8, 4));
+}
+
+// The ends of the ranges give the reference's numbers: the smallest softcap (every score
+// saturated at +-softcap: a near-uniform softmax), the largest (tanh's linear range: the plain
+// scores) and the steepest ALiBi slopes (every key but the nearest flushed), with sinks.
+TEST(KernelFeatures, TheEndsOfTheSoftcapAndSlopeRangesMatchTheReference) {
+  for (const float cap : {kMinSoftcap, kMaxSoftcap}) {
+    CaseSpec spec = feature_spec({true, cap, false}, MaskKind::kCausal, 0);
+    SCOPED_TRACE(::testing::Message() << "softcap " << cap);
+    expect_case_passes(spec, reference::make_problem(spec));
+  }
+  CaseSpec spec = feature_spec({true, 0.0f, true}, MaskKind::kNone, 1);
+  reference::Problem problem = reference::make_problem(spec);
+  for (size_t h = 0; h < problem.params.alibi_slopes.size(); ++h) {
+    problem.params.alibi_slopes[h] = h % 2 ? kMaxAlibiSlope : -kMaxAlibiSlope;
+  }
+  SCOPED_TRACE("slopes +-2^60");
+  expect_case_passes(spec, problem);
 }
 
 TEST(KernelFeatureErrorsBackward, DsinkNeedsASinkAndOneValuePerHead) {
