@@ -1,13 +1,24 @@
 # The Python package's pytest suites, one ctest per file (so ctest -j runs them side by side),
 # run by CPATTN_PYTHON (the project's virtual environment) against the package assembled in the
 # build tree.
+#
+# torch.compile's caches do not notice a custom op's changed autograd formula (pytorch/pytorch
+# issue 144344): a compiled backward traced from an older python/cpattn/_ops.py would be reused,
+# calling the ops with their old arguments. The tests' inductor cache therefore lives in the build
+# tree under the hash of _ops.py (a change to it re-runs the configure step).
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+             ${PROJECT_SOURCE_DIR}/python/cpattn/_ops.py)
+file(SHA256 ${PROJECT_SOURCE_DIR}/python/cpattn/_ops.py cpattn_ops_hash)
+string(SUBSTRING ${cpattn_ops_hash} 0 16 cpattn_ops_hash)
+set(cpattn_pytest_env "PYTHONPATH=${CPATTN_PYTHON_DIR}"
+    "TORCHINDUCTOR_CACHE_DIR=${CMAKE_BINARY_DIR}/torchinductor/${cpattn_ops_hash}")
 file(GLOB CPATTN_PYTESTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/test_*.py)
 foreach(t ${CPATTN_PYTESTS})
   get_filename_component(name ${t} NAME_WE)
   add_test(NAME python.${name}
            COMMAND ${CPATTN_PYTHON} -m pytest -q -p no:cacheprovider ${t})
   set_tests_properties(python.${name} PROPERTIES LABELS python TIMEOUT 900
-    ENVIRONMENT "PYTHONPATH=${CPATTN_PYTHON_DIR};OMP_NUM_THREADS=1")
+    ENVIRONMENT "${cpattn_pytest_env};OMP_NUM_THREADS=1")
 endforeach()
 
 # The PyTorch example runs (a few steps on 2 processes, and the math-attention baseline).
@@ -18,7 +29,7 @@ add_test(NAME python.example_torch_train_math
          COMMAND ${CPATTN_PYTHON} ${PROJECT_SOURCE_DIR}/examples/torch_train.py
                  --attention torch --steps 4 --seq 64 --batch 2 --print-every 2)
 set_tests_properties(python.example_torch_train python.example_torch_train_math PROPERTIES
-  LABELS python TIMEOUT 300 ENVIRONMENT "PYTHONPATH=${CPATTN_PYTHON_DIR}"
+  LABELS python TIMEOUT 300 ENVIRONMENT "${cpattn_pytest_env}"
   PASS_REGULAR_EXPRESSION "final loss [0-9.]+ .*live ForwardResults 0")
 
 # The Hugging Face transformers example (examples/hf_train.py): a tiny Qwen2-style model (its
@@ -30,7 +41,7 @@ add_test(NAME python.example_hf_train
                  --packed --procs 4 --steps 3 --seq 64 --batch 2 --print-every 1 --check
                  --timeout 120)
 set_tests_properties(python.example_hf_train PROPERTIES
-  LABELS python TIMEOUT 300 ENVIRONMENT "PYTHONPATH=${CPATTN_PYTHON_DIR};OMP_NUM_THREADS=1"
+  LABELS python TIMEOUT 300 ENVIRONMENT "${cpattn_pytest_env};OMP_NUM_THREADS=1"
   PASS_REGULAR_EXPRESSION
     "check: cp=4 vs cp=1 at step 0: loss rel [^ ]+, grad rel [^ ]+ \\(limit 1e-5\\): ok.*final loss [0-9.]+ .*live ForwardResults 0"
   FAIL_REGULAR_EXPRESSION "FAILED;Traceback")
