@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The byte-level model of `cpattn train` (docs/train.md) written in PyTorch, its attention
 cpattn.ring_attention over a torch.distributed group (gloo, one process per rank) with every
-layer under cpattn.checkpoint and one cpattn.Workspace for all of its calls. Prints the loss and
-tokens/s per step.
+layer under cpattn.checkpoint (--no-recompute: none) and one cpattn.Workspace for all of its
+calls. Prints the loss and tokens/s per step.
 
     PYTHONPATH=build/release/python .venv/bin/python examples/torch_train.py --procs 4
     PYTHONPATH=build/release/python .venv/bin/python examples/torch_train.py --attention torch
@@ -11,9 +11,10 @@ tokens/s per step.
 `pip install .` the PYTHONPATH is not needed.)
 
 --attention torch swaps in plain PyTorch math attention (softmax(q k^T / sqrt(d) + mask) v with
-torch's dropout) on one process, for comparison. Model: pre-norm decoder, RMSNorm, fused QKV,
-RoPE on global positions, GQA, GELU MLP, untied LM head; AdamW with warmup + cosine decay and
-gradient clipping, as the C++ job.
+torch's dropout) on one process, for comparison, without checkpointing unless --recompute
+(torch.utils.checkpoint) asks for the work `cpattn train` does by default. Model: pre-norm
+decoder, RMSNorm, fused QKV, RoPE on global positions, GQA, GELU MLP, untied LM head; AdamW with
+warmup + cosine decay and gradient clipping, as the C++ job.
 """
 
 import argparse
@@ -26,6 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 import cpattn
 
@@ -93,12 +95,20 @@ class Model(torch.nn.Module):
         self.blocks = torch.nn.ModuleList([Block(args, workspace) for _ in range(args.layers)])
         self.g = torch.nn.Parameter(torch.ones(args.d_model))
         self.head = torch.nn.Linear(args.d_model, 256, bias=False)
-        self.checkpoint = args.attention == "cpattn"
+        self.attention = args.attention
+        # Checkpoint every layer, as `cpattn train` does by default; --attention torch does not
+        # unless asked (--recompute), so that the plain PyTorch run is the usual one.
+        self.recompute = args.attention == "cpattn" if args.recompute is None else args.recompute
 
     def forward(self, tokens, pos):
         x = self.embed(tokens)
         for block in self.blocks:
-            x = cpattn.checkpoint(block, x, pos) if self.checkpoint else block(x, pos)
+            if not self.recompute:
+                x = block(x, pos)
+            elif self.attention == "cpattn":
+                x = cpattn.checkpoint(block, x, pos)
+            else:
+                x = torch.utils.checkpoint.checkpoint(block, x, pos, use_reentrant=False)
         return self.head(Block.rmsnorm(x, self.g))
 
 
@@ -174,6 +184,9 @@ def main():
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    p.add_argument("--recompute", action=argparse.BooleanOptionalAction, default=None,
+                   help="checkpoint every layer (default: on with cpattn attention, off with "
+                   "torch; cpattn.checkpoint or torch.utils.checkpoint)")
     p.add_argument("--print-every", type=int, default=20)
     args = p.parse_args()
     world = args.procs if args.attention == "cpattn" else 1

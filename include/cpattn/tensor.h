@@ -128,6 +128,12 @@ class Tensor {
   explicit Tensor(std::vector<int64_t> shape, MemoryCounter* counter = nullptr);
   /// Zero-filled tensor of `shape` with elements of `dtype` (dtype_size(dtype) bytes each).
   Tensor(std::vector<int64_t> shape, DType dtype, MemoryCounter* counter = nullptr);
+  /// A tensor as Tensor(shape, dtype, counter) but with its elements left unset: for an output
+  /// the next call overwrites whole, where the zero fill would be one more pass over memory.
+  /// Reading an element before it is written reads an indeterminate value. Throws like the
+  /// constructor.
+  static Tensor uninitialized(std::vector<int64_t> shape, DType dtype = DType::kF32,
+                              MemoryCounter* counter = nullptr);
   Tensor(Tensor&&) noexcept = default;
   Tensor& operator=(Tensor&&) noexcept = default;
   Tensor(const Tensor&) = delete;
@@ -166,6 +172,9 @@ class Tensor {
     int64_t bytes = 0;
     void operator()(float* p) const noexcept;
   };
+  enum class Fill { kZeros, kNone };
+  Tensor(std::vector<int64_t> shape, DType dtype, MemoryCounter* counter, Fill fill);
+
   std::vector<int64_t> shape_;
   int64_t numel_ = 0;
   DType dtype_ = DType::kF32;

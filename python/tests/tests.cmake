@@ -21,13 +21,14 @@ foreach(t ${CPATTN_PYTESTS})
     ENVIRONMENT "${cpattn_pytest_env};OMP_NUM_THREADS=1")
 endforeach()
 
-# The PyTorch example runs (a few steps on 2 processes, and the math-attention baseline).
+# The PyTorch example runs (a few steps on 2 processes, and the math-attention baseline under
+# torch.utils.checkpoint, the work of `cpattn train`'s default).
 add_test(NAME python.example_torch_train
          COMMAND ${CPATTN_PYTHON} ${PROJECT_SOURCE_DIR}/examples/torch_train.py --procs 2
                  --steps 4 --seq 64 --batch 2 --print-every 2)
 add_test(NAME python.example_torch_train_math
          COMMAND ${CPATTN_PYTHON} ${PROJECT_SOURCE_DIR}/examples/torch_train.py
-                 --attention torch --steps 4 --seq 64 --batch 2 --print-every 2)
+                 --attention torch --recompute --steps 4 --seq 64 --batch 2 --print-every 2)
 set_tests_properties(python.example_torch_train python.example_torch_train_math PROPERTIES
   LABELS python TIMEOUT 300 ENVIRONMENT "${cpattn_pytest_env}"
   PASS_REGULAR_EXPRESSION "final loss [0-9.]+ .*live ForwardResults 0")

@@ -148,6 +148,13 @@ Tensor::Tensor(std::vector<int64_t> shape, MemoryCounter* counter)
     : Tensor(std::move(shape), DType::kF32, counter) {}
 
 Tensor::Tensor(std::vector<int64_t> shape, DType dtype, MemoryCounter* counter)
+    : Tensor(std::move(shape), dtype, counter, Fill::kZeros) {}
+
+Tensor Tensor::uninitialized(std::vector<int64_t> shape, DType dtype, MemoryCounter* counter) {
+  return Tensor(std::move(shape), dtype, counter, Fill::kNone);
+}
+
+Tensor::Tensor(std::vector<int64_t> shape, DType dtype, MemoryCounter* counter, Fill fill)
     : shape_(std::move(shape)), dtype_(dtype) {
   numel_ = 1;
   for (int64_t d : shape_) {
@@ -162,7 +169,7 @@ Tensor::Tensor(std::vector<int64_t> shape, DType dtype, MemoryCounter* counter)
   // 64-byte alignment: whole cache lines and aligned AVX loads for the first row.
   auto* p = static_cast<float*>(
       ::operator new[](static_cast<size_t>(bytes > 0 ? bytes : 1), std::align_val_t{64}));
-  if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
+  if (bytes > 0 && fill == Fill::kZeros) std::memset(p, 0, static_cast<size_t>(bytes));
   if (charged) charged->add_bytes(bytes);
   storage_ = std::unique_ptr<float[], Release>(p, Release{std::move(charged), bytes});
 }
@@ -222,7 +229,7 @@ std::span<const float> Tensor::span() const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor t(shape_, dtype_, storage_.get_deleter().counter.get());
+  Tensor t(shape_, dtype_, storage_.get_deleter().counter.get(), Fill::kNone);
   if (numel_ > 0) std::memcpy(t.data(), data(), bytes().size());
   return t;
 }

@@ -57,7 +57,7 @@ class RingBackwardPass {
         dq_(dq),
         dk_(dk),
         dv_(dv),
-        own_dq_(dq.dtype != DType::kF32),
+        own_dq_(dq.dtype != DType::kF32 && comm.size() > 1),
         dq_accumulator_({own_dq_ ? d_.B : 0, own_dq_ ? d_.Sq : 0, d_.Hq, own_dq_ ? d_.Dqk : 0},
                         &comm.memory()),
         dq_target_(own_dq_ ? dq_accumulator_.view() : dq),
@@ -69,8 +69,10 @@ class RingBackwardPass {
         own_reach_(plan_.reach(d_.rank)),
         share_steps_(plan_.direct_steps(d_.rank)),
         own_floats_(pk_.floats(d_.Sk)) {
-    // The kernel accumulates dq over the blocks, in fp32: a bf16 or fp16 dq gets an fp32
-    // accumulator and is rounded once at the end.
+    // The kernel accumulates dq over the blocks, in fp32: over several ranks a bf16 or fp16 dq
+    // gets an fp32 accumulator and is rounded once at the end. One rank has one block, whose dq
+    // the kernel rounds once itself (onto the zeroed dq: the same bits, without the
+    // accumulator's 4 bytes per element).
     zero_view(dq_target_);
     const int64_t ring_floats = d_.world > 1 ? pk_.floats(d_.max_block) : 0;
     grad_ = {buffers_.get(WorkspaceBuffer::kGrad0, ring_floats),

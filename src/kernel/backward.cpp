@@ -56,23 +56,28 @@ struct DkdvHook {
   std::exception_ptr error;
 };
 
-// dq = (accumulate ? dq : 0) + (partial_0 + partial_1 + ...), always in chunk order.
+// The partial rows summed in chunk order, s = partial_0 + partial_1 + ..., then
+//   chunk0_writes_dq: dq = dq + s (dq holds chunk 0's contribution, added to the old dq when
+//                     accumulating);
+//   otherwise:        dq = (accumulate ? dq : 0) + s.
 void reduce_dq(const BackwardProblem& p, const BackwardPlan& plan) {
   const int64_t chunk_stride = p.B * p.Hq * p.Sq * plan.dqk_pad;
+  const int64_t partials = plan.chunks - (plan.chunk0_writes_dq ? 1 : 0);
+  const bool add = p.accumulate || plan.chunk0_writes_dq;
   parallel_for(p.B * p.Hq, p.num_threads, p.interruption_point, [&](int64_t bh, int) {
     const int64_t b = bh / p.Hq, h = bh % p.Hq;
     for (int64_t i = 0; i < p.Sq; ++i) {
       const float* row = plan.dq_partial + (bh * p.Sq + i) * plan.dqk_pad;
       for (int64_t d = 0; d < p.Dqk; ++d) {
         float sum = row[d];
-        for (int64_t c = 1; c < plan.chunks; ++c) sum += row[c * chunk_stride + d];
+        for (int64_t c = 1; c < partials; ++c) sum += row[c * chunk_stride + d];
         if (p.dq.dtype != DType::kF32) {  // rounded once (write_element: cpattn/dtype.h)
           write_element(p.dq, b, i, h, d,
                         p.accumulate ? read_element(p.dq, b, i, h, d) + sum : sum);
           continue;
         }
         float& dst = p.dq(b, i, h, d);
-        dst = p.accumulate ? dst + sum : sum;
+        dst = add ? dst + sum : sum;
       }
     }
   });
@@ -138,11 +143,13 @@ void run_backward(const BackwardProblem& p) {
   plan.n_q_tiles = static_cast<int64_t>(q_tiles.size());
   plan.k_tiles = k_tiles.data();
   plan.n_k_tiles = static_cast<int64_t>(k_tiles.size());
-  // Enough (batch, kv head) items to keep every thread busy -> one chunk, and dq rows are
-  // complete in one item; otherwise split each kv head's k tiles into num_threads interleaved
-  // chunks (tile t goes to chunk t % chunks, which also balances causal work) whose dq
-  // contributions meet in per-chunk partial buffers.
-  plan.chunks = p.B * p.Hkv >= 4 * p.num_threads ? 1 : p.num_threads;
+  // Enough (batch, kv head) items to keep every thread busy, or as many equal items per thread
+  // (every item has the same mask) -> one chunk, and dq rows are complete in one item;
+  // otherwise split each kv head's k tiles into num_threads interleaved chunks (tile t goes to
+  // chunk t % chunks, which also balances causal work) whose dq contributions meet in per-chunk
+  // partial buffers.
+  const int64_t kv_items = p.B * p.Hkv;
+  plan.chunks = kv_items >= 4 * p.num_threads || kv_items % p.num_threads == 0 ? 1 : p.num_threads;
   plan.tiles_per_chunk = (plan.n_k_tiles + plan.chunks - 1) / plan.chunks;
   plan.dqk_pad = round_up(p.Dqk, isa.nr);
   plan.dv_pad = round_up(p.Dv, isa.nr);
@@ -158,9 +165,13 @@ void run_backward(const BackwardProblem& p) {
     plan.delta = p.delta.data();
   }
   if (!p.dsink.empty()) sink_gradient(p, plan.delta);
-  Tensor dq_partial;  // [chunks][B][Hq][Sq][dqk_pad] fp32 dq contributions
+  // An fp32 dq takes chunk 0's contributions itself, so only the other chunks need partial
+  // rows (half of them at 2 threads); a 16-bit dq is rounded once, from the sum of all chunks.
+  plan.chunk0_writes_dq = p.dq.dtype == DType::kF32;
+  Tensor dq_partial;  // [chunks - chunk0_writes_dq][B][Hq][Sq][dqk_pad] fp32 dq contributions
   if (plan.chunks > 1) {
-    dq_partial = Tensor({plan.chunks, p.B, p.Hq, p.Sq, plan.dqk_pad});
+    const int64_t partials = plan.chunks - (plan.chunk0_writes_dq ? 1 : 0);
+    dq_partial = Tensor({partials, p.B, p.Hq, p.Sq, plan.dqk_pad});
     plan.dq_partial = dq_partial.data();
   }
   DkdvHook hook;

@@ -79,7 +79,12 @@ struct BackwardPlan {
   int64_t chunks, tiles_per_chunk;
   int64_t dqk_pad, dv_pad;  ///< head dims rounded up to the ISA's panel width
   const float* delta;       ///< D_i, [B, Hq, Sq]
-  float* dq_partial;        ///< [chunks][B][Hq][Sq][dqk_pad] when chunks > 1, else null
+  /// Chunk 0 writes its dq contributions straight to dq (an fp32 dq: the driver adds the other
+  /// chunks' to it, one rounding each); otherwise every chunk has partial rows.
+  bool chunk0_writes_dq;
+  /// [chunks - chunk0_writes_dq][B][Hq][Sq][dqk_pad], the partial rows of chunks
+  /// chunk0_writes_dq, ..., chunks - 1, when chunks > 1; else null.
+  float* dq_partial;
   BackwardOffsets at;
   void* hook_state;  ///< the driver's once-only caller of BackwardOptions::before_dkdv
 };

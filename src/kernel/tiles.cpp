@@ -19,6 +19,10 @@ std::vector<TileRange> make_tiles(std::span<const int64_t> pos, std::span<const 
       return x.empty() ? x : x.subspan(static_cast<size_t>(t.begin), static_cast<size_t>(t.size));
     };
     t.range = block_range(rows(pos), rows(doc));
+    const std::span<const int64_t> tile_pos = rows(pos);
+    t.consecutive = std::adjacent_find(tile_pos.begin(), tile_pos.end(), [](int64_t a, int64_t b) {
+                      return b != a + 1;
+                    }) == tile_pos.end();
     tiles.push_back(t);
   }
   return tiles;
@@ -40,9 +44,18 @@ void TileMask::mask_keys(const TileRange& q, int64_t q_index, const TileRange& k
   const int64_t qp = q_pos_[static_cast<size_t>(q_index)];
   const KeyBounds b = rule_.bounds(qp);
   const int64_t* kp = k_pos_.data() + k.begin;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (k.consecutive && !rule_.has_docs() && !rule_.has_slices()) {
+    // Key j has position kp[0] + j: the visible keys are one interval [first, end) of j.
+    // Positions are >= 0, so neither difference overflows.
+    const int64_t first = b.lo <= kp[0] ? 0 : std::min(b.lo - kp[0], k.size);
+    const int64_t end = b.hi < kp[0] ? 0 : std::min(b.hi - kp[0], k.size - 1) + 1;
+    for (int64_t j = 0; j < std::min(first, k.size); ++j) x[j * stride] = kNegInf;
+    for (int64_t j = std::max(end, first); j < k.size; ++j) x[j * stride] = kNegInf;
+    return;
+  }
   const int64_t* kd = rule_.has_docs() ? k_doc_.data() + k.begin : nullptr;
   const int64_t qd = rule_.has_docs() ? q_doc_[static_cast<size_t>(q_index)] : 0;
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   // The slices' part: the key intervals of this query's slices (at most one slice holds any
   // pair, but several may hold keys of one query).
   constexpr size_t kMaxIntervals = 16;

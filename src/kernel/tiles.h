@@ -18,6 +18,7 @@ struct TileRange {
   int64_t begin = 0, size = 0;
   int64_t index = 0;  ///< the tile's number in its sequence (0, 1, ...)
   BlockRange range;
+  bool consecutive = false;  ///< positions rise by exactly 1 from row to row
 };
 
 /// The tiles of tile_spans (cpattn/mask.h: at most `tile` rows, ending early at document

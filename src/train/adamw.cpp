@@ -6,8 +6,30 @@
 #include <numbers>
 
 #include "cpattn/error.h"
+#include "train/vector_math.h"
 
 namespace cpattn::train {
+
+namespace {
+
+// One step's AdamW constants for one parameter tensor (keep = 1 - lr * weight_decay, or 1 for
+// tensors without decay).
+struct AdamWUpdate {
+  float beta1, beta2, step_size, inv_sqrt_bc2, eps, keep;
+};
+
+// m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+// p = p keep - step_size m / (sqrt(v) / sqrt(bias_correction2) + eps)   (Loshchilov & Hutter).
+CPATTN_TRAIN_VECTOR_CLONES
+void update_params(const AdamWUpdate& u, float* p, const float* g, float* m, float* v, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    m[i] = u.beta1 * m[i] + (1.0f - u.beta1) * g[i];
+    v[i] = u.beta2 * v[i] + (1.0f - u.beta2) * g[i] * g[i];
+    p[i] = p[i] * u.keep - u.step_size * m[i] / (std::sqrt(v[i]) * u.inv_sqrt_bc2 + u.eps);
+  }
+}
+
+}  // namespace
 
 void validate_adamw(const AdamWConfig& c) {
   constexpr auto kArg = ErrorCode::kInvalidArgument;
@@ -38,10 +60,16 @@ double learning_rate(const AdamWConfig& c, int64_t step) {
   return c.lr * (r + (1.0 - r) * 0.5 * (1.0 + std::cos(std::numbers::pi * p)));
 }
 
+namespace {
+CPATTN_TRAIN_VECTOR_CLONES
+double sum_of_squares(const float* g, size_t n) {
+  return detail::ordered_sum(n, [&](size_t i) { return static_cast<double>(g[i]) * g[i]; });
+}
+}  // namespace
+
 double grad_norm(const ModelGrads& grads) {
-  double ss = 0.0;
-  for (float g : grads.flat()) ss += static_cast<double>(g) * g;
-  return std::sqrt(ss);
+  const std::span<const float> g = grads.flat();
+  return std::sqrt(sum_of_squares(g.data(), g.size()));
 }
 
 double clip_grad_norm(ModelGrads& grads, double max_norm) {
@@ -51,8 +79,8 @@ double clip_grad_norm(ModelGrads& grads, double max_norm) {
   if (!std::isfinite(norm)) {
     const ParamInfo* bad = grads.first_nonfinite();
     throw Error(ErrorCode::kNumeric,
-                detail::str_cat("clip_grad_norm: the gradient norm is ", norm,
-                                "; first non-finite value in ", bad ? bad->name : "?"));
+                cpattn::detail::str_cat("clip_grad_norm: the gradient norm is ", norm,
+                                        "; first non-finite value in ", bad ? bad->name : "?"));
   }
   if (norm > max_norm) {
     const auto scale = static_cast<float>(max_norm / norm);
@@ -100,12 +128,9 @@ double AdamW::step(ModelParams& params, const ModelGrads& grads) {
   float* m = m_.data();
   float* v = v_.data();
   for (const ParamInfo& info : params.infos()) {
-    const float keep = info.decay ? decay : 1.0f;
-    for (int64_t i = info.offset; i < info.offset + info.numel; ++i) {
-      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-      p[i] = p[i] * keep - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
-    }
+    const AdamWUpdate update{b1, b2, step_size, inv_sqrt_bc2, eps, info.decay ? decay : 1.0f};
+    const auto at = static_cast<size_t>(info.offset);
+    update_params(update, p + at, g + at, m + at, v + at, static_cast<size_t>(info.numel));
   }
   t_ = t;
   return lr;

@@ -37,7 +37,8 @@ void validate_adamw(const AdamWConfig& config);
 /// and r * lr after T. Throws Error(kInvalidArgument) when step < 0.
 double learning_rate(const AdamWConfig& config, int64_t step);
 
-/// sqrt(sum g^2) over every gradient, accumulated in double in flat order (deterministic).
+/// sqrt(sum g^2) over every gradient, accumulated in double in a fixed order over the flat
+/// gradients (eight partial sums, vector_math.h ordered_sum: deterministic).
 double grad_norm(const ModelGrads& grads);
 
 /// Scales all gradients by max_norm / norm when norm = grad_norm(grads) > max_norm; returns norm

@@ -1,8 +1,9 @@
-// Cross-entropy forward/backward with log-sum-exp in double.
+// Cross-entropy forward/backward with log-sum-exp in double, one exp per logit.
 #include "train/cross_entropy.h"
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "cpattn/error.h"
 #include "train/check.h"
@@ -25,44 +26,59 @@ void check_args(const char* op, int64_t vocab, size_t logits_size, std::span<con
   }
 }
 
-// (max, log sum exp(l - max)) of one row, in double.
-double row_lse(const float* l, int64_t vocab) {
+// Fills e[v] = exp(l[v] - m), m = max_v l[v], in double and returns (m, sum_v e[v]): the terms
+// of one row's log-sum-exp, shared by the forward and the backward (one exp per logit).
+struct RowExps {
+  double max;
+  double sum;
+};
+RowExps row_exps(const float* l, int64_t vocab, double* e) {
   const double m = *std::max_element(l, l + vocab);
   double s = 0.0;
-  for (int64_t v = 0; v < vocab; ++v) s += std::exp(static_cast<double>(l[v]) - m);
-  return m + std::log(s);
+  for (int64_t v = 0; v < vocab; ++v) {
+    e[v] = std::exp(static_cast<double>(l[v]) - m);
+    s += e[v];
+  }
+  return {m, s};
 }
 }  // namespace
 
 double cross_entropy_forward(int64_t vocab, std::span<const float> logits,
                              std::span<const int32_t> targets, int64_t total_count) {
   check_args("cross_entropy_forward", vocab, logits.size(), targets, total_count);
+  std::vector<double> e(static_cast<size_t>(vocab));
   double sum = 0.0;
   for (size_t r = 0; r < targets.size(); ++r) {
     const float* l = logits.data() + static_cast<int64_t>(r) * vocab;
-    sum += row_lse(l, vocab) - static_cast<double>(l[targets[r]]);
+    const RowExps row = row_exps(l, vocab, e.data());
+    sum += row.max + std::log(row.sum) - static_cast<double>(l[targets[r]]);
   }
   return sum / static_cast<double>(total_count);
 }
 
-void cross_entropy_backward(int64_t vocab, std::span<const float> logits,
-                            std::span<const int32_t> targets, int64_t total_count, float dloss,
-                            std::span<float> dlogits) {
+double cross_entropy_backward(int64_t vocab, std::span<const float> logits,
+                              std::span<const int32_t> targets, int64_t total_count, float dloss,
+                              std::span<float> dlogits) {
   constexpr const char* kOp = "cross_entropy_backward";
   check_args(kOp, vocab, logits.size(), targets, total_count);
   detail::check_matrix(kOp, "dlogits", "[N, vocab]", dlogits.size(),
                        static_cast<int64_t>(targets.size()), vocab);
   const double scale = static_cast<double>(dloss) / static_cast<double>(total_count);
+  std::vector<double> e(static_cast<size_t>(vocab));
+  double sum = 0.0;
   for (size_t r = 0; r < targets.size(); ++r) {
     const float* l = logits.data() + static_cast<int64_t>(r) * vocab;
     float* g = dlogits.data() + static_cast<int64_t>(r) * vocab;
-    const double lse = row_lse(l, vocab);
+    const RowExps row = row_exps(l, vocab, e.data());
     const int32_t t = targets[r];
+    sum += row.max + std::log(row.sum) - static_cast<double>(l[t]);  // before g overwrites l
+    const double inv_sum = 1.0 / row.sum;
     for (int64_t v = 0; v < vocab; ++v) {
-      const double p = std::exp(static_cast<double>(l[v]) - lse);
+      const double p = e[static_cast<size_t>(v)] * inv_sum;
       g[v] = static_cast<float>(scale * (p - (v == t ? 1.0 : 0.0)));
     }
   }
+  return sum / static_cast<double>(total_count);
 }
 
 }  // namespace cpattn::train

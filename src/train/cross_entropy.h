@@ -21,9 +21,11 @@ double cross_entropy_forward(int64_t vocab, std::span<const float> logits,
 
 /// Backward of cross_entropy_forward scaled by dloss (dL/d(loss), usually 1):
 ///   dlogits[n, v] = dloss * (softmax(logits[n])_v - [v == targets[n]]) / total_count
-/// dlogits [N, vocab] is overwritten and may alias logits. Throws like cross_entropy_forward.
-void cross_entropy_backward(int64_t vocab, std::span<const float> logits,
-                            std::span<const int32_t> targets, int64_t total_count, float dloss,
-                            std::span<float> dlogits);
+/// dlogits [N, vocab] is overwritten and may alias logits. Returns the loss as well: bitwise
+/// what cross_entropy_forward returns for the same arguments (the same exps, summed in the same
+/// order), so a training step needs no separate forward call. Throws like cross_entropy_forward.
+double cross_entropy_backward(int64_t vocab, std::span<const float> logits,
+                              std::span<const int32_t> targets, int64_t total_count, float dloss,
+                              std::span<float> dlogits);
 
 }  // namespace cpattn::train

@@ -1,11 +1,10 @@
 // GELU (tanh) and the MLP block built from two Linear calls around it.
 #include "train/mlp.h"
 
-#include <cmath>
-
 #include "cpattn/error.h"
 #include "train/check.h"
 #include "train/linear.h"
+#include "train/vector_math.h"
 
 namespace cpattn::train {
 
@@ -25,35 +24,51 @@ void check_dims(const char* op, const MlpDims& d) {
 }
 
 // (1 + tanh(u)) / 2 = sigmoid(2u) = 1 / (1 + e^(-2u)) with u = sqrt(2/pi) (v + 0.044715 v^3): one
-// expf instead of a tanhf (glibc's calls expm1f), which made GELU a third of the training job's
-// time (docs/performance.md, "Training job"). e^(-2u) overflowing to +inf gives exactly 0.
-float gelu_gate(float v) {
+// exp instead of a tanh, and an inline one (vector_math.h) so the GELU loops vectorize; with
+// libm's expf and tanhf GELU took a sixth and a third of the training job's time
+// (docs/performance.md, "The main job"). e^(-2u) beyond e^88 gives a gate below 1e-38, i.e. 0
+// after the multiplication by v for any v of the range where that happens (v < -9.5).
+inline float gelu_gate(float v) {
   const float u = kGeluC * (v + kGeluA * v * v * v);
-  return 1.0f / (1.0f + std::exp(-2.0f * u));
+  return 1.0f / (1.0f + detail::exp_vectorizable(-2.0f * u));
 }
-}  // namespace
 
-void gelu_forward(std::span<const float> x, std::span<float> y) {
-  check_same("gelu_forward", "y", y.size(), x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * gelu_gate(x[i]);
+CPATTN_TRAIN_VECTOR_CLONES
+void gelu_forward_loop(const float* x, float* y, size_t n) {
+  CPATTN_TRAIN_ELEMENTWISE
+  for (size_t i = 0; i < n; ++i) y[i] = x[i] * gelu_gate(x[i]);
 }
 
 // d/dv [v s] = s + v s (1 - s) 2 du/dv with s = sigmoid(2u): (1 - tanh^2 u) / 2 = 2 s (1 - s).
-void gelu_backward(std::span<const float> dy, std::span<const float> x, std::span<float> dx) {
-  check_same("gelu_backward", "dy", dy.size(), x.size());
-  check_same("gelu_backward", "dx", dx.size(), x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
+CPATTN_TRAIN_VECTOR_CLONES
+void gelu_backward_loop(const float* dy, const float* x, float* dx, size_t n) {
+  CPATTN_TRAIN_ELEMENTWISE
+  for (size_t i = 0; i < n; ++i) {
     const float v = x[i];
     const float s = gelu_gate(v);
     const float du = kGeluC * (1.0f + 3.0f * kGeluA * v * v);
     dx[i] = dy[i] * (s + 2.0f * v * s * (1.0f - s) * du);
   }
 }
+}  // namespace
+
+void gelu_forward(std::span<const float> x, std::span<float> y) {
+  check_same("gelu_forward", "y", y.size(), x.size());
+  gelu_forward_loop(x.data(), y.data(), x.size());
+}
+
+void gelu_backward(std::span<const float> dy, std::span<const float> x, std::span<float> dx) {
+  check_same("gelu_backward", "dy", dy.size(), x.size());
+  check_same("gelu_backward", "dx", dx.size(), x.size());
+  gelu_backward_loop(dy.data(), x.data(), dx.data(), x.size());
+}
 
 MlpCache mlp_forward(MlpDims d, std::span<const float> x, std::span<const float> w1,
                      std::span<const float> w2, std::span<float> y, MemoryCounter* counter) {
   check_dims("mlp_forward", d);
-  MlpCache cache{Tensor({d.n, d.hidden}, counter), Tensor({d.n, d.hidden}, counter)};
+  // Both written whole before they are read, as is grad_hidden below.
+  MlpCache cache{Tensor::uninitialized({d.n, d.hidden}, DType::kF32, counter),
+                 Tensor::uninitialized({d.n, d.hidden}, DType::kF32, counter)};
   linear_forward({d.n, d.d_model, d.hidden}, x, w1, {}, cache.pre.span());
   gelu_forward(cache.pre.span(), cache.act.span());
   linear_forward({d.n, d.hidden, d.d_model}, cache.act.span(), w2, {}, y);
@@ -68,7 +83,8 @@ void mlp_backward(MlpDims d, std::span<const float> dy, std::span<const float> x
   check_dims(kOp, d);
   detail::check_matrix(kOp, "cache.pre", "[N, hidden]", cache.pre.span().size(), d.n, d.hidden);
   detail::check_matrix(kOp, "cache.act", "[N, hidden]", cache.act.span().size(), d.n, d.hidden);
-  Tensor grad_hidden({d.n, d.hidden}, counter);  // dact, then dpre in place
+  Tensor grad_hidden =  // dact, then dpre in place
+      Tensor::uninitialized({d.n, d.hidden}, DType::kF32, counter);
   linear_backward({d.n, d.hidden, d.d_model}, dy, cache.act.span(), w2, grad_hidden.span(), dw2,
                   {});
   gelu_backward(grad_hidden.span(), cache.pre.span(), grad_hidden.span());

@@ -54,8 +54,10 @@ struct Context {
   AttentionParams attn;
   int64_t n;  // token rows B * S_r
   MemoryCounter* counter;
+  const RopeTable& rope;  // the rows' RoPE angles, shared by every layer's q and k
 
-  Tensor rows(int64_t cols) const { return Tensor({n, cols}, counter); }
+  // An [N, cols] fp32 row matrix, unset: every caller's next op writes all of it.
+  Tensor rows(int64_t cols) const { return Tensor::uninitialized({n, cols}, DType::kF32, counter); }
   // [B, S_r, heads, D] view of the fused qkv rows starting at column `offset`: no copy.
   template <typename T>
   StridedView<T> qkv_view(T* qkv, int64_t offset, int64_t heads) const {
@@ -131,10 +133,8 @@ LayerActs layer_forward(const Context& c, const LayerTensors<const float>& w, co
   a.qkv = c.rows(cfg.qkv_dim());
   linear_forward({c.n, d, cfg.qkv_dim()}, a.xn1.span(), w.wqkv, {}, a.qkv.span());
   // Rotate q (columns [0, q_dim)) and k (columns [q_dim, q_dim + kv_dim)) by global positions.
-  rope_forward({c.n, cfg.heads, hd, cfg.qkv_dim()}, a.qkv.span(), c.shard.row_positions,
-               cfg.rope_base);
-  rope_forward({c.n, cfg.kv_heads, hd, cfg.qkv_dim()}, a.qkv.span().subspan(cfg.q_dim()),
-               c.shard.row_positions, cfg.rope_base);
+  rope_forward({c.n, cfg.heads, hd, cfg.qkv_dim()}, a.qkv.span(), c.rope);
+  rope_forward({c.n, cfg.kv_heads, hd, cfg.qkv_dim()}, a.qkv.span().subspan(cfg.q_dim()), c.rope);
   if (c.opt.activations != DType::kF32) {
     // 16-bit activations: attention takes q, k, v rounded once (round to nearest even) from
     // the fp32 rows, which are then no longer needed.
@@ -210,10 +210,8 @@ void layer_backward(const Context& c, const LayerTensors<const float>& w,
   copy_view(ag.dk.view(), c.qkv_view(dst, cfg.q_dim(), cfg.kv_heads));
   copy_view(ag.dv.view(), c.qkv_view(dst, cfg.q_dim() + cfg.kv_dim(), cfg.kv_heads));
   ag = AttentionGradients();
-  rope_backward({c.n, cfg.heads, hd, cfg.qkv_dim()}, dqkv.span(), c.shard.row_positions,
-                cfg.rope_base);
-  rope_backward({c.n, cfg.kv_heads, hd, cfg.qkv_dim()}, dqkv.span().subspan(cfg.q_dim()),
-                c.shard.row_positions, cfg.rope_base);
+  rope_backward({c.n, cfg.heads, hd, cfg.qkv_dim()}, dqkv.span(), c.rope);
+  rope_backward({c.n, cfg.kv_heads, hd, cfg.qkv_dim()}, dqkv.span().subspan(cfg.q_dim()), c.rope);
   linear_backward({c.n, d, cfg.qkv_dim()}, dqkv.span(), a.xn1.span(), w.wqkv, t.span(), g.wqkv, {});
   dqkv = Tensor();
   a.xn1 = Tensor();
@@ -247,10 +245,8 @@ double head_forward_backward(const Context& c, const ModelParams& params, ModelG
   const int64_t d = c.cfg.d_model, vocab = c.cfg.vocab;
   Tensor xf;
   Tensor logits = head_logits(c, params, x, xf);
-  const double loss =
-      cross_entropy_forward(vocab, logits.span(), c.shard.targets, c.shard.total_tokens);
-  cross_entropy_backward(vocab, logits.span(), c.shard.targets, c.shard.total_tokens, 1.0f,
-                         logits.span());
+  const double loss = cross_entropy_backward(vocab, logits.span(), c.shard.targets,
+                                             c.shard.total_tokens, 1.0f, logits.span());
   grad = c.rows(d);
   linear_backward({c.n, d, vocab}, logits.span(), xf.span(), params.lm_head(), grad.span(),
                   grads.lm_head(), {});
@@ -275,7 +271,8 @@ double forward_backward(Communicator& comm, const ModelParams& params, const Sha
   CPATTN_CHECK_EQ(grads.numel(), params.numel(), ErrorCode::kShapeMismatch,
                   "forward_backward: gradient numel vs parameter numel");
   const AttentionParams attn = attention_params(options.dropout);
-  const Context c{comm, cfg, options, shard, attn, shard.rows(), &comm.memory()};
+  const RopeTable rope(shard.row_positions, cfg.head_dim(), cfg.rope_base);
+  const Context c{comm, cfg, options, shard, attn, shard.rows(), &comm.memory(), rope};
   const auto layers = static_cast<size_t>(cfg.layers);
 
   Tensor x = c.rows(cfg.d_model);
@@ -344,7 +341,8 @@ Tensor forward_logits(Communicator& comm, const ModelParams& params, const Shard
   const ModelConfig& cfg = params.config();
   check_step_args(comm, shard, options);
   const AttentionParams attn = attention_params(options.dropout);
-  const Context c{comm, cfg, options, shard, attn, shard.rows(), &comm.memory()};
+  const RopeTable rope(shard.row_positions, cfg.head_dim(), cfg.rope_base);
+  const Context c{comm, cfg, options, shard, attn, shard.rows(), &comm.memory(), rope};
   Tensor x = c.rows(cfg.d_model);
   embedding_forward(cfg.vocab, cfg.d_model, shard.inputs, params.embed(), x.span());
   for (int64_t l = 0; l < cfg.layers; ++l) {

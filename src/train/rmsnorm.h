@@ -11,8 +11,9 @@ namespace cpattn::train {
 /// \param[in]  x     [N, d]
 /// \param[in]  gain  [d]
 /// \param[out] y     [N, d] (overwritten; must not alias x)
-/// The sum of squares is accumulated in double, left to right, so a row's result depends only
-/// on that row (bitwise the same on any CP shard). Throws Error(kShapeMismatch) on a size
+/// The sum of squares is accumulated in double in a fixed order (eight partial sums,
+/// vector_math.h ordered_sum), so a row's result depends only on that row (bitwise the same on
+/// any CP shard). Throws Error(kShapeMismatch) on a size
 /// mismatch, kInvalidArgument on n < 0 or d < 1.
 void rmsnorm_forward(int64_t n, int64_t d, std::span<const float> x, std::span<const float> gain,
                      std::span<float> y);

@@ -34,6 +34,29 @@ TEST(Tensor, ZeroFilledAlignedAndCounted) {
   EXPECT_EQ(counter->stats().peak_bytes, 2 * 210 * 4);
 }
 
+TEST(Tensor, UninitializedHasTheShapeDtypeAlignmentAndCharge) {
+  const auto counter = MemoryCounter::create();
+  {
+    Tensor t = Tensor::uninitialized({3, 1, 5, 2}, DType::kBF16, counter.get());
+    EXPECT_EQ(t.numel(), 30);
+    EXPECT_EQ(t.dtype(), DType::kBF16);
+    EXPECT_EQ(t.bytes().size(), 60u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u);
+    EXPECT_EQ(counter->stats().live_bytes, 60);
+    Tensor f = Tensor::uninitialized({4}, DType::kF32, counter.get());
+    f.span()[3] = 1.5f;  // writable; a clone copies what was written
+    EXPECT_EQ(f.clone().span()[3], 1.5f);
+    EXPECT_EQ(counter->stats().peak_bytes, 60 + 16 + 16);
+  }
+  EXPECT_EQ(counter->stats().live_bytes, 0);
+  EXPECT_THAT(error_of([] {
+                (void)Tensor::uninitialized({2, -1});
+              }).what(),
+              HasSubstr("must be >= 0"));
+  EXPECT_EQ(Tensor::uninitialized({0, 3}, DType::kF32, counter.get()).numel(), 0);
+  EXPECT_EQ(counter->stats().live_bytes, 0);
+}
+
 TEST(Tensor, EmptyTensorsAreNotCharged) {
   const auto counter = MemoryCounter::create();
   const Tensor empty({4, 0, 3}, counter.get());

@@ -121,6 +121,23 @@ TEST_P(RingDtype, ErrorAtMostTwiceCp1AndRunsAreBitwiseEqual) {
   }
 }
 
+// One rank: the ring's 16-bit dq is the kernel's own, rounded once by the kernel (no fp32
+// accumulator in between), bitwise; with 2 threads the kernel splits k tiles into chunks whose
+// partial dq rows it sums before that rounding.
+TEST_P(RingDtype, OneRankGivesTheKernelsOwnResultsBitwise) {
+  const DtypeRingCase& c = GetParam();
+  const reference::Problem p = reference::make_problem(c.spec);
+  for (int threads : {1, 2}) {
+    reference::RingRun ring = run_of(c, 1);
+    ring.num_threads = threads;
+    reference::KernelRun kernel{c.spec.layout, threads, true, Isa::kAuto, c.spec.dtype};
+    const reference::Outputs a = run_ring(p, ring), b = reference::run_kernel(p, kernel);
+    EXPECT_EQ(a.dq, b.dq) << threads << " threads";
+    EXPECT_EQ(a.dk, b.dk) << threads << " threads";
+    EXPECT_EQ(a.dv, b.dv) << threads << " threads";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, RingDtype, ::testing::ValuesIn(cases()),
                          [](const auto& tp) { return name_of(tp.param); });
 

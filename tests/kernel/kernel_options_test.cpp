@@ -85,18 +85,24 @@ class KernelBackwardOptions : public ::testing::Test {
   Gradients plain_;
 };
 
-// accumulate = true adds to what the buffers hold: result = prefill + plain gradients.
+// accumulate = true adds to what the buffers hold: result = prefill + plain gradients. With 2
+// and 3 threads the call (B * Hkv = 4 items) splits each kv head's k tiles into chunks: chunk 0
+// adds its dq rows to dq itself and the others' partial rows are added after.
 TEST_F(KernelBackwardOptions, AccumulateAddsToExistingGradients) {
-  BackwardOptions options;
-  options.accumulate = true;
   constexpr float kPrefill = 0.375f;
-  const Gradients acc = run_backward(*tensors_, problem_, out_, lse_, options, kPrefill);
-  const std::array<std::pair<const Tensor*, const Tensor*>, 3> pairs = {
-      {{&acc.dq, &plain_.dq}, {&acc.dk, &plain_.dk}, {&acc.dv, &plain_.dv}}};
-  for (const auto& [a, p] : pairs) {
-    std::vector<double> expected = reference::to_doubles(p->span());
-    for (double& e : expected) e += kPrefill;
-    EXPECT_LT(testing::relative_error(reference::to_doubles(a->span()), expected), 1e-6);
+  for (int threads : {1, 2, 3}) {
+    BackwardOptions options;
+    options.kernel.num_threads = threads;
+    options.accumulate = true;
+    const Gradients acc = run_backward(*tensors_, problem_, out_, lse_, options, kPrefill);
+    const std::array<std::pair<const Tensor*, const Tensor*>, 3> pairs = {
+        {{&acc.dq, &plain_.dq}, {&acc.dk, &plain_.dk}, {&acc.dv, &plain_.dv}}};
+    for (const auto& [a, p] : pairs) {
+      std::vector<double> expected = reference::to_doubles(p->span());
+      for (double& e : expected) e += kPrefill;
+      EXPECT_LT(testing::relative_error(reference::to_doubles(a->span()), expected), 1e-6)
+          << threads << " threads";
+    }
   }
   // Without accumulate the prefill is overwritten.
   const Gradients over = run_backward(*tensors_, problem_, out_, lse_, {}, kPrefill);

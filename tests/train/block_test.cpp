@@ -131,9 +131,9 @@ struct TinyModel {
       rmsnorm_forward(N, d, x, w.attn_norm, a.xn);
       a.qkv.resize(static_cast<size_t>(N * c.qkv_dim()));
       linear_forward({N, d, c.qkv_dim()}, a.xn, w.wqkv, {}, a.qkv);
-      rope_forward(rope_q(), a.qkv, pos, c.rope_base);
-      rope_forward(rope_k(), std::span(a.qkv).subspan(static_cast<size_t>(c.q_dim())), pos,
-                   c.rope_base);
+      const RopeTable table(pos, c.head_dim(), c.rope_base);
+      rope_forward(rope_q(), a.qkv, table);
+      rope_forward(rope_k(), std::span(a.qkv).subspan(static_cast<size_t>(c.q_dim())), table);
       attention().forward(a.qkv, a.att);
       Vec o(x.size());
       linear_forward({N, c.q_dim(), d}, a.att, w.wo, {}, o);
@@ -177,9 +177,9 @@ struct TinyModel {
       Vec datt(a.att.size()), dqkv, dxn(dx.size());
       linear_backward({N, c.q_dim(), d}, dh, a.att, w.wo, datt, gw.wo, {});
       attention().backward(a.qkv, datt, dqkv);
-      rope_backward(rope_q(), dqkv, pos, c.rope_base);
-      rope_backward(rope_k(), std::span(dqkv).subspan(static_cast<size_t>(c.q_dim())), pos,
-                    c.rope_base);
+      const RopeTable table(pos, c.head_dim(), c.rope_base);
+      rope_backward(rope_q(), dqkv, table);
+      rope_backward(rope_k(), std::span(dqkv).subspan(static_cast<size_t>(c.q_dim())), table);
       linear_backward({N, d, c.qkv_dim()}, dqkv, a.xn, w.wqkv, dxn, gw.wqkv, {});
       rmsnorm_backward(N, d, dxn, a.x_in, w.attn_norm, tmp, gw.attn_norm);
       for (size_t i = 0; i < dx.size(); ++i) dx[i] = dh[i] + tmp[i];

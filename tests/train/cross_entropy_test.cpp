@@ -57,7 +57,8 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
   const float dloss = 0.75f;
   auto loss = [&] { return dloss * cross_entropy_forward(vocab, logits, targets, total); };
   std::vector<float> g(logits.size());
-  cross_entropy_backward(vocab, logits, targets, total, dloss, g);
+  const double returned = cross_entropy_backward(vocab, logits, targets, total, dloss, g);
+  EXPECT_EQ(returned, cross_entropy_forward(vocab, logits, targets, total));  // bitwise
   expect_grad_near(g, numeric_grad(logits, loss), 1e-3, "dlogits");
   // In place (dlogits aliasing logits) gives the same bits.
   std::vector<float> inplace = logits;

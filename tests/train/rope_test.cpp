@@ -21,7 +21,7 @@ TEST(Rope, PositionZeroIsIdentityAndPairsRotateByTheirFrequency) {
   // head_dim 4: pair 0 turns by pos rad, pair 1 by pos / sqrt(base) rad.
   std::vector<float> x = {1.0f, 0.0f, 0.0f, 1.0f, 1.0f, 0.0f, 0.0f, 1.0f};
   const std::vector<int64_t> pos = {0, 3};
-  rope_forward({2, 1, 4, 4}, x, pos, kBase);
+  rope_forward({2, 1, 4, 4}, x, RopeTable(pos, 4, kBase));
   EXPECT_EQ(x[0], 1.0f);
   EXPECT_EQ(x[3], 1.0f);
   const double a0 = 3.0, a1 = 3.0 / std::sqrt(kBase);
@@ -34,9 +34,26 @@ TEST(Rope, PositionZeroIsIdentityAndPairsRotateByTheirFrequency) {
 TEST(Rope, LargePositionsStayAccurate) {
   std::vector<float> x = {1.0f, 0.0f};
   const std::vector<int64_t> pos = {1000003};
-  rope_forward({1, 1, 2, 2}, x, pos, kBase);
+  rope_forward({1, 1, 2, 2}, x, RopeTable(pos, 2, kBase));
   EXPECT_NEAR(x[0], std::cos(1000003.0), 1e-7);
   EXPECT_NEAR(x[1], std::sin(1000003.0), 1e-7);
+}
+
+TEST(Rope, TableHoldsEachAngleRoundedOnceFromDouble) {
+  const std::vector<int64_t> pos = {0, 5, 123456789};
+  const int64_t hd = 6;
+  const RopeTable table(pos, hd, kBase);
+  EXPECT_EQ(table.rows(), 3);
+  EXPECT_EQ(table.head_dim(), hd);
+  for (int64_t r = 0; r < 3; ++r) {
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const double angle = static_cast<double>(pos[static_cast<size_t>(r)]) *
+                           std::pow(kBase, -2.0 * static_cast<double>(i) / hd);
+      EXPECT_EQ(table.cos_row(r)[i], static_cast<float>(std::cos(angle))) << r << " " << i;
+      EXPECT_EQ(table.sin_row(r)[i], static_cast<float>(std::sin(angle))) << r << " " << i;
+    }
+  }
+  EXPECT_EQ(RopeTable({}, 4, kBase).rows(), 0);
 }
 
 struct RopeCase {
@@ -52,20 +69,21 @@ TEST_P(RopeTest, BackwardIsTheInverseAndMatchesFiniteDifferences) {
   std::vector<int64_t> pos(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) pos[r] = 7 * r * r + 5;  // any order / gaps are fine
   const RopeDims dims{n, heads, hd, stride};
+  const RopeTable table(pos, hd, kBase);
   std::vector<float> y = x;
-  rope_forward(dims, y, pos, kBase);
+  rope_forward(dims, y, table);
   std::vector<float> back = y;
-  rope_backward(dims, back, pos, kBase);
+  rope_backward(dims, back, table);
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(back[i], x[i], 1e-6) << i;
 
   const auto w = random_vector(x.size(), 2);
   auto loss = [&] {
     y = x;
-    rope_forward(dims, y, pos, kBase);
+    rope_forward(dims, y, table);
     return weighted_sum(y, w);
   };
   std::vector<float> grad = w;
-  rope_backward(dims, grad, pos, kBase);
+  rope_backward(dims, grad, table);
   // Padding columns pass through untouched: their gradient is w itself.
   expect_grad_near(grad, numeric_grad(x, loss), 1e-3, "dx");
 }
@@ -78,8 +96,8 @@ TEST_P(RopeTest, DotProductDependsOnlyOnRelativePosition) {
   auto dot_at = [&](int64_t pq, int64_t pk) {
     std::vector<float> a = q, b = k;
     const std::vector<int64_t> p1 = {pq}, p2 = {pk};
-    rope_forward({1, heads, hd, heads * hd}, a, p1, kBase);
-    rope_forward({1, heads, hd, heads * hd}, b, p2, kBase);
+    rope_forward({1, heads, hd, heads * hd}, a, RopeTable(p1, hd, kBase));
+    rope_forward({1, heads, hd, heads * hd}, b, RopeTable(p2, hd, kBase));
     return std::inner_product(a.begin(), a.end(), b.begin(), 0.0);
   };
   EXPECT_NEAR(dot_at(10, 4), dot_at(1010, 1004), 1e-4);
@@ -100,8 +118,9 @@ TEST(Rope, RotatesOnlyTheSelectedHeadsOfAFusedQkvRow) {
   const auto orig = random_vector(static_cast<size_t>(n * qkv), 5);
   std::vector<float> x = orig;
   const std::vector<int64_t> pos = {4, 9, 2};
-  rope_forward({n, 2, 4, qkv}, x, pos, kBase);
-  rope_forward({n, 1, 4, qkv}, std::span(x).subspan(8), pos, kBase);
+  const RopeTable table(pos, 4, kBase);
+  rope_forward({n, 2, 4, qkv}, x, table);
+  rope_forward({n, 1, 4, qkv}, std::span(x).subspan(8), table);
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t c = 12; c < 16; ++c) EXPECT_EQ(x[r * qkv + c], orig[r * qkv + c]);
     EXPECT_NE(x[r * qkv], orig[r * qkv]);
@@ -112,11 +131,17 @@ TEST(Rope, RotatesOnlyTheSelectedHeadsOfAFusedQkvRow) {
 TEST(Rope, ArgumentErrors) {
   std::vector<float> x(12);
   const std::vector<int64_t> pos = {0, 1};
-  EXPECT_THROW(rope_forward({2, 1, 3, 6}, x, pos, kBase), Error);  // odd head_dim
-  EXPECT_THROW(rope_forward({2, 2, 4, 6}, x, pos, kBase), Error);  // stride < heads*D
-  EXPECT_THROW(rope_forward({3, 1, 4, 4}, x, pos, kBase), Error);  // positions too short
-  EXPECT_THROW(rope_forward({2, 1, 4, 9}, x, pos, kBase), Error);  // x too short (13 > 12)
-  EXPECT_THROW(rope_forward({2, 1, 4, 4}, x, pos, 1.0), Error);    // base
+  const RopeTable table(pos, 4, kBase);
+  EXPECT_THROW(RopeTable(pos, 3, kBase), Error);               // odd head_dim
+  EXPECT_THROW(RopeTable(pos, 0, kBase), Error);               // head_dim < 2
+  EXPECT_THROW(RopeTable(pos, 4, 1.0), Error);                 // base
+  EXPECT_THROW(RopeTable(pos, 4, std::nan("")), Error);        // base
+  EXPECT_THROW(rope_forward({2, 1, 6, 6}, x, table), Error);   // head_dim differs
+  EXPECT_THROW(rope_forward({2, 2, 4, 6}, x, table), Error);   // stride < heads*D
+  EXPECT_THROW(rope_forward({3, 1, 4, 4}, x, table), Error);   // table too short
+  EXPECT_THROW(rope_forward({1, 1, 4, 4}, x, table), Error);   // table too long
+  EXPECT_THROW(rope_forward({2, 1, 4, 9}, x, table), Error);   // x too short (13 > 12)
+  EXPECT_THROW(rope_backward({2, 1, 4, 9}, x, table), Error);  // x too short (13 > 12)
 }
 
 }  // namespace

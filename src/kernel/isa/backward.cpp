@@ -247,13 +247,15 @@ class Item {
     }
   }
 
-  // One chunk: the q tile's dq rows are complete and go straight to dq. Several: they go to the
-  // chunk's partial rows (each written by exactly one item) and the driver sums them.
+  // One chunk: the q tile's dq rows are complete and go straight to dq, as do chunk 0's when
+  // chunk0_writes_dq. Otherwise they go to the chunk's partial rows (each written by exactly one
+  // item) and the driver adds them up.
   void write_dq(int64_t b, int64_t h, int64_t chunk, const TileRange& qt) const {
     const int64_t dqk_pad = plan_.dqk_pad;
-    if (plan_.chunks > 1) {
+    const int64_t partial = chunk - (plan_.chunk0_writes_dq ? 1 : 0);
+    if (plan_.chunks > 1 && partial >= 0) {
       float* part =
-          plan_.dq_partial + (((chunk * p_.B + b) * p_.Hq + h) * p_.Sq + qt.begin) * dqk_pad;
+          plan_.dq_partial + (((partial * p_.B + b) * p_.Hq + h) * p_.Sq + qt.begin) * dqk_pad;
       for (int64_t e = 0; e < qt.size * dqk_pad; ++e) part[e] = w_.dq[e];
       return;
     }
