@@ -31,6 +31,7 @@ void check_args(const char* op, int64_t vocab, size_t logits_size, std::span<con
 struct RowExps {
   double max;
   double sum;
+  double lse() const { return max + std::log(sum); }
 };
 RowExps row_exps(const float* l, int64_t vocab, double* e) {
   const double m = *std::max_element(l, l + vocab);
@@ -51,7 +52,7 @@ double cross_entropy_forward(int64_t vocab, std::span<const float> logits,
   for (size_t r = 0; r < targets.size(); ++r) {
     const float* l = logits.data() + static_cast<int64_t>(r) * vocab;
     const RowExps row = row_exps(l, vocab, e.data());
-    sum += row.max + std::log(row.sum) - static_cast<double>(l[targets[r]]);
+    sum += row.lse() - static_cast<double>(l[targets[r]]);
   }
   return sum / static_cast<double>(total_count);
 }
@@ -71,7 +72,7 @@ double cross_entropy_backward(int64_t vocab, std::span<const float> logits,
     float* g = dlogits.data() + static_cast<int64_t>(r) * vocab;
     const RowExps row = row_exps(l, vocab, e.data());
     const int32_t t = targets[r];
-    sum += row.max + std::log(row.sum) - static_cast<double>(l[t]);  // before g overwrites l
+    sum += row.lse() - static_cast<double>(l[t]);  // before g overwrites l
     const double inv_sum = 1.0 / row.sum;
     for (int64_t v = 0; v < vocab; ++v) {
       const double p = e[static_cast<size_t>(v)] * inv_sum;

@@ -26,8 +26,9 @@ void check_dims(const char* op, const MlpDims& d) {
 // (1 + tanh(u)) / 2 = sigmoid(2u) = 1 / (1 + e^(-2u)) with u = sqrt(2/pi) (v + 0.044715 v^3): one
 // exp instead of a tanh, and an inline one (vector_math.h) so the GELU loops vectorize; with
 // libm's expf and tanhf GELU took a sixth and a third of the training job's time
-// (docs/performance.md, "The main job"). e^(-2u) beyond e^88 gives a gate below 1e-38, i.e. 0
-// after the multiplication by v for any v of the range where that happens (v < -9.5).
+// (docs/performance.md, "The main job"). exp_vectorizable stops at e^88, so for v < -9.4
+// (-2u > 88) the gate stays at 1 / (1 + e^88) ~ 6e-39 instead of falling further: y = v * gate
+// is off the exact GELU by under |v| * 6e-39.
 inline float gelu_gate(float v) {
   const float u = kGeluC * (v + kGeluA * v * v * v);
   return 1.0f / (1.0f + detail::exp_vectorizable(-2.0f * u));
