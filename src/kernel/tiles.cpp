@@ -21,7 +21,7 @@ std::vector<TileRange> make_tiles(std::span<const int64_t> pos, std::span<const 
     t.range = block_range(rows(pos), rows(doc));
     const std::span<const int64_t> tile_pos = rows(pos);
     t.consecutive = std::adjacent_find(tile_pos.begin(), tile_pos.end(), [](int64_t a, int64_t b) {
-                      return b != a + 1;
+                      return b - a != 1;  // positions are >= 0: no overflow
                     }) == tile_pos.end();
     tiles.push_back(t);
   }

@@ -26,12 +26,13 @@ void check_dims(const char* op, const MlpDims& d) {
 // (1 + tanh(u)) / 2 = sigmoid(2u) = 1 / (1 + e^(-2u)) with u = sqrt(2/pi) (v + 0.044715 v^3): one
 // exp instead of a tanh, and an inline one (vector_math.h) so the GELU loops vectorize; with
 // libm's expf and tanhf GELU took a sixth and a third of the training job's time
-// (docs/performance.md, "The main job"). exp_vectorizable stops at e^88, so for v < -9.4
-// (-2u > 88) the gate stays at 1 / (1 + e^88) ~ 6e-39 instead of falling further: y = v * gate
-// is off the exact GELU by under |v| * 6e-39.
+// (docs/performance.md, "The main job"). Where e^(-2u) exceeds e^88 (v < -9.4) the gate is
+// exactly 0, as 1 / (1 + inf) would be: exp_vectorizable stops at e^88, and a gate held at
+// 1 / (1 + e^88) would make the backward's v s (1 - s) du grow like v^3 (wrong by 1 at v = -1e13).
 inline float gelu_gate(float v) {
   const float u = kGeluC * (v + kGeluA * v * v * v);
-  return 1.0f / (1.0f + detail::exp_vectorizable(-2.0f * u));
+  const float t = -2.0f * u;
+  return t > 88.0f ? 0.0f : 1.0f / (1.0f + detail::exp_vectorizable(t));
 }
 
 CPATTN_TRAIN_VECTOR_CLONES

@@ -3,7 +3,9 @@
 // baseline x86-64 (SSE2; src/CMakeLists.txt), so a loop marked CPATTN_TRAIN_VECTOR_CLONES is
 // compiled three times (baseline, x86-64-v3 = AVX2 + FMA, x86-64-v4 = AVX-512) and the loader
 // picks the copy for the CPU once (GCC function multi-versioning, an ifunc). The copies may
-// round differently (FMA contraction), never differently within one process.
+// round differently (FMA contraction), never differently within one process: the job's results
+// are bitwise reproducible on one CPU type, not across types (as its oneDNN products already
+// were).
 #pragma once
 
 #include <bit>
@@ -47,7 +49,8 @@ inline float exp_vectorizable(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float e = (p * r) * r + r + 1.0f;
-  const int32_t biased = std::bit_cast<int32_t>(t) - 0x4B400000 + 127;  // n + 127 in [1, 254]
+  // n + 127 in [1, 254] (unsigned: a NaN's bits wrap harmlessly, the result is NaN anyway).
+  const uint32_t biased = std::bit_cast<uint32_t>(t) - 0x4B400000u + 127u;
   const float scale = std::bit_cast<float>(biased << 23);
   return x < -87.0f ? 0.0f : e * scale;
 }

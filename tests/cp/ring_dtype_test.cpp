@@ -122,8 +122,8 @@ TEST_P(RingDtype, ErrorAtMostTwiceCp1AndRunsAreBitwiseEqual) {
 }
 
 // One rank: the ring's 16-bit dq is the kernel's own, rounded once by the kernel (no fp32
-// accumulator in between), bitwise; with 2 threads the kernel splits k tiles into chunks whose
-// partial dq rows it sums before that rounding.
+// accumulator in between), bitwise; with 2 threads and an odd B * Hkv (the Hkv = 1 cases) the
+// kernel splits k tiles into chunks whose partial dq rows it sums before that rounding.
 TEST_P(RingDtype, OneRankGivesTheKernelsOwnResultsBitwise) {
   const DtypeRingCase& c = GetParam();
   const reference::Problem p = reference::make_problem(c.spec);

@@ -86,8 +86,9 @@ class KernelBackwardOptions : public ::testing::Test {
 };
 
 // accumulate = true adds to what the buffers hold: result = prefill + plain gradients. With 2
-// and 3 threads the call (B * Hkv = 4 items) splits each kv head's k tiles into chunks: chunk 0
-// adds its dq rows to dq itself and the others' partial rows are added after.
+// threads the call's B * Hkv = 4 items need no chunks; with 3 (not a divisor of 4) each kv
+// head's k tiles are split into chunks: chunk 0 adds its dq rows to dq itself and the others'
+// partial rows are added after.
 TEST_F(KernelBackwardOptions, AccumulateAddsToExistingGradients) {
   constexpr float kPrefill = 0.375f;
   for (int threads : {1, 2, 3}) {
@@ -104,11 +105,18 @@ TEST_F(KernelBackwardOptions, AccumulateAddsToExistingGradients) {
           << threads << " threads";
     }
   }
-  // Without accumulate the prefill is overwritten.
+  // Without accumulate the prefill (NaN too) is overwritten, chunked (3 threads) or not.
   const Gradients over = run_backward(*tensors_, problem_, out_, lse_, {}, kPrefill);
   EXPECT_TRUE(bitwise_equal(over.dq.span(), plain_.dq.span()));
   EXPECT_TRUE(bitwise_equal(over.dk.span(), plain_.dk.span()));
   EXPECT_TRUE(bitwise_equal(over.dv.span(), plain_.dv.span()));
+  BackwardOptions three;
+  three.kernel.num_threads = 3;
+  const Gradients zero3 = run_backward(*tensors_, problem_, out_, lse_, three);
+  const Gradients nan3 = run_backward(*tensors_, problem_, out_, lse_, three, std::nanf(""));
+  EXPECT_TRUE(bitwise_equal(nan3.dq.span(), zero3.dq.span()));
+  EXPECT_TRUE(bitwise_equal(nan3.dk.span(), zero3.dk.span()));
+  EXPECT_TRUE(bitwise_equal(nan3.dv.span(), zero3.dv.span()));
 }
 
 std::vector<float> delta_of(const reference::Problem& p, const Tensor& dout, const Tensor& out) {

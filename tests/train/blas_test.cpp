@@ -1,6 +1,7 @@
 // The trainer's sgemm (train/blas.h): every transpose combination against a double reference on
-// odd sizes, bad sizes refused, the thread setting, and that oneDNN runs kernels of the CPU's
-// widest instruction set (a Prescott-style fallback to an older ISA fails here).
+// odd sizes, beta = 0 leaving C unread, bad sizes refused, the thread setting, and that oneDNN runs
+// kernels of the CPU's widest instruction set (a Prescott-style fallback to an older ISA fails
+// here).
 #include "train/blas.h"
 
 #include <gmock/gmock.h>
@@ -8,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -76,6 +78,38 @@ TEST(Sgemm, AnEmptyProductScalesC) {
   EXPECT_TRUE(std::isnan(c[2]));
   sgemm(true, false, 2, 2, 0, 1.0f, nullptr, 2, nullptr, 2, 0.0f, c.data(), 2);
   for (float x : c) EXPECT_EQ(x, 0.0f);
+}
+
+// beta = 0 never reads C (BLAS semantics): the training job's intermediates are allocated unset
+// (Tensor::uninitialized) and written by sgemm, so NaN and inf left in C must not reach the
+// result. Every transpose, the job's shapes and odd ones, on 1 and 2 threads.
+TEST(Sgemm, BetaZeroIgnoresWhatCHeld) {
+  uint64_t seed = 11;
+  const int before = blas_threads();
+  for (int threads : {1, 2}) {
+    set_blas_threads(threads);
+    for (Dims d : {Dims{512, 256, 128}, Dims{128, 128, 512}, Dims{97, 33, 65}, Dims{1, 7, 3}}) {
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          const int64_t lda = ta ? d.m : d.k, ldb = tb ? d.k : d.n, ldc = d.n;
+          const auto a = random_vector(static_cast<size_t>((ta ? d.k : d.m) * lda), seed++);
+          const auto b = random_vector(static_cast<size_t>((tb ? d.n : d.k) * ldb), seed++);
+          std::vector<float> c(static_cast<size_t>(d.m * ldc));
+          for (size_t e = 0; e < c.size(); ++e) {
+            c[e] = e % 2 == 0 ? std::nanf("") : -std::numeric_limits<float>::infinity();
+          }
+          const std::vector<float> zeros(c.size(), 0.0f);
+          const auto want = reference(ta, tb, d, 1.0f, a, lda, b, ldb, 0.0f, zeros, ldc);
+          sgemm(ta, tb, d.m, d.n, d.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), ldc);
+          for (size_t e = 0; e < c.size(); ++e) {
+            ASSERT_NEAR(c[e], want[e], 1e-6 * static_cast<double>(d.k + 4))
+                << threads << " threads, m" << d.m << " n" << d.n << " k" << d.k << " ta" << ta
+                << " tb" << tb << " @" << e;
+          }
+        }
+    }
+  }
+  set_blas_threads(before);
 }
 
 TEST(Sgemm, BadSizesAreRefused) {

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <vector>
+
 #include "cpattn/error.h"
 #include "grad_check.h"
 
@@ -32,6 +35,29 @@ TEST(Gelu, BackwardMatchesFiniteDifferences) {
   gelu_backward(w, x, dx);
   expect_grad_near(dx, numeric_grad(x, loss), 1e-3, "gelu dx");
   EXPECT_THROW(gelu_backward(w, x, std::span(dx).first(3)), Error);
+}
+
+// Far left of zero the gate 1 / (1 + e^(-2u)) is tiny, then (e^(-2u) beyond e^88) exactly 0: y
+// and dx follow the float64 formula down to 1e-33 and are 0 (not v^3 * 1e-39) beyond.
+TEST(Gelu, VeryNegativeInputsFollowTheFormulaThenGiveZero) {
+  const std::vector<float> x = {-9.0f, -9.4f, -9.5f, -20.0f, -1e6f, -1e13f, -1e15f};
+  std::vector<float> y(x.size()), dx(x.size());
+  const std::vector<float> ones(x.size(), 1.0f);
+  gelu_forward(x, y);
+  gelu_backward(ones, x, dx);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    const double u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+    const double s = 1.0 / (1.0 + std::exp(-2.0 * u));
+    const double du = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * v * v);
+    const double want_y = v * s, want_dx = s + 2.0 * v * s * (1.0 - s) * du;
+    EXPECT_NEAR(y[i], want_y, 1e-4 * std::abs(want_y) + 1e-37) << v;
+    EXPECT_NEAR(dx[i], want_dx, 1e-4 * std::abs(want_dx) + 1e-37) << v;
+    if (v <= -20.0) {
+      EXPECT_EQ(y[i], 0.0f) << v;
+      EXPECT_EQ(dx[i], 0.0f) << v;
+    }
+  }
 }
 
 struct MlpCase {
