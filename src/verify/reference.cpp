@@ -137,6 +137,15 @@ void check_problem(const Problem& p, bool with_backward) {
   }
 }
 
+// sum_d |a[d] * b[d]| in double: the magnitude of dot(a, b), the size its rounding errors scale
+// with, cancellation included.
+template <typename T>
+double abs_dot(const T* a, const T* b, int64_t n) {
+  double sum = 0.0;
+  for (int64_t d = 0; d < n; ++d) sum += std::fabs(static_cast<double>(a[d] * b[d]));
+  return sum;
+}
+
 // sum_d a[d] * b[d] with four partial sums (breaks the add latency chain; still a plain sum).
 template <typename T>
 T dot(const T* a, const T* b, int64_t n) {
@@ -195,6 +204,7 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
   Outputs mag;
   if (magnitudes != nullptr) {
     mag.out.assign(out.size(), 0.0);
+    mag.lse.assign(lse.size(), 0.0);
     if (with_backward) {
       mag.dq.assign(q.size(), 0.0);
       mag.dk.assign(k.size(), 0.0);
@@ -245,6 +255,9 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
         T sum = sinks ? std::exp(sink - m) : T{0};
         for (int64_t j = 0; j < d.Sk; ++j) sum += std::exp(score[j] - m);
         lse[row] = m + std::log(sum);
+        if (magnitudes != nullptr) {
+          mag.lse[row] = std::fabs(static_cast<double>(m)) + std::fabs(std::log(double(sum)));
+        }
         if (row_max == neg_inf) continue;  // no visible key: out 0, lse = sink, no gradient
         T* oi = &out[at(b, i, h, d.Sq, d.Hq, d.Dv)];
         for (int64_t j = 0; j < d.Sk; ++j) {
@@ -265,13 +278,19 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
         if (!with_backward) continue;
         const T* doi = &dout[at(b, i, h, d.Sq, d.Hq, d.Dv)];
         const T delta = dot(doi, oi, d.Dv);
+        // D_i's magnitude: D_i = sum_j Z P_ij <dout_i, v_j>, so sum_e |dout_ie| magnitude_out_ie
+        // (>= sum_e |dout_ie out_ie|). Errors in out (a bf16 forward's rounding of out or of P)
+        // move D_i by a part of it, which may far exceed a cancelling |D_i|.
+        double delta_mag = 0.0;
+        if (magnitudes != nullptr) {
+          const double* mi = &mag.out[at(b, i, h, d.Sq, d.Hq, d.Dv)];
+          for (int64_t e = 0; e < d.Dv; ++e) delta_mag += std::fabs(doi[e]) * mi[e];
+        }
         if (sinks) {
           const T p_sink = std::exp(sink - lse[row]);
           dsink[h] -= p_sink * delta;
           if (magnitudes != nullptr) {
-            double terms = 0.0;  // |D_i|'s terms, cancellation included
-            for (int64_t e = 0; e < d.Dv; ++e) terms += std::fabs(doi[e] * oi[e]);
-            mag.dsink[static_cast<size_t>(h)] += static_cast<double>(p_sink) * terms;
+            mag.dsink[static_cast<size_t>(h)] += static_cast<double>(p_sink) * delta_mag;
           }
         }
         T* dqi = &dq[at(b, i, h, d.Sq, d.Hq, d.Dqk)];
@@ -286,8 +305,8 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
           if (magnitudes != nullptr) {
             // dS = P (dP - D) cancels; its magnitude is that of the two terms.
             const double zp = static_cast<double>(zmask[j] * prob[j]);
-            const double ds_mag = static_cast<double>(prob[j]) *
-                                  (std::fabs(static_cast<double>(dp)) + std::fabs(delta)) *
+            const double dp_mag = static_cast<double>(zmask[j]) * abs_dot(doi, &v[vj], d.Dv);
+            const double ds_mag = static_cast<double>(prob[j]) * (dp_mag + delta_mag) *
                                   (softcap > T{0} ? static_cast<double>(capped[j]) : 1.0);
             const size_t qrow = at(b, i, h, d.Sq, d.Hq, d.Dqk);
             for (int64_t e = 0; e < d.Dv; ++e) mag.dv[vj + e] += zp * std::fabs(doi[e]);

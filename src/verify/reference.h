@@ -83,10 +83,12 @@ double softmax_scale(const Problem& problem);
 /// When `magnitudes` is given its out (and, when backward runs, dq, dk, dv, dsink) receive, per
 /// element, the size of the terms that result is summed from, the scale its rounding error is
 /// proportional to, cancellation included: out: sum_j Z P |v_j|; dv: sum_i Z P |dout_i|,
-///   dq: |scale| sum_j P (|Z <dout_i, v_j>| + |D_i|) c_ij |k_j|, dk: likewise with |q_i|
-///   (c_ij the softcap's derivative, 1 without), dsink: sum_{b, i} exp(sink - lse_i)
-///   sum_e |dout_ie out_ie|.
-/// Its lse stays empty.
+///   dq: |scale| sum_j P (Z sum_e |dout_ie v_je| + M_i) c_ij |k_j|, dk: likewise with |q_i|
+///   (c_ij the softcap's derivative, 1 without), dsink: sum_{b, i} exp(sink - lse_i) M_i, where
+///   M_i = sum_e |dout_ie| magnitude_out_ie is the size of D_i = <dout_i, out_i>'s terms
+///   (dP and D_i by their terms' sizes, not their values: both dot products cancel).
+///   lse: |m_i| + |log sum_i|, the two terms lse_i = m_i + log sum_i is added from (m_i the row's
+///   largest score or sink).
 /// Throws Error(kShapeMismatch) when a vector's length disagrees with dims.
 Outputs attention(const Problem& problem, bool with_backward = true, Outputs* magnitudes = nullptr);
 

@@ -510,12 +510,12 @@ ErrorRow compare(std::string name, const Oracle& oracle, const Outputs& got) {
     }
     row.err[t] = max_abs_error(*exact[t], *result[t]);
     row.tol[t] = kTolFactor * max_abs_error(*exact[t], *fp32[t]) + kTolAbs;
-    if (t != 1) row.tol[t] += kTolUlps * kEpsFp32 * max_of(*magnitude[t]);
-    if (t >= 2 && oracle.dtype != DType::kF32) {
+    row.tol[t] += kTolUlps * kEpsFp32 * max_of(*magnitude[t]);
+    if (t != 1 && oracle.dtype != DType::kF32) {
       row.tol[t] += kTolUlps16 * unit_roundoff(oracle.dtype) * max_of(*magnitude[t]);
     }
-    if (t == 0 && oracle.dtype == DType::kBF16 && !magnitude[0]->empty()) {
-      row.tol[t] += kTolPv16 * unit_roundoff(oracle.dtype) * max_of(*magnitude[0]);
+    if (t != 1 && oracle.dtype == DType::kBF16 && !magnitude[t]->empty()) {
+      row.tol[t] += kTolProducts16 * unit_roundoff(oracle.dtype) * max_of(*magnitude[t]);
     }
   }
   return row;

@@ -178,8 +178,7 @@ struct Oracle {
 Oracle make_oracle(const Problem& problem, bool with_backward = true, DType dtype = DType::kF32);
 
 /// Tolerance rule, per tensor t of out, lse, dq, dk, dv, dsink:
-///   err_t <= kTolFactor * err_fp32_t + kTolAbs  (+ kTolUlps * eps_fp32 * max(magnitude_t) for
-///   out and the gradients dq, dk, dv, dsink)
+///   err_t <= kTolFactor * err_fp32_t + kTolAbs + kTolUlps * eps_fp32 * max(magnitude_t)
 /// err_t: max abs error vs the double answer; err_fp32_t: that of the plain fp32 implementation.
 /// bf16 / fp16 cases apply the same rule with the plain implementation that takes the inputs in
 /// that dtype, computes in fp32 and rounds its results to that dtype (make_oracle), against the
@@ -197,27 +196,36 @@ Oracle make_oracle(const Problem& problem, bool with_backward = true, DType dtyp
 /// of the terms' size sum_j Z P |v_j| that the plain softmax does not have, and where the plain
 /// implementation happens to round well (few visible keys, dropout doubling each term) twice its
 /// error is below them (measured: a causal window of 3 keys at dropout 0.5 needed 2.6 ulps).
+/// lse gets it too, of |m_i| + |log l_i| (the running max and the log of the running sum it is
+/// added from): where the plain implementation rounds its lse well, the kernel's other order of
+/// the same sum differs by an ulp or two of those terms (measured: 1.1x the rule without it in a
+/// random fp16 case).
 /// Bugs (a wrong mask element, tile or dropout bit) give errors of order 1e-2 of the magnitude,
 /// far above it.
-/// For bf16 / fp16 the gradients get one more term, kTolUlps16 * u * max(magnitude_t) with u the
-/// dtype's unit roundoff (2^-8 bf16, 2^-11 fp16): the backward receives out as the forward stored
-/// it, rounded to the dtype, so D_i = <dout_i, out_i> carries a relative error of u where the
-/// plain implementation uses its unrounded out, and dS = P (dP - D) no longer cancels (a row that
-/// sees one key has dS = 0 exactly in the plain implementation, not in any flash backward fed a
-/// rounded out, FlashAttention's included).
+/// For bf16 / fp16, out and the gradients get one more term, kTolUlps16 * u * max(magnitude_t)
+/// with u the dtype's unit roundoff (2^-8 bf16, 2^-11 fp16). Each result is rounded to the dtype
+/// where it is stored (<= u/2 of its size); the kernel's fp32 value differs from the plain one's by
+/// a few fp32 ulps, so the two may round to neighbouring values, and where the plain one happens
+/// to round well (a result of a few elements) twice its error is below that step. And the
+/// backward receives out as the forward stored it, so D_i = <dout_i, out_i> carries a relative
+/// error of u where the plain implementation uses its unrounded out, and dS = P (dP - D) no longer
+/// cancels (a row that sees one key has dS = 0 exactly in the plain implementation, not in any
+/// flash backward fed a rounded out, FlashAttention's included).
 inline constexpr double kTolFactor = 2.0;
 inline constexpr double kTolAbs = 1e-6;
 inline constexpr double kTolUlps = 8.0;
 inline constexpr double kEpsFp32 = 0x1.0p-23;
 inline constexpr double kTolUlps16 = 2.0;
-/// For bf16 out one more term, kTolPv16 * u * max(magnitude_out), magnitude_out = sum_j Z P |v_j|
-/// (attention()'s `magnitudes`): a bf16 kernel may run P V in bf16, rounding each P_ij once
-/// (relative error <= u), as the avx512bf16 path and FlashAttention on GPUs do; that moves out_i
-/// by at most u sum_j Z P |v_j|, the term's bound with factor 1. The plain implementation keeps P
-/// in fp32, so without the term the rule would charge that one rounding as an error (measured:
-/// up to 1.6x the other terms in random dropout cases). fp16 calls widen on every path and keep
-/// the rule without it.
-inline constexpr double kTolPv16 = 1.0;
+/// For bf16 out and gradients one more term, kTolProducts16 * u * max(magnitude_t): a bf16
+/// kernel may run its products on bf16 operands, rounding each fp32 value it multiplies once
+/// (relative error <= u), as the avx512bf16 path and FlashAttention on GPUs do: P before P V in
+/// the forward, which moves out_i by at most u sum_j Z P |v_j| = u magnitude_out_i (and D_i, so
+/// the gradients, by at most u times its magnitude: reference.h), and Z P and dS before the
+/// backward's dV, dK and dQ products, which move each gradient by at most u times its magnitude.
+/// Each bound has factor 1. The plain implementation keeps them in fp32, so without the term the
+/// rule would charge those roundings as errors (measured: out up to 1.6x the other terms in
+/// random dropout cases). fp16 calls widen on every path and keep the rule without it.
+inline constexpr double kTolProducts16 = 1.0;
 
 /// The verdict on one case: per tensor (kTensorNames order) the error and its tolerance.
 struct ErrorRow {

@@ -4,6 +4,7 @@
 // deterministic, and paths the CPU lacks are refused.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include "cpattn_compiled_isas.h"
 #include "kernel/tile_plan.h"
 #include "support/metrics.h"
+#include "support/random_case.h"
 #include "verify/reference_case.h"
 
 namespace cpattn {
@@ -451,6 +453,37 @@ TEST_P(Bf16DotPath, RunsBf16CallsOnDotProductsAndOthersAsAvx512) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Bf16DotPath, ::testing::ValuesIn(kCases), case_label);
+
+// Random bf16 and fp16 problems on every path, every mask kind and score feature, odd sizes,
+// within the 16-bit rule (reference_case.h): the stored results' rounding and, on the bf16 dot
+// products, the forward's rounded P and the backward's rounded Z P and dS (its kTolProducts16
+// term). Every run draws new cases (RC_PARAMS="max_success=5000" for a longer search).
+RC_GTEST_PROP(SixteenBitProperty, RandomCasesOnEveryPathStayWithinTheRule, ()) {
+  CaseSpec spec;
+  spec.dtype = *rc::gen::element(DType::kBF16, DType::kF16);
+  const Isa isa = *rc::gen::elementOf(available_isas());
+  spec.mask = *rc::gen::element(MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow,
+                                MaskKind::kCausalWindow, MaskKind::kDocs, MaskKind::kDocsCausal,
+                                MaskKind::kRandomSlices);
+  spec.dims = testing::draw_dims({.sq_end = 140,
+                                  .sk_begin = 1,
+                                  .sk_end = 200,
+                                  .dqk = {1, 7, 64, 97, 128},
+                                  .dv = {1, 8, 33, 128}});
+  spec.positions = testing::draw_positions();
+  spec.dropout_p = *rc::gen::element(0.0f, 0.1f, 0.5f);
+  spec.sink = *rc::gen::arbitrary<bool>();
+  spec.softcap = *rc::gen::element(0.0f, 3.0f);
+  spec.alibi = *rc::gen::arbitrary<bool>();
+  spec.seed = *rc::gen::inRange<uint64_t>(1, 1u << 30);
+  const reference::Problem p = reference::make_problem(spec);
+  const reference::ErrorRow row =
+      reference::compare(case_name(spec), reference::make_oracle(p, true, spec.dtype),
+                         reference::run_kernel(p, {spec.layout, 2, true, isa, spec.dtype}));
+  RC_TAG(worst_ratio(row) > 0.5 ? "err/tol > 0.5" : "err/tol <= 0.5");
+  RC_LOG() << isa_name(isa) << ": " << testing::describe(row) << "\n";
+  RC_ASSERT(testing::row_passes(row));
+}
 
 }  // namespace
 }  // namespace cpattn

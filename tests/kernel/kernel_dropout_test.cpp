@@ -11,6 +11,7 @@
 #include "cpattn/kernel.h"
 #include "support/metrics.h"
 #include "support/problem_tensors.h"
+#include "support/random_case.h"
 #include "verify/reference_case.h"
 
 namespace cpattn {
@@ -129,18 +130,9 @@ RC_GTEST_PROP(KernelDropoutPartition, ShardedKeysMergeToTheWholeAnswer, ()) {
   spec.mask = *rc::gen::element(reference::MaskKind::kNone, reference::MaskKind::kCausal,
                                 reference::MaskKind::kWindow, reference::MaskKind::kCausalWindow,
                                 reference::MaskKind::kDocs, reference::MaskKind::kDocsCausal);
-  using Heads = std::pair<int64_t, int64_t>;
-  const auto heads = *rc::gen::element(Heads{1, 1}, Heads{2, 2}, Heads{4, 1}, Heads{4, 2});
-  spec.dims = {*rc::gen::inRange<int64_t>(1, 3),
-               *rc::gen::inRange<int64_t>(1, 40),
-               *rc::gen::inRange<int64_t>(2, 70),
-               heads.first,
-               heads.second,
-               *rc::gen::element<int64_t>(8, 16, 40),
-               *rc::gen::element<int64_t>(8, 24)};
-  spec.positions =
-      *rc::gen::element(reference::PositionKind::kContiguous, reference::PositionKind::kZigzag,
-                        reference::PositionKind::kStriped);
+  spec.dims = testing::draw_dims(
+      {.sq_end = 40, .sk_begin = 2, .sk_end = 70, .dqk = {8, 16, 40}, .dv = {8, 24}});
+  spec.positions = testing::draw_positions();
   spec.dropout_p = *rc::gen::element(0.0f, 0.1f, 0.5f);
   spec.seed = *rc::gen::inRange<uint64_t>(1, 1u << 30);
   const reference::Problem p = reference::make_problem(spec);

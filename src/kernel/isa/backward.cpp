@@ -1,9 +1,9 @@
 // One backward work item (FlashAttention-2, Dao 2023, Alg. 2) of the plan the driver made
 // (kernel/backward.cpp): an item (batch, kv head, k-tile chunk) owns the dk/dv rows of its k tiles
 // (summed over the GQA group) and adds its dq contributions to dq (one chunk) or to its chunk's
-// partial rows. bf16 calls on the AVX-512-BF16 copy recompute S^T = K Q^T and dP^T = V dO^T on
-// vdpbf16ps (their operands are the bf16 inputs, so no value is rounded that the fp32 products
-// would keep); the three products of P and dS stay fp32.
+// partial rows. bf16 calls on the AVX-512-BF16 copy run all five products on vdpbf16ps: S^T = K Q^T
+// and dP^T = V dO^T take the bf16 inputs as they are; dV += (Z P)^T dO, dK += dS^T Q and
+// dQ += dS K round Z P and dS to bf16 first (once each, nearest even), as FlashAttention does.
 #include "kernel/isa/backward.h"
 
 #include <type_traits>
@@ -36,6 +36,8 @@ struct Scratch {
   float* ot;        // [kTileQ/nr][Dv][nr]       dO^T panels (B of dP^T = V dO^T)
   float* qp;        // [Dqk_pad/nr][kTileQ][nr]  Q panels    (B of dK += dS^T Q)
   float* op;        // [Dv_pad/nr][kTileQ][nr]   dO panels   (B of dV += (Z P)^T dO)
+                    // (qt, ot, qp, op, kr, kp, vr hold bf16 pair panels, half the size, on the
+                    // bf16 dot products)
   float* dq;        // [kTileQ][Dqk_pad]         dQ accumulator of the q tile
   float* kr;        // [kTileK][Dqk]             K rows      (A of S^T)
   float* kp;        // [Dqk_pad/nr][kTileK][nr]  K panels    (B of dQ += dS K)
@@ -113,13 +115,13 @@ class Item {
   void pack_q_tile(int64_t b, int64_t h, const TileRange& qt) const {
     const TileRows rows{b, h, qt.begin, qt.size};
     if (bf16_dot_) {
-      pack_transposed_pairs(rows);
+      pack_q_tile_pairs(rows);
     } else {
       pack_panels_transposed(p_.q, rows, 1.0f, w_.qt);
       pack_panels_transposed(p_.dout, rows, 1.0f, w_.ot);
+      pack_panels(p_.q, rows, w_.qp);
+      pack_panels(p_.dout, rows, w_.op);
     }
-    pack_panels(p_.q, rows, w_.qp);
-    pack_panels(p_.dout, rows, w_.op);
     const int64_t row0 = (b * p_.Hq + h) * p_.Sq + qt.begin;
     for (int64_t i = 0; i < kTileQ; ++i) {
       const float lse = i < qt.size ? p_.lse[static_cast<size_t>(row0 + i)] : kNegInf;
@@ -133,10 +135,10 @@ class Item {
                 BlockVisibility kind, float* dk, float* dv) const {
     const int64_t nq = qt.size, nk = kv.size, nq_pad = round_up_nr(nq);
     const TileRows rows{b, g, kv.begin, nk};
-    pack_panels(p_.k, rows, w_.kp);
     if (bf16_dot_) {
       score_products_bf16(rows, nq_pad);
     } else {
+      pack_panels(p_.k, rows, w_.kp);
       pack_rows(p_.k, rows, 1.0f, w_.kr, p_.Dqk);
       pack_rows(p_.v, rows, 1.0f, w_.vr, p_.Dv);
       gemm_tile(nk, nq_pad, {w_.kr, p_.Dqk, 1}, {w_.qt, p_.Dqk}, w_.st, kTileQ, false);  // S^T
@@ -205,6 +207,10 @@ class Item {
         }
       }
     }
+    if (bf16_dot_) {
+      gradient_products_bf16(nq, nk, nq_pad, dropout ? w_.pzt : w_.st, dk, dv);
+      return;
+    }
     const int64_t dqk_pad = plan_.dqk_pad, dv_pad = plan_.dv_pad;
     // dV += (Z P)^T dO and dK += dS^T Q: rows of the transposed tiles are the A rows.
     gemm_tile(nk, dv_pad, {dropout ? w_.pzt : w_.st, kTileQ, 1}, {w_.op, nq}, dv, dv_pad, true);
@@ -215,14 +221,19 @@ class Item {
 
 #if CPATTN_ISA_BF16_DOT
   static uint32_t* words(float* x) { return reinterpret_cast<uint32_t*>(x); }
-  // Q^T and dO^T as bf16 pair panels in qt and ot (pairs take at most the fp32 panels' bytes).
-  void pack_transposed_pairs(const TileRows& rows) const {
+  // Q^T and dO^T (head dim as K) in qt and ot, Q and dO (queries as K) in qp and op, all as bf16
+  // pair panels (pairs take at most the fp32 panels' bytes).
+  void pack_q_tile_pairs(const TileRows& rows) const {
     pack_pair_panels_transposed(p_.q, rows, words(w_.qt));
     pack_pair_panels_transposed(p_.dout, rows, words(w_.ot));
+    pack_pair_panels(p_.q, rows, words(w_.qp));
+    pack_pair_panels(p_.dout, rows, words(w_.op));
   }
-  // S^T = K Q^T and dP^T = V dO^T on vdpbf16ps, K and V rows as pairs in kr and vr.
+  // S^T = K Q^T and dP^T = V dO^T on vdpbf16ps, K and V rows as pairs in kr and vr; K (keys as K)
+  // as pair panels in kp for dQ.
   void score_products_bf16(const TileRows& rows, int64_t nq_pad) const {
     const int64_t k2 = k_pairs(p_.Dqk), v2 = k_pairs(p_.Dv);
+    pack_pair_panels(p_.k, rows, words(w_.kp));
     pack_pair_rows(p_.k, rows, words(w_.kr), k2);
     pack_pair_rows(p_.v, rows, words(w_.vr), v2);
     gemm_tile_bf16(rows.rows, nq_pad, {words(w_.kr), k2, 1}, {words(w_.qt), k2}, w_.st, kTileQ,
@@ -230,10 +241,26 @@ class Item {
     gemm_tile_bf16(rows.rows, nq_pad, {words(w_.vr), v2, 1}, {words(w_.ot), v2}, w_.dst, kTileQ,
                    false);
   }
+  // dV += (Z P)^T dO, dK += dS^T Q and dQ += dS K on vdpbf16ps. zpt is (Z P)^T (P^T without
+  // dropout), dst is dS^T; both become bf16 pairs in place (zpt along its rows for dV; dst down
+  // its rows into st, whose P^T is spent by then, for dQ, then along its rows for dK). Padding
+  // columns (queries past nq) hold 0 in both, so the zero high half of an odd nq's last pair
+  // meets a 0.
+  void gradient_products_bf16(int64_t nq, int64_t nk, int64_t nq_pad, float* zpt, float* dk,
+                              float* dv) const {
+    const int64_t dqk_pad = plan_.dqk_pad, dv_pad = plan_.dv_pad, q2 = k_pairs(nq);
+    gemm_tile_bf16(nk, dv_pad, pairs_along_rows(zpt, nk, nq_pad, kTileQ), {words(w_.op), q2}, dv,
+                   dv_pad, true);
+    const PairsA ds = pairs_down_rows(w_.dst, nk, nq_pad, kTileQ, words(w_.st));
+    gemm_tile_bf16(nk, dqk_pad, pairs_along_rows(w_.dst, nk, nq_pad, kTileQ), {words(w_.qp), q2},
+                   dk, dqk_pad, true);
+    gemm_tile_bf16(nq, dqk_pad, ds, {words(w_.kp), k_pairs(nk)}, w_.dq, dqk_pad, true);
+  }
 #else
   // Unreachable without the bf16 dot products (bf16_dot_ is false).
-  void pack_transposed_pairs(const TileRows&) const {}
+  void pack_q_tile_pairs(const TileRows&) const {}
   void score_products_bf16(const TileRows&, int64_t) const {}
+  void gradient_products_bf16(int64_t, int64_t, int64_t, float*, float*, float*) const {}
 #endif
 
   // dk/dv rows of one k tile: overwritten, or added to what dk/dv hold (accumulate without

@@ -148,23 +148,38 @@ void pack_pair_panels(const ConstView& x, TileRows t, uint32_t* dst) {
   }
 }
 
-PairsA scores_to_pairs(float* st, int64_t nk, int64_t n, int64_t ld) {
-  auto* words = reinterpret_cast<uint32_t*>(st);
+PairsA pairs_down_rows(const float* st, int64_t nk, int64_t n, int64_t ld, uint32_t* dst) {
   const int64_t k2 = k_pairs(nk);
   for (int64_t w = 0; w < k2; ++w) {
     const float* s0 = st + 2 * w * ld;
     const float* s1 = 2 * w + 1 < nk ? s0 + ld : nullptr;
     for (int64_t i = 0; i < n; i += kLanes) {
-      // Both rows' columns i .. i + 15 are read before word row w (which lies at or before row
-      // 2w) is written there.
+      // In place, both rows' columns i .. i + 15 are read before word row w (which lies at or
+      // before row 2w) is written there.
       const __m512 p0 = _mm512_loadu_ps(s0 + i);
       const __m512 p1 = s1 != nullptr ? _mm512_loadu_ps(s1 + i) : _mm512_setzero_ps();
       const __m512i lo = widen_bits((__m256i)_mm512_cvtneps_pbh(p0));
       const __m512i hi = widen_bits((__m256i)_mm512_cvtneps_pbh(p1));
-      _mm512_storeu_si512(words + w * ld + i, join(lo, hi));
+      _mm512_storeu_si512(dst + w * ld + i, join(lo, hi));
     }
   }
-  return {words, 1, ld};
+  return {dst, 1, ld};
+}
+
+PairsA pairs_along_rows(float* st, int64_t nk, int64_t n, int64_t ld) {
+  auto* words = reinterpret_cast<uint32_t*>(st);
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* row = st + j * ld;
+    for (int64_t i = 0; i < n; i += 2 * kLanes) {
+      // Columns i .. i + 31 become words i / 2 .. i / 2 + 15 of the same row: they are read
+      // before those words (at or before column i + 15) are written.
+      const __m512 lo = _mm512_loadu_ps(row + i);
+      const __m512 hi = _mm512_loadu_ps(row + i + kLanes);
+      // 32 bf16 in column order: lo's 16 in the low half, hi's in the high half.
+      _mm512_storeu_si512(words + j * ld + i / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  }
+  return {words, ld, 1};
 }
 
 }  // namespace cpattn::detail::CPATTN_ISA_NS

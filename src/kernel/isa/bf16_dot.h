@@ -8,8 +8,9 @@
 // half, and an odd K is padded with a zero high half.
 //
 // The packers take bf16 views only (the caller checks the dtype) and copy their bits unchanged:
-// no conversion, no rounding. scores_to_pairs is the one place where fp32 values become bf16
-// (the softmax probabilities before P V, rounded to nearest even).
+// no conversion, no rounding. pairs_down_rows and pairs_along_rows are the only places where fp32
+// values become bf16 (P before P V, and the backward's P, Z P and dS before their products), each
+// rounded to nearest even.
 #pragma once
 
 #include <cstdint>
@@ -60,11 +61,18 @@ void pack_pair_panels_transposed(const ConstView& x, TileRows t, uint32_t* dst);
 /// past the last row, dims past D zero up to round_up_nr(D).
 void pack_pair_panels(const ConstView& x, TileRows t, uint32_t* dst);
 
-/// Turns the fp32 tile st[j * ld + i] (j < nk keys, i < n columns, n a multiple of kLanes) into
-/// the A operand of P V in place: word (bf16(st[2 k2][i]), bf16(st[2 k2 + 1][i])) at word
-/// k2 * ld + i of the same buffer (round to nearest even; a missing odd last key gives 0).
-/// Returns the operand: row stride 1, k2 stride ld.
-PairsA scores_to_pairs(float* st, int64_t nk, int64_t n, int64_t ld);
+/// Pairs down the rows of the fp32 tile st[j * ld + i] (j < nk rows, i < n columns, n a multiple
+/// of kLanes), for a product whose K runs down st's rows (P V and dS K, st = P^T or dS^T): word
+/// (bf16(st[2 k2][i]), bf16(st[2 k2 + 1][i])) at dst[k2 * ld + i] (a missing odd last row gives
+/// 0). dst may be st's own memory (in place) or a buffer of k_pairs(nk) * ld words. Returns the
+/// operand A[i][k2]: row stride 1, k2 stride ld.
+PairsA pairs_down_rows(const float* st, int64_t nk, int64_t n, int64_t ld, uint32_t* dst);
+
+/// Pairs along the rows of the same tile, in place, for a product whose K runs along them
+/// ((Z P)^T dO and dS^T Q): word (bf16(st[j][2 k2]), bf16(st[j][2 k2 + 1])) at word j * ld + k2
+/// of st's memory for k2 < n / 2 (n a multiple of 2 kLanes). Returns A[j][k2]: row stride ld,
+/// k2 stride 1.
+PairsA pairs_along_rows(float* st, int64_t nk, int64_t n, int64_t ld);
 
 }  // namespace cpattn::detail::CPATTN_ISA_NS
 

@@ -171,7 +171,7 @@ struct Bf16Products {
   }
   static void add_pv(int64_t nq, int64_t nk, int64_t nq_pad, int64_t dv_pad, float* st,
                      const float* vp, const float* alpha, float* o) {
-    const PairsA pt = scores_to_pairs(st, nk, nq_pad, kForwardTileQ);
+    const PairsA pt = pairs_down_rows(st, nk, nq_pad, kForwardTileQ, words(st));
     gemm_tile_bf16(nq, dv_pad, pt, {words(vp), k_pairs(nk)}, o, dv_pad, true, alpha);
   }
 };
