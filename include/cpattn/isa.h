@@ -29,7 +29,8 @@ namespace cpattn {
 ///   avx512      AVX-512 F/BW/VL/DQ + FMA
 ///   avx512bf16  avx512 plus AVX-512-BF16: bf16 calls run their bf16 x bf16 products on vdpbf16ps
 ///               (two products per fp32 lane and instruction, fp32 accumulation; P rounded to bf16
-///               before P V; bf16 denormal inputs count as zero, as the instruction defines;
+///               before P V, Z P and dS before the backward's dV, dK and dQ; bf16 denormal inputs
+///               count as zero, as the instruction defines;
 ///               docs/design.md section 3); fp32 and fp16 calls run exactly avx512's code and give
 ///               its bits. The one copy compiled with avx512bf16 (src/kernel/isa/simd.h).
 // clang-format off

@@ -36,15 +36,17 @@ struct Scratch {
   float* ot;        // [kTileQ/nr][Dv][nr]       dO^T panels (B of dP^T = V dO^T)
   float* qp;        // [Dqk_pad/nr][kTileQ][nr]  Q panels    (B of dK += dS^T Q)
   float* op;        // [Dv_pad/nr][kTileQ][nr]   dO panels   (B of dV += (Z P)^T dO)
-                    // (qt, ot, qp, op, kr, kp, vr hold bf16 pair panels, half the size, on the
-                    // bf16 dot products)
+                    // (on the bf16 dot products qt, ot, qp, op and kp hold bf16 pair panels,
+                    // kr and vr pair rows, each half the size)
   float* dq;        // [kTileQ][Dqk_pad]         dQ accumulator of the q tile
   float* kr;        // [kTileK][Dqk]             K rows      (A of S^T)
   float* kp;        // [Dqk_pad/nr][kTileK][nr]  K panels    (B of dQ += dS K)
   float* vr;        // [kTileK][Dv]              V rows      (A of dP^T)
-  float* st;        // [kTileK][kTileQ]          P^T
-  float* dst;       // [kTileK][kTileQ]          dP^T, then scale * dS^T
-  float* pzt;       // [kTileK][kTileQ]          (Z P)^T (dropout only)
+  float* st;        // [kTileK][kTileQ]          P^T (bf16 dot products: then its pairs for
+                    //                           dV, then dS^T's pairs down its rows for dQ)
+  float* dst;       // [kTileK][kTileQ]          dP^T, then scale * dS^T (bf16 dot products:
+                    //                           then its pairs along its rows for dK)
+  float* pzt;       // [kTileK][kTileQ]          (Z P)^T (dropout only; pairs for dV)
   float* dcap;      // [kTileK][kTileQ]          1 - tanh^2 of the softcap (softcap only)
   float* lse_safe;  // [kTileQ]                  lse, +inf for empty rows and padding
   float* dd;        // [kTileQ]                  D_i = <dout_i, out_i>
@@ -296,7 +298,7 @@ class Item {
   const TileMask& mask_;
   DropoutTile dropout_;
   Scratch w_;
-  bool bf16_dot_;  ///< S^T and dP^T on vdpbf16ps (a bf16 call on the AVX-512-BF16 copy)
+  bool bf16_dot_;  ///< all five products on vdpbf16ps (a bf16 call on the AVX-512-BF16 copy)
 };
 
 }  // namespace

@@ -155,7 +155,7 @@ PairsA pairs_down_rows(const float* st, int64_t nk, int64_t n, int64_t ld, uint3
     const float* s1 = 2 * w + 1 < nk ? s0 + ld : nullptr;
     for (int64_t i = 0; i < n; i += kLanes) {
       // In place, both rows' columns i .. i + 15 are read before word row w (which lies at or
-      // before row 2w) is written there.
+      // before row 2w) is written there (the intrinsics' loads and stores may alias).
       const __m512 p0 = _mm512_loadu_ps(s0 + i);
       const __m512 p1 = s1 != nullptr ? _mm512_loadu_ps(s1 + i) : _mm512_setzero_ps();
       const __m512i lo = widen_bits((__m256i)_mm512_cvtneps_pbh(p0));
