@@ -106,6 +106,9 @@ struct IsaKernels {
   void (*exp)(const float* x, float* y, int64_t n);
   /// The kernel's tanh (softcap) over x[0 .. n) (n a multiple of 16): the tanh test checks it.
   void (*tanh)(const float* x, float* y, int64_t n);
+  /// The packers' fp16 widening, dst[i] = mul * x[i] for i < n (isa/pack.h: widen_fp16_row): the
+  /// fp16 widening test checks every copy against fp16_to_float.
+  void (*widen_fp16_row)(const uint16_t* src, int64_t n, float mul, float* dst);
   /// vdpbf16ps / vfmadd231ps instruction throughput on this core (isa/dot_rate.h); 0 in copies
   /// without AVX512_BF16.
   double (*bf16_dot_vs_fma_rate)();

@@ -1,12 +1,13 @@
 // Tile packing (pack.h). Unit-stride fp32 rows (every BSHD/BHSD/SBHD view) take vectorisable
 // copies; other strides take the element loop; bf16 and fp16 elements are widened on the way
-// (bf16: the bits become a binary32's high half; fp16: vcvtph2ps on AVX-512, else
+// (bf16: the bits become a binary32's high half; fp16: widen_fp16_row on unit-stride rows, else
 // cpattn::fp16_to_float), both exact, so the packed tile holds exactly the input's values.
 #include "kernel/isa/pack.h"
 
 #include <cstring>
 
 #include "kernel/isa/gemm.h"
+#include "kernel/isa/simd.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -57,24 +58,57 @@ void load_span(const ConstView& x, int64_t offset, int64_t sd, int64_t n, float 
     }
     case DType::kF16: {
       const uint16_t* src = half_at(x, offset);
-      int64_t d = 0;
-#if defined(__AVX512F__)
       if (sd == 1) {
-        const __m512 m = _mm512_set1_ps(mul);
-        for (; d + 16 <= n; d += 16) {
-          const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + d));
-          // The maskz form: GCC 12's plain one warns of its undefined pass-through operand.
-          _mm512_storeu_ps(dst + d, _mm512_mul_ps(m, _mm512_maskz_cvtph_ps(0xFFFF, h)));
-        }
+        widen_fp16_row(src, n, mul, dst);
+      } else {
+        for (int64_t d = 0; d < n; ++d) dst[d] = mul * fp16_to_float(src[d * sd]);
       }
-#endif
-      for (; d < n; ++d) dst[d] = mul * fp16_to_float(src[d * sd]);
       return;
     }
   }
 }
 
+#if !defined(__AVX512F__)
+// fp16 bits in the low half of each lane as fp32: fp16_to_float (core/dtype.cpp) lane by lane,
+// in integer lanes (AVX2 and SSE2 have no fp16 conversion without F16C, which the table's avx2
+// row does not require). Normal: the exponent rebiased (15 -> 127) and the mantissa shifted;
+// inf and NaN: exponent 255, mantissa (the NaN payload) shifted; zero and subnormal:
+// mantissa * 2^-24, exact (an integer below 2^10 times a power of two, a normal fp32), so no
+// fp32 denormal is formed and the MXCSR's DAZ/FTZ cannot change it.
+VF widen_fp16(VU h) {
+  const VU sign = (h & 0x8000u) << 16;
+  const VU exp = (h >> 10) & 0x1Fu;
+  const VU mant = h & 0x3FFu;
+  const VU normal = ((exp + 112u) << 23) | (mant << 13);
+  const VU inf_nan = 0x7F800000u | (mant << 13);
+  const VU small = (VU)as_int(__builtin_convertvector((VI)mant, VF) * 0x1p-24f);
+  const VU bits = exp == 0u ? small : (exp == 0x1Fu ? inf_nan : normal);
+  return as_float((VI)(bits | sign));
+}
+#endif
+
 }  // namespace
+
+void widen_fp16_row(const uint16_t* src, int64_t n, float mul, float* dst) {
+  int64_t d = 0;
+#if defined(__AVX512F__)
+  const __m512 m = _mm512_set1_ps(mul);
+  for (; d + 16 <= n; d += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + d));
+    // The maskz form: GCC 12's plain one warns of its undefined pass-through operand.
+    _mm512_storeu_ps(dst + d, _mm512_mul_ps(m, _mm512_maskz_cvtph_ps(0xFFFF, h)));
+  }
+#else
+  typedef uint16_t Halves __attribute__((vector_size(2 * kLanes)));
+  const VF m = splat(mul);
+  for (; d + kLanes <= n; d += kLanes) {
+    Halves h;
+    std::memcpy(&h, src + d, sizeof h);
+    store(dst + d, m * widen_fp16(__builtin_convertvector(h, VU)));
+  }
+#endif
+  for (; d < n; ++d) dst[d] = mul * fp16_to_float(src[d]);
+}
 
 // Every helper returns at once for a zero head dim: there is nothing to copy, and the operand
 // may then have null data, so not even a row address may be formed.

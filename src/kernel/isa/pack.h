@@ -22,6 +22,11 @@ inline const uint16_t* half_at(const ConstView& x, int64_t offset) {
   return reinterpret_cast<const uint16_t*>(x.data) + offset;
 }
 
+/// dst[d] = mul * fp16_to_float(src[d]) for d < n (cpattn/dtype.h), a vector of kLanes values at a
+/// time (vcvtph2ps on AVX-512, integer lanes on the other copies), bitwise the scalar
+/// conversion's for every fp16 value (zero, subnormal, inf, NaN) whatever the MXCSR says.
+void widen_fp16_row(const uint16_t* src, int64_t n, float mul, float* dst);
+
 /// Row-major A operand: dst[i * ld + d] = mul * x(b, begin + i, h, d) for d < D (ld >= D). Every
 /// function here reads x in its dtype (fp32, bf16, fp16) and converts exactly to fp32 first.
 void pack_rows(const ConstView& x, TileRows t, float mul, float* dst, int64_t ld);

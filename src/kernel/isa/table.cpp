@@ -28,8 +28,8 @@ void tanh_entry(const float* x, float* y, int64_t n) {
 }  // namespace
 
 IsaKernels kernels() {
-  return {Isa::CPATTN_ISA_ENUM, kNr,        &forward_item, &backward_item,
-          &row_dots_entry,      &exp_entry, &tanh_entry,   &bf16_dot_vs_fma_rate};
+  return {Isa::CPATTN_ISA_ENUM, kNr,         &forward_item,   &backward_item,       &row_dots_entry,
+          &exp_entry,           &tanh_entry, &widen_fp16_row, &bf16_dot_vs_fma_rate};
 }
 
 }  // namespace cpattn::detail::CPATTN_ISA_NS
