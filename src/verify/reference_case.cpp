@@ -510,12 +510,11 @@ ErrorRow compare(std::string name, const Oracle& oracle, const Outputs& got) {
     }
     row.err[t] = max_abs_error(*exact[t], *result[t]);
     row.tol[t] = kTolFactor * max_abs_error(*exact[t], *fp32[t]) + kTolAbs;
-    row.tol[t] += kTolUlps * kEpsFp32 * max_of(*magnitude[t]);
-    if (t != 1 && oracle.dtype != DType::kF32) {
-      row.tol[t] += kTolUlps16 * unit_roundoff(oracle.dtype) * max_of(*magnitude[t]);
-    }
-    if (t != 1 && oracle.dtype == DType::kBF16 && !magnitude[t]->empty()) {
-      row.tol[t] += kTolProducts16 * unit_roundoff(oracle.dtype) * max_of(*magnitude[t]);
+    const double mag = max_of(*magnitude[t]);
+    row.tol[t] += kTolUlps * kEpsFp32 * mag;
+    if (t != 1 && oracle.dtype != DType::kF32) {  // the 16-bit terms (reference_case.h)
+      const double ulps16 = kTolUlps16 + (oracle.dtype == DType::kBF16 ? kTolProducts16 : 0.0);
+      row.tol[t] += ulps16 * unit_roundoff(oracle.dtype) * mag;
     }
   }
   return row;
