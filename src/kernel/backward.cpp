@@ -22,16 +22,21 @@ namespace {
 
 int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
-// Per-worker scratch (floats; sizes as in isa/backward.cpp's Scratch), one counted Tensor each.
+// Per-worker scratch (floats; sizes as in isa/backward.cpp's Scratch and Lane), one counted
+// Tensor each: the k tile's arrays, then plan.lanes lane blocks of the q tiles' arrays.
 BackwardOffsets plan_scratch(const BackwardProblem& p, const BackwardPlan& plan,
                              ScratchLayout& layout) {
   const int64_t tq = kBackwardTileQ, tk = kBackwardTileK;
   BackwardOffsets o{};
-  o.qt = layout.add(tq * p.Dqk);
-  o.ot = layout.add(tq * p.Dv);
-  o.qp = layout.add(tq * plan.dqk_pad);
-  o.op = layout.add(tq * plan.dv_pad);
-  o.dq = layout.add(tq * plan.dqk_pad);
+  ScratchLayout lane;
+  o.qt = lane.add(tq * p.Dqk);
+  o.ot = lane.add(tq * p.Dv);
+  o.qp = lane.add(tq * plan.dqk_pad);
+  o.op = lane.add(tq * plan.dv_pad);
+  o.dq = lane.add(tq * plan.dqk_pad);
+  o.lse_safe = lane.add(tq);
+  o.dd = lane.add(tq);
+  o.lane_stride = lane.total();
   o.kr = layout.add(tk * p.Dqk);
   o.kp = layout.add(tk * plan.dqk_pad);
   o.vr = layout.add(tk * p.Dv);
@@ -39,12 +44,11 @@ BackwardOffsets plan_scratch(const BackwardProblem& p, const BackwardPlan& plan,
   o.dst = layout.add(tk * tq);
   o.pzt = layout.add(tk * tq);
   o.dcap = layout.add(p.softcap > 0.0f ? tk * tq : 0);
-  o.lse_safe = layout.add(tq);
-  o.dd = layout.add(tq);
   o.q_rel = layout.add(tq);
   o.k_rel = layout.add(tk);
   o.dk = layout.add(plan.tiles_per_chunk * tk * plan.dqk_pad);
   o.dv = layout.add(plan.tiles_per_chunk * tk * plan.dv_pad);
+  o.lanes = layout.add(plan.lanes * o.lane_stride);
   return o;
 }
 
@@ -141,6 +145,7 @@ void run_backward(const BackwardProblem& p) {
   plan.mask = &mask;
   plan.q_tiles = q_tiles.data();
   plan.n_q_tiles = static_cast<int64_t>(q_tiles.size());
+  plan.lanes = std::clamp<int64_t>(plan.n_q_tiles, 1, kBackwardMaxLanes);
   plan.k_tiles = k_tiles.data();
   plan.n_k_tiles = static_cast<int64_t>(k_tiles.size());
   // Enough (batch, kv head) items to keep every thread busy, or as many equal items per thread

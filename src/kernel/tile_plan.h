@@ -36,6 +36,15 @@ constexpr int64_t kForwardMaxLanesPerItem = 8;
 /// dP^T/dS^T, Z P: 16 KiB each; packed Q/dO/K/V tiles: <= 32 KiB each at D = 128) in L2.
 constexpr int64_t kBackwardTileQ = 64;
 constexpr int64_t kBackwardTileK = 64;
+/// Consecutive q tiles of one head that a backward work item runs together, its "lanes": each
+/// k tile (and its dk/dv accumulators) is packed and brought into cache once for all of them
+/// rather than once per q tile. Every lane runs exactly the pairs it would run alone, and each
+/// k tile meets the lanes in q tile order, as the q tiles met it one after the other before, so
+/// the lanes change no bit of any result; the masks still see 64-row q tiles (a causal diagonal
+/// wastes no more). Lane state: packed Q, dO and dQ, 160 KiB at D = 128. On Zen 2 (512 KiB L2)
+/// 4 lanes measured 1.3x faster than 1 at S = 4096, 2 lanes 1.1x and 8 no faster than 4
+/// (docs/performance.md).
+constexpr int64_t kBackwardMaxLanes = 4;
 
 /// Offsets (floats) of the arrays of a forward worker's scratch buffer (ScratchLayout).
 struct ForwardOffsets {
@@ -64,16 +73,19 @@ struct ForwardPlan {
 /// Offsets (floats) of the arrays of a backward worker's scratch buffer (sizes in
 /// isa/backward.cpp).
 struct BackwardOffsets {
-  int64_t qt, ot, qp, op, dq, kr, kp, vr, st, dst, pzt, dcap, lse_safe, dd, q_rel, k_rel, dk, dv;
+  int64_t kr, kp, vr, st, dst, pzt, dcap, q_rel, k_rel, dk, dv, lanes;  ///< in the worker's buffer
+  int64_t qt, ot, qp, op, dq, lse_safe, dd, lane_stride;                ///< in one lane's block
 };
 
 /// A backward call's work: items (batch, kv head, k-tile chunk), item index = (b * Hkv + g) *
-/// chunks + chunk; chunk c owns k tiles c, c + chunks, ...
+/// chunks + chunk; chunk c owns k tiles c, c + chunks, ... An item runs each of its heads' q
+/// tiles in runs of `lanes` consecutive tiles (kBackwardMaxLanes).
 struct BackwardPlan {
   const BackwardProblem* p;
   const TileMask* mask;
   const TileRange* q_tiles;
   int64_t n_q_tiles;
+  int64_t lanes;  ///< q tiles run together: min(kBackwardMaxLanes, n_q_tiles), at least 1
   const TileRange* k_tiles;
   int64_t n_k_tiles;
   int64_t chunks, tiles_per_chunk;

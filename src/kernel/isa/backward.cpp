@@ -1,11 +1,14 @@
 // One backward work item (FlashAttention-2, Dao 2023, Alg. 2) of the plan the driver made
 // (kernel/backward.cpp): an item (batch, kv head, k-tile chunk) owns the dk/dv rows of its k tiles
 // (summed over the GQA group) and adds its dq contributions to dq (one chunk) or to its chunk's
-// partial rows. bf16 calls on the AVX-512-BF16 copy run all five products on vdpbf16ps: S^T = K Q^T
-// and dP^T = V dO^T take the bf16 inputs as they are; dV += (Z P)^T dO, dK += dS^T Q and
-// dQ += dS K round Z P and dS to bf16 first (once each, nearest even), as FlashAttention does.
+// partial rows. It runs a head's q tiles in lanes of up to kBackwardMaxLanes (tile_plan.h), each
+// k tile packed once for all of them. bf16 calls on the AVX-512-BF16 copy run all five products on
+// vdpbf16ps: S^T = K Q^T and dP^T = V dO^T take the bf16 inputs as they are; dV += (Z P)^T dO, dK
+// += dS^T Q and dQ += dS K round Z P and dS to bf16 first (once each, nearest even), as
+// FlashAttention does.
 #include "kernel/isa/backward.h"
 
+#include <algorithm>
 #include <type_traits>
 
 #include "kernel/isa/bf16_dot.h"
@@ -30,36 +33,46 @@ void fill(float* x, int64_t n, float value) {
 // A worker's scratch arrays (floats), carved at the plan's offsets (the driver's ScratchLayout,
 // kernel/backward.cpp). Score-shaped tiles are transposed ([keys][queries]) so that K and V rows
 // are the broadcast operands of S^T = K Q^T and dP^T = V dO^T, and per-query lse/D load as
-// vectors along a row.
+// vectors along a row. The k tile's arrays are shared by the lanes; each lane (one q tile) has
+// its own block (Lane).
 struct Scratch {
+  float* kr;     // [kTileK][Dqk]             K rows      (A of S^T)
+  float* kp;     // [Dqk_pad/nr][kTileK][nr]  K panels    (B of dQ += dS K)
+  float* vr;     // [kTileK][Dv]              V rows      (A of dP^T)
+                 // (on the bf16 dot products kr and vr hold bf16 pair rows, kp pair panels,
+                 // each half the size)
+  float* st;     // [kTileK][kTileQ]          P^T (bf16 dot products: then its pairs for dV,
+                 //                           then dS^T's pairs down its rows for dQ)
+  float* dst;    // [kTileK][kTileQ]          dP^T, then scale * dS^T (bf16 dot products: then
+                 //                           its pairs along its rows for dK)
+  float* pzt;    // [kTileK][kTileQ]          (Z P)^T (dropout only; pairs for dV)
+  float* dcap;   // [kTileK][kTileQ]          1 - tanh^2 of the softcap (softcap only)
+  float* q_rel;  // [kTileQ]                  ALiBi positions (isa/scores.h)
+  float* k_rel;  // [kTileK]
+  float* dk;     // [chunk keys][Dqk_pad]     dK accumulators of the item's k tiles
+  float* dv;     // [chunk keys][Dv_pad]      dV accumulators
+};
+
+// One lane's arrays: its q tile packed, its dQ accumulator and its rows' lse and D.
+struct Lane {
   float* qt;        // [kTileQ/nr][Dqk][nr]      Q^T panels  (B of S^T = K Q^T)
   float* ot;        // [kTileQ/nr][Dv][nr]       dO^T panels (B of dP^T = V dO^T)
   float* qp;        // [Dqk_pad/nr][kTileQ][nr]  Q panels    (B of dK += dS^T Q)
   float* op;        // [Dv_pad/nr][kTileQ][nr]   dO panels   (B of dV += (Z P)^T dO)
-                    // (on the bf16 dot products qt, ot, qp, op and kp hold bf16 pair panels,
-                    // kr and vr pair rows, each half the size)
+                    // (on the bf16 dot products all four hold bf16 pair panels, half the size)
   float* dq;        // [kTileQ][Dqk_pad]         dQ accumulator of the q tile
-  float* kr;        // [kTileK][Dqk]             K rows      (A of S^T)
-  float* kp;        // [Dqk_pad/nr][kTileK][nr]  K panels    (B of dQ += dS K)
-  float* vr;        // [kTileK][Dv]              V rows      (A of dP^T)
-  float* st;        // [kTileK][kTileQ]          P^T (bf16 dot products: then its pairs for
-                    //                           dV, then dS^T's pairs down its rows for dQ)
-  float* dst;       // [kTileK][kTileQ]          dP^T, then scale * dS^T (bf16 dot products:
-                    //                           then its pairs along its rows for dK)
-  float* pzt;       // [kTileK][kTileQ]          (Z P)^T (dropout only; pairs for dV)
-  float* dcap;      // [kTileK][kTileQ]          1 - tanh^2 of the softcap (softcap only)
   float* lse_safe;  // [kTileQ]                  lse, +inf for empty rows and padding
   float* dd;        // [kTileQ]                  D_i = <dout_i, out_i>
-  float* q_rel;     // [kTileQ]                  ALiBi positions (isa/scores.h)
-  float* k_rel;     // [kTileK]
-  float* dk;        // [chunk keys][Dqk_pad]     dK accumulators of the item's k tiles
-  float* dv;        // [chunk keys][Dv_pad]      dV accumulators
 };
 
 Scratch carve(const BackwardOffsets& o, float* f) {
-  return {f + o.qt,       f + o.ot, f + o.qp,    f + o.op,    f + o.dq,  f + o.kr,
-          f + o.kp,       f + o.vr, f + o.st,    f + o.dst,   f + o.pzt, f + o.dcap,
-          f + o.lse_safe, f + o.dd, f + o.q_rel, f + o.k_rel, f + o.dk,  f + o.dv};
+  return {f + o.kr,   f + o.kp,    f + o.vr,    f + o.st, f + o.dst, f + o.pzt,
+          f + o.dcap, f + o.q_rel, f + o.k_rel, f + o.dk, f + o.dv};
+}
+
+Lane carve_lane(const BackwardOffsets& o, float* f, int64_t lane) {
+  float* l = f + o.lanes + lane * o.lane_stride;
+  return {l + o.qt, l + o.ot, l + o.qp, l + o.op, l + o.dq, l + o.lse_safe, l + o.dd};
 }
 
 class Item {
@@ -70,8 +83,12 @@ class Item {
         mask_(*plan.mask),
         dropout_(p_),
         w_(carve(plan.at, scratch)),
+        scratch_(scratch),
         bf16_dot_(CPATTN_ISA_BF16_DOT && p_.q.dtype == DType::kBF16) {}
 
+  // The item's heads one after the other, each head's q tiles in runs of plan.lanes: every k
+  // tile of the chunk that a lane of the run sees is packed once, then runs against each lane
+  // that sees it, in q tile order.
   void run(int64_t item) const {
     const int64_t chunks = plan_.chunks;
     const int64_t chunk = item % chunks;
@@ -80,29 +97,41 @@ class Item {
     const int64_t n_kt = plan_.n_k_tiles;
     fill(w_.dk, plan_.tiles_per_chunk * kTileK * plan_.dqk_pad, 0.0f);
     fill(w_.dv, plan_.tiles_per_chunk * kTileK * plan_.dv_pad, 0.0f);
+    Lane lanes[kBackwardMaxLanes];
+    for (int64_t i = 0; i < plan_.lanes; ++i) lanes[i] = carve_lane(plan_.at, scratch_, i);
     for (int64_t h = g * p_.group; h < (g + 1) * p_.group; ++h) {
-      for (int64_t qi = 0; qi < plan_.n_q_tiles; ++qi) {
-        const TileRange& qt = plan_.q_tiles[qi];
-        fill(w_.dq, kTileQ * plan_.dqk_pad, 0.0f);
-        bool packed = false;
+      for (int64_t q0 = 0; q0 < plan_.n_q_tiles; q0 += plan_.lanes) {
+        const TileRange* q_tiles = plan_.q_tiles + q0;
+        const int64_t n_lanes = std::min(plan_.lanes, plan_.n_q_tiles - q0);
+        bool packed[kBackwardMaxLanes] = {};
+        for (int64_t i = 0; i < n_lanes; ++i) fill(lanes[i].dq, kTileQ * plan_.dqk_pad, 0.0f);
         for (int64_t t = chunk; t < n_kt; t += chunks) {
           const TileRange& kv = plan_.k_tiles[t];
-          const BlockVisibility kind = mask_.classify(qt, kv);
-          if (kind == BlockVisibility::kHidden) continue;
-          if (!packed) {
-            pack_q_tile(b, h, qt);
-            packed = true;
+          BlockVisibility kinds[kBackwardMaxLanes];
+          bool seen = false;
+          for (int64_t i = 0; i < n_lanes; ++i) {
+            kinds[i] = mask_.classify(q_tiles[i], kv);
+            seen = seen || kinds[i] != BlockVisibility::kHidden;
           }
+          if (!seen) continue;
           if (t + chunks < n_kt) {
             const TileRange& nkv = plan_.k_tiles[t + chunks];
             prefetch_rows(p_.k, {b, g, nkv.begin, nkv.size});
             prefetch_rows(p_.v, {b, g, nkv.begin, nkv.size});
           }
+          pack_k_tile({b, g, kv.begin, kv.size});
           const int64_t local = (t / chunks) * kTileK;  // the k tile's rows in w.dk / w.dv
-          run_pair(b, g, h, qt, kv, kind, w_.dk + local * plan_.dqk_pad,
-                   w_.dv + local * plan_.dv_pad);
+          for (int64_t i = 0; i < n_lanes; ++i) {
+            if (kinds[i] == BlockVisibility::kHidden) continue;
+            if (!packed[i]) {
+              pack_q_tile(b, h, q_tiles[i], lanes[i]);
+              packed[i] = true;
+            }
+            run_pair(b, h, q_tiles[i], kv, kinds[i], lanes[i], w_.dk + local * plan_.dqk_pad,
+                     w_.dv + local * plan_.dv_pad);
+          }
         }
-        write_dq(b, h, chunk, qt);
+        for (int64_t i = 0; i < n_lanes; ++i) write_dq(b, h, chunk, q_tiles[i], lanes[i]);
       }
     }
     before_dkdv_write(plan_);
@@ -114,37 +143,46 @@ class Item {
   }
 
  private:
-  void pack_q_tile(int64_t b, int64_t h, const TileRange& qt) const {
+  void pack_q_tile(int64_t b, int64_t h, const TileRange& qt, const Lane& lane) const {
     const TileRows rows{b, h, qt.begin, qt.size};
     if (bf16_dot_) {
-      pack_q_tile_pairs(rows);
+      pack_q_tile_pairs(rows, lane);
     } else {
-      pack_panels_transposed(p_.q, rows, 1.0f, w_.qt);
-      pack_panels_transposed(p_.dout, rows, 1.0f, w_.ot);
-      pack_panels(p_.q, rows, w_.qp);
-      pack_panels(p_.dout, rows, w_.op);
+      pack_panels_transposed(p_.q, rows, 1.0f, lane.qt);
+      pack_panels_transposed(p_.dout, rows, 1.0f, lane.ot);
+      pack_panels(p_.q, rows, lane.qp);
+      pack_panels(p_.dout, rows, lane.op);
     }
     const int64_t row0 = (b * p_.Hq + h) * p_.Sq + qt.begin;
     for (int64_t i = 0; i < kTileQ; ++i) {
       const float lse = i < qt.size ? p_.lse[static_cast<size_t>(row0 + i)] : kNegInf;
       // Empty rows (lse = -inf) and padding columns must give P = 0: exp(s - (+inf)) = 0.
-      w_.lse_safe[i] = lse == kNegInf ? kPosInf : lse;
-      w_.dd[i] = i < qt.size ? plan_.delta[row0 + i] : 0.0f;
+      lane.lse_safe[i] = lse == kNegInf ? kPosInf : lse;
+      lane.dd[i] = i < qt.size ? plan_.delta[row0 + i] : 0.0f;
     }
   }
 
-  void run_pair(int64_t b, int64_t g, int64_t h, const TileRange& qt, const TileRange& kv,
-                BlockVisibility kind, float* dk, float* dv) const {
-    const int64_t nq = qt.size, nk = kv.size, nq_pad = round_up_nr(nq);
-    const TileRows rows{b, g, kv.begin, nk};
+  // K rows and panels and V rows of the k tile, for every lane that sees it.
+  void pack_k_tile(const TileRows& rows) const {
     if (bf16_dot_) {
-      score_products_bf16(rows, nq_pad);
+      pack_k_tile_pairs(rows);
     } else {
-      pack_panels(p_.k, rows, w_.kp);
       pack_rows(p_.k, rows, 1.0f, w_.kr, p_.Dqk);
+      pack_panels(p_.k, rows, w_.kp);
       pack_rows(p_.v, rows, 1.0f, w_.vr, p_.Dv);
-      gemm_tile(nk, nq_pad, {w_.kr, p_.Dqk, 1}, {w_.qt, p_.Dqk}, w_.st, kTileQ, false);  // S^T
-      gemm_tile(nk, nq_pad, {w_.vr, p_.Dv, 1}, {w_.ot, p_.Dv}, w_.dst, kTileQ, false);   // dP^T
+    }
+  }
+
+  // The five products of one (q tile, k tile) pair: dk, dv are the k tile's accumulators, the
+  // q tile's dQ is the lane's.
+  void run_pair(int64_t b, int64_t h, const TileRange& qt, const TileRange& kv,
+                BlockVisibility kind, const Lane& lane, float* dk, float* dv) const {
+    const int64_t nq = qt.size, nk = kv.size, nq_pad = round_up_nr(nq);
+    if (bf16_dot_) {
+      score_products_bf16(nk, nq_pad, lane);
+    } else {
+      gemm_tile(nk, nq_pad, {w_.kr, p_.Dqk, 1}, {lane.qt, p_.Dqk}, w_.st, kTileQ, false);  // S^T
+      gemm_tile(nk, nq_pad, {w_.vr, p_.Dv, 1}, {lane.ot, p_.Dv}, w_.dst, kTileQ, false);   // dP^T
     }
     // s - lse <= 0 exactly (P <= 1), but rounding can push it above 0 (the forward rounded
     // scale * s before subtracting its max; here the two may fuse into one FMA): by more than
@@ -155,7 +193,7 @@ class Item {
       for (int64_t j = 0; j < nk; ++j) {
         float* s = w_.st + j * kTileQ;
         for (int64_t i = 0; i < nq_pad; i += kLanes) {
-          const VF x = load(s + i) * c - load(w_.lse_safe + i);
+          const VF x = load(s + i) * c - load(lane.lse_safe + i);
           store(s + i, x > VF{} ? VF{} : x);
         }
       }
@@ -167,7 +205,7 @@ class Item {
           float* dcap = w_.dcap + j * kTileQ;
           for (int64_t i = 0; i < nq_pad; i += kLanes) {
             VF d;
-            const VF x = score(load(s + i), j, i, d) - load(w_.lse_safe + i);
+            const VF x = score(load(s + i), j, i, d) - load(lane.lse_safe + i);
             store(s + i, x > VF{} ? VF{} : x);
             if constexpr (std::decay_t<decltype(score)>::kHasCap) store(dcap + i, d);
           }
@@ -197,72 +235,75 @@ class Item {
           const VF zz = load(pz + i);
           store(s + i, pr);
           store(pz + i, pr * zz);
-          const VF d = pr * (load(ds + i) * zz - load(w_.dd + i)) * scale;
+          const VF d = pr * (load(ds + i) * zz - load(lane.dd + i)) * scale;
           store(ds + i, cap ? d * load(dcap + i) : d);
         }
       } else {
         for (int64_t i = 0; i < nq_pad; i += kLanes) {
           const VF pr = exp_v(load(s + i));
           store(s + i, pr);
-          const VF d = pr * (load(ds + i) - load(w_.dd + i)) * scale;
+          const VF d = pr * (load(ds + i) - load(lane.dd + i)) * scale;
           store(ds + i, cap ? d * load(dcap + i) : d);
         }
       }
     }
     if (bf16_dot_) {
-      gradient_products_bf16(nq, nk, nq_pad, dropout ? w_.pzt : w_.st, dk, dv);
+      gradient_products_bf16(nq, nk, nq_pad, dropout ? w_.pzt : w_.st, lane, dk, dv);
       return;
     }
     const int64_t dqk_pad = plan_.dqk_pad, dv_pad = plan_.dv_pad;
     // dV += (Z P)^T dO and dK += dS^T Q: rows of the transposed tiles are the A rows.
-    gemm_tile(nk, dv_pad, {dropout ? w_.pzt : w_.st, kTileQ, 1}, {w_.op, nq}, dv, dv_pad, true);
-    gemm_tile(nk, dqk_pad, {w_.dst, kTileQ, 1}, {w_.qp, nq}, dk, dqk_pad, true);
+    gemm_tile(nk, dv_pad, {dropout ? w_.pzt : w_.st, kTileQ, 1}, {lane.op, nq}, dv, dv_pad, true);
+    gemm_tile(nk, dqk_pad, {w_.dst, kTileQ, 1}, {lane.qp, nq}, dk, dqk_pad, true);
     // dQ += dS K, reading dS through dS^T (row stride 1, k stride kTileQ).
-    gemm_tile(nq, dqk_pad, {w_.dst, 1, kTileQ}, {w_.kp, nk}, w_.dq, dqk_pad, true);
+    gemm_tile(nq, dqk_pad, {w_.dst, 1, kTileQ}, {w_.kp, nk}, lane.dq, dqk_pad, true);
   }
 
 #if CPATTN_ISA_BF16_DOT
   static uint32_t* words(float* x) { return reinterpret_cast<uint32_t*>(x); }
   // Q^T and dO^T (head dim as K) in qt and ot, Q and dO (queries as K) in qp and op, all as bf16
   // pair panels (pairs take at most the fp32 panels' bytes).
-  void pack_q_tile_pairs(const TileRows& rows) const {
-    pack_pair_panels_transposed(p_.q, rows, words(w_.qt));
-    pack_pair_panels_transposed(p_.dout, rows, words(w_.ot));
-    pack_pair_panels(p_.q, rows, words(w_.qp));
-    pack_pair_panels(p_.dout, rows, words(w_.op));
+  void pack_q_tile_pairs(const TileRows& rows, const Lane& lane) const {
+    pack_pair_panels_transposed(p_.q, rows, words(lane.qt));
+    pack_pair_panels_transposed(p_.dout, rows, words(lane.ot));
+    pack_pair_panels(p_.q, rows, words(lane.qp));
+    pack_pair_panels(p_.dout, rows, words(lane.op));
   }
-  // S^T = K Q^T and dP^T = V dO^T on vdpbf16ps, K and V rows as pairs in kr and vr; K (keys as K)
-  // as pair panels in kp for dQ.
-  void score_products_bf16(const TileRows& rows, int64_t nq_pad) const {
-    const int64_t k2 = k_pairs(p_.Dqk), v2 = k_pairs(p_.Dv);
+  // K and V rows as pairs in kr and vr (A of S^T and dP^T); K (keys as K) as pair panels in kp
+  // (B of dQ).
+  void pack_k_tile_pairs(const TileRows& rows) const {
     pack_pair_panels(p_.k, rows, words(w_.kp));
-    pack_pair_rows(p_.k, rows, words(w_.kr), k2);
-    pack_pair_rows(p_.v, rows, words(w_.vr), v2);
-    gemm_tile_bf16(rows.rows, nq_pad, {words(w_.kr), k2, 1}, {words(w_.qt), k2}, w_.st, kTileQ,
-                   false);
-    gemm_tile_bf16(rows.rows, nq_pad, {words(w_.vr), v2, 1}, {words(w_.ot), v2}, w_.dst, kTileQ,
-                   false);
+    pack_pair_rows(p_.k, rows, words(w_.kr), k_pairs(p_.Dqk));
+    pack_pair_rows(p_.v, rows, words(w_.vr), k_pairs(p_.Dv));
+  }
+  // S^T = K Q^T and dP^T = V dO^T on vdpbf16ps.
+  void score_products_bf16(int64_t nk, int64_t nq_pad, const Lane& lane) const {
+    const int64_t k2 = k_pairs(p_.Dqk), v2 = k_pairs(p_.Dv);
+    gemm_tile_bf16(nk, nq_pad, {words(w_.kr), k2, 1}, {words(lane.qt), k2}, w_.st, kTileQ, false);
+    gemm_tile_bf16(nk, nq_pad, {words(w_.vr), v2, 1}, {words(lane.ot), v2}, w_.dst, kTileQ, false);
   }
   // dV += (Z P)^T dO, dK += dS^T Q and dQ += dS K on vdpbf16ps. zpt is (Z P)^T (P^T without
   // dropout), dst is dS^T; both become bf16 pairs in place (zpt along its rows for dV; dst down
   // its rows into st, whose P^T is spent by then, for dQ, then along its rows for dK). Padding
   // columns (queries past nq) hold 0 in both, so the zero high half of an odd nq's last pair
   // meets a 0.
-  void gradient_products_bf16(int64_t nq, int64_t nk, int64_t nq_pad, float* zpt, float* dk,
-                              float* dv) const {
+  void gradient_products_bf16(int64_t nq, int64_t nk, int64_t nq_pad, float* zpt, const Lane& lane,
+                              float* dk, float* dv) const {
     const int64_t dqk_pad = plan_.dqk_pad, dv_pad = plan_.dv_pad, q2 = k_pairs(nq);
-    gemm_tile_bf16(nk, dv_pad, pairs_along_rows(zpt, nk, nq_pad, kTileQ), {words(w_.op), q2}, dv,
+    gemm_tile_bf16(nk, dv_pad, pairs_along_rows(zpt, nk, nq_pad, kTileQ), {words(lane.op), q2}, dv,
                    dv_pad, true);
     const PairsA ds = pairs_down_rows(w_.dst, nk, nq_pad, kTileQ, words(w_.st));
-    gemm_tile_bf16(nk, dqk_pad, pairs_along_rows(w_.dst, nk, nq_pad, kTileQ), {words(w_.qp), q2},
+    gemm_tile_bf16(nk, dqk_pad, pairs_along_rows(w_.dst, nk, nq_pad, kTileQ), {words(lane.qp), q2},
                    dk, dqk_pad, true);
-    gemm_tile_bf16(nq, dqk_pad, ds, {words(w_.kp), k_pairs(nk)}, w_.dq, dqk_pad, true);
+    gemm_tile_bf16(nq, dqk_pad, ds, {words(w_.kp), k_pairs(nk)}, lane.dq, dqk_pad, true);
   }
 #else
   // Unreachable without the bf16 dot products (bf16_dot_ is false).
-  void pack_q_tile_pairs(const TileRows&) const {}
-  void score_products_bf16(const TileRows&, int64_t) const {}
-  void gradient_products_bf16(int64_t, int64_t, int64_t, float*, float*, float*) const {}
+  void pack_q_tile_pairs(const TileRows&, const Lane&) const {}
+  void pack_k_tile_pairs(const TileRows&) const {}
+  void score_products_bf16(int64_t, int64_t, const Lane&) const {}
+  void gradient_products_bf16(int64_t, int64_t, int64_t, float*, const Lane&, float*,
+                              float*) const {}
 #endif
 
   // dk/dv rows of one k tile: overwritten, or added to what dk/dv hold (accumulate without
@@ -279,17 +320,17 @@ class Item {
   // One chunk: the q tile's dq rows are complete and go straight to dq, as do chunk 0's when
   // chunk0_writes_dq. Otherwise they go to the chunk's partial rows (each written by exactly one
   // item) and the driver adds them up.
-  void write_dq(int64_t b, int64_t h, int64_t chunk, const TileRange& qt) const {
+  void write_dq(int64_t b, int64_t h, int64_t chunk, const TileRange& qt, const Lane& lane) const {
     const int64_t dqk_pad = plan_.dqk_pad;
     const int64_t partial = chunk - (plan_.chunk0_writes_dq ? 1 : 0);
     if (plan_.chunks > 1 && partial >= 0) {
       float* part =
           plan_.dq_partial + (((partial * p_.B + b) * p_.Hq + h) * p_.Sq + qt.begin) * dqk_pad;
-      for (int64_t e = 0; e < qt.size * dqk_pad; ++e) part[e] = w_.dq[e];
+      for (int64_t e = 0; e < qt.size * dqk_pad; ++e) part[e] = lane.dq[e];
       return;
     }
     for (int64_t i = 0; i < qt.size; ++i) {
-      store_row(p_.dq, b, qt.begin + i, h, w_.dq + i * dqk_pad, 1.0f, p_.accumulate);
+      store_row(p_.dq, b, qt.begin + i, h, lane.dq + i * dqk_pad, 1.0f, p_.accumulate);
     }
   }
 
@@ -298,7 +339,8 @@ class Item {
   const TileMask& mask_;
   DropoutTile dropout_;
   Scratch w_;
-  bool bf16_dot_;  ///< all five products on vdpbf16ps (a bf16 call on the AVX-512-BF16 copy)
+  float* scratch_;  ///< the worker's buffer, where the lanes' blocks are carved
+  bool bf16_dot_;   ///< all five products on vdpbf16ps (a bf16 call on the AVX-512-BF16 copy)
 };
 
 }  // namespace
