@@ -27,11 +27,13 @@
 namespace cpattn::train::detail {
 
 /// e^x in float, inline and branch-free so loops calling it vectorize (libm's expf is a call per
-/// element). Range reduction x = n ln2 + r, |r| <= ln2 / 2, with ln2 split in two parts (Cody &
-/// Waite), e^r by the degree-7 minimax polynomial of Cephes' expf (Moshier 1984), then n added
-/// to the exponent bits. Within 1.5 ulp of e^x for x in [-87, 88] (1.003 at worst over every
-/// 97th float there: tests/train/vector_math_test.cpp); x < -87 gives 0 (e^-87 is 1.6e-38, near the
-/// smallest normal float), x > 88 gives e^88 (1.65e38) rather than +inf, NaN gives NaN.
+/// element; its selects vectorize without AVX-512's masks because train/ is compiled with
+/// -fno-trapping-math, src/CMakeLists.txt). Range reduction x = n ln2 + r, |r| <= ln2 / 2, with ln2
+/// split in two parts (Cody & Waite), e^r by the degree-7 minimax polynomial of Cephes' expf
+/// (Moshier 1984), then n added to the exponent bits. Within 1.5 ulp of e^x for x in [-87, 88]
+/// (1.003 at worst over every 97th float there: tests/train/vector_math_test.cpp); x < -87 gives 0
+/// (e^-87 is 1.6e-38, near the smallest normal float), x > 88 gives e^88 (1.65e38) rather than
+/// +inf, NaN gives NaN.
 inline float exp_vectorizable(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;  // ln 2 to 9 bits: n * kLn2Hi is exact
