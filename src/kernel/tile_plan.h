@@ -39,11 +39,11 @@ constexpr int64_t kBackwardTileK = 64;
 /// Consecutive q tiles of one head that a backward work item runs together, its "lanes": each
 /// k tile (and its dk/dv accumulators) is packed and brought into cache once for all of them
 /// rather than once per q tile. Every lane runs exactly the pairs it would run alone, and each
-/// k tile meets the lanes in q tile order, as the q tiles met it one after the other before, so
-/// the lanes change no bit of any result; the masks still see 64-row q tiles (a causal diagonal
-/// wastes no more). Lane state: packed Q, dO and dQ, 160 KiB at D = 128. On Zen 2 (512 KiB L2)
-/// 4 lanes measured 1.3x faster than 1 at S = 4096, 2 lanes 1.1x and 8 no faster than 4
-/// (docs/performance.md).
+/// k tile meets the lanes in q tile order, the order in which it meets the q tiles run one at a
+/// time, so the lanes change no bit of any result; the masks still see 64-row q tiles (a causal
+/// diagonal wastes no more). Lane state: packed Q, dO and dQ, 160 KiB at D = 128. On Zen 2
+/// (512 KiB L2), S = 4096, BSHD: 4 lanes 1.06-1.36x faster than 1, 2 lanes about 1.1x, 8 no
+/// faster than 4 (docs/performance.md).
 constexpr int64_t kBackwardMaxLanes = 4;
 
 /// Offsets (floats) of the arrays of a forward worker's scratch buffer (ScratchLayout).
