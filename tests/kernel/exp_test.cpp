@@ -96,6 +96,41 @@ TEST_P(ExpV, OutsideTheRange) {
   EXPECT_TRUE(std::isnan(y[7]));
 }
 
+// The forward softmax's exp (ExpInputs::kNonPositive) skips the upper clamp: on every input it
+// may get (x <= 0, -inf, NaN with any payload) it must give exp's bits, or the forward's results
+// would depend on which of the two a call site names.
+TEST_P(ExpV, NonPositiveInputsGiveExpsBits) {
+  const IsaKernels isa = isa_kernels(GetParam());
+  constexpr int64_t kBatch = 4096;
+  std::vector<float> x(kBatch), y_any(kBatch), y_nonpositive(kBatch);
+  const uint32_t specials[] = {to_bits(-0.0f),  to_bits(-86.0f),
+                               to_bits(-87.5f), to_bits(-std::numeric_limits<float>::infinity()),
+                               0x7FC00000u,  // the default NaN, and NaNs with payloads and signs
+                               0xFFC00000u,     0x7FC00123u,
+                               0xFFC001FFu,     0x7F800001u,
+                               0xFFBFFFFFu};
+  int64_t checked = 0;
+  // Every kStride-th bit pattern from -0 to -inf, then the special values.
+  for (uint64_t u = to_bits(-0.0f); u <= 0xFF800000u + uint64_t{kStride} * kBatch;
+       u += uint64_t{kStride} * kBatch) {
+    for (int64_t l = 0; l < kBatch; ++l) {
+      x[l] = from_bits(
+          static_cast<uint32_t>(std::min<uint64_t>(u + uint64_t{kStride} * l, 0xFF800000u)));
+    }
+    if (u + uint64_t{kStride} * kBatch > 0xFF800000u) {
+      std::transform(std::begin(specials), std::end(specials), x.begin(), from_bits);
+    }
+    isa.exp(x.data(), y_any.data(), kBatch);
+    isa.exp_nonpositive(x.data(), y_nonpositive.data(), kBatch);
+    for (int64_t l = 0; l < kBatch; ++l) {
+      ASSERT_EQ(to_bits(y_nonpositive[l]), to_bits(y_any[l]))
+          << "x bits " << std::hex << to_bits(x[l]);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, int64_t{100'000'000});
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, ExpV, ::testing::ValuesIn(available_isas()),
                          [](const auto& p) { return std::string(isa_name(p.param)); });
 

@@ -48,14 +48,15 @@ void softmax_columns(int64_t nk, int64_t nq_pad, const Score& score, float* st, 
     const VF ref1 = mx1 == neg_inf ? VF{} : mx1;
     VF sum0{}, sum1{};
     for (int64_t j = 0; j < nk; ++j) {
-      const VF p0 = exp_v(load(col + j * kForwardTileQ) - ref0);
-      const VF p1 = exp_v(load(col + j * kForwardTileQ + kLanes) - ref1);
+      const VF p0 = exp_v<ExpInputs::kNonPositive>(load(col + j * kForwardTileQ) - ref0);
+      const VF p1 = exp_v<ExpInputs::kNonPositive>(load(col + j * kForwardTileQ + kLanes) - ref1);
       store(col + j * kForwardTileQ, p0);
       store(col + j * kForwardTileQ + kLanes, p1);
       sum0 += p0;
       sum1 += p1;
     }
-    const VF a0 = exp_v(m_old0 - ref0), a1 = exp_v(m_old1 - ref1);
+    const VF a0 = exp_v<ExpInputs::kNonPositive>(m_old0 - ref0);
+    const VF a1 = exp_v<ExpInputs::kNonPositive>(m_old1 - ref1);
     store(l + c, load(l + c) * a0 + sum0);
     store(l + c + kLanes, load(l + c + kLanes) * a1 + sum1);
     store(m + c, mx0);

@@ -17,19 +17,31 @@ void row_dots_entry(const ConstView& dout, const ConstView& out, int64_t b, int6
   row_dots(dout, out, {b, h, begin, rows}, d);
 }
 
+template <ExpInputs kInputs>
 void exp_entry(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; i += kLanes) store(y + i, exp_v(load(x + i)));
+  for (int64_t i = 0; i < n; i += kLanes) store(y + i, exp_v<kInputs>(load(x + i)));
 }
 
 void tanh_entry(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += kLanes) store(y + i, tanh_v(load(x + i)));
 }
 
+// Constant-initialised: kernels() runs no instruction of this copy's ISA (building the struct in
+// code let -O3 store it with 512-bit moves in the AVX-512 copy), so baseline code may look up a
+// copy the CPU cannot run, as the table test does.
+constinit const IsaKernels kTable = {Isa::CPATTN_ISA_ENUM,
+                                     kNr,
+                                     &forward_item,
+                                     &backward_item,
+                                     &row_dots_entry,
+                                     &exp_entry<ExpInputs::kAny>,
+                                     &exp_entry<ExpInputs::kNonPositive>,
+                                     &tanh_entry,
+                                     &widen_fp16_row,
+                                     &bf16_dot_vs_fma_rate};
+
 }  // namespace
 
-IsaKernels kernels() {
-  return {Isa::CPATTN_ISA_ENUM, kNr,         &forward_item,   &backward_item,       &row_dots_entry,
-          &exp_entry,           &tanh_entry, &widen_fp16_row, &bf16_dot_vs_fma_rate};
-}
+const IsaKernels& kernels() { return kTable; }
 
 }  // namespace cpattn::detail::CPATTN_ISA_NS

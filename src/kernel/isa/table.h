@@ -9,10 +9,11 @@
 namespace cpattn::detail {
 
 /// cpattn::detail::<name>::kernels(), for every row of the ISA table (cpattn/isa.h): the copy's
-/// entry points, defined by its table.cpp when this build compiles the copy (cmake/isa.cmake).
+/// entry points, defined by its table.cpp when this build compiles the copy (cmake/isa.cmake): a
+/// constant table, so looking it up runs none of the copy's instructions.
 #define CPATTN_DECLARE_COPY(path, name, lanes, features) \
   namespace name {                                       \
-  IsaKernels kernels();                                  \
+  const IsaKernels& kernels();                           \
   }
 CPATTN_ISA_TABLE(CPATTN_DECLARE_COPY, )
 #undef CPATTN_DECLARE_COPY
