@@ -117,7 +117,7 @@ struct IsaKernels {
   /// The kernel's exp over x[0 .. n) (n a multiple of 16): the exp test checks every copy.
   void (*exp)(const float* x, float* y, int64_t n);
   /// The same with the promise that every x is <= 0, -inf or NaN (exp_v<ExpInputs::kNonPositive>,
-  /// the forward softmax's): the exp test checks that it gives exp's bits there.
+  /// the softmaxes'): the exp test checks that it gives exp's bits there.
   void (*exp_nonpositive)(const float* x, float* y, int64_t n);
   /// The kernel's tanh (softcap) over x[0 .. n) (n a multiple of 16): the tanh test checks it.
   void (*tanh)(const float* x, float* y, int64_t n);

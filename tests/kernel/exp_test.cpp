@@ -96,8 +96,8 @@ TEST_P(ExpV, OutsideTheRange) {
   EXPECT_TRUE(std::isnan(y[7]));
 }
 
-// The forward softmax's exp (ExpInputs::kNonPositive) skips the upper clamp: on every input it
-// may get (x <= 0, -inf, NaN with any payload) it must give exp's bits, or the forward's results
+// The softmaxes' exp (ExpInputs::kNonPositive) skips the upper clamp: on every input it
+// may get (x <= 0, -inf, NaN with any payload) it must give exp's bits, or the kernel's results
 // would depend on which of the two a call site names.
 TEST_P(ExpV, NonPositiveInputsGiveExpsBits) {
   const IsaKernels isa = isa_kernels(GetParam());

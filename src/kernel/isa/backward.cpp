@@ -186,7 +186,8 @@ class Item {
     }
     // s - lse <= 0 exactly (P <= 1), but rounding can push it above 0 (the forward rounded
     // scale * s before subtracting its max; here the two may fuse into one FMA): by more than
-    // 88, where exp overflows, once |logits| ~ 1e11. Clamp at 0; NaN stays (NaN > 0 is false).
+    // 88, where exp overflows, once |logits| ~ 1e11. Clamp at 0 (vmin(0, x) is x > 0 ? 0 : x);
+    // NaN stays (NaN > 0 is false). The exp below then only sees x <= 0, -inf or NaN.
     const bool cap = p_.softcap > 0.0f;
     if (!transforms_scores(p_)) {
       const VF c = splat(p_.scale);
@@ -194,7 +195,7 @@ class Item {
         float* s = w_.st + j * kTileQ;
         for (int64_t i = 0; i < nq_pad; i += kLanes) {
           const VF x = load(s + i) * c - load(lane.lse_safe + i);
-          store(s + i, x > VF{} ? VF{} : x);
+          store(s + i, vmin(VF{}, x));
         }
       }
     } else {
@@ -206,7 +207,7 @@ class Item {
           for (int64_t i = 0; i < nq_pad; i += kLanes) {
             VF d;
             const VF x = score(load(s + i), j, i, d) - load(lane.lse_safe + i);
-            store(s + i, x > VF{} ? VF{} : x);
+            store(s + i, vmin(VF{}, x));
             if constexpr (std::decay_t<decltype(score)>::kHasCap) store(dcap + i, d);
           }
         }
@@ -231,7 +232,7 @@ class Item {
       if (dropout) {
         float* pz = w_.pzt + j * kTileQ;
         for (int64_t i = 0; i < nq_pad; i += kLanes) {
-          const VF pr = exp_v(load(s + i));
+          const VF pr = exp_v<ExpInputs::kNonPositive>(load(s + i));
           const VF zz = load(pz + i);
           store(s + i, pr);
           store(pz + i, pr * zz);
@@ -240,7 +241,7 @@ class Item {
         }
       } else {
         for (int64_t i = 0; i < nq_pad; i += kLanes) {
-          const VF pr = exp_v(load(s + i));
+          const VF pr = exp_v<ExpInputs::kNonPositive>(load(s + i));
           store(s + i, pr);
           const VF d = pr * (load(ds + i) - load(lane.dd + i)) * scale;
           store(ds + i, cap ? d * load(dcap + i) : d);

@@ -133,13 +133,12 @@ inline void mul_hi_lo(VU a, uint32_t m, VU& hi, VU& lo) {
 /// bits) so |r| <= ln2/2 carries no rounding from the reduction; degree-7 polynomial for e^r; 2^n
 /// added to the exponent bits). Lanes with x < -86 (including -inf) give exactly 0, so masked
 /// scores cost no branch (the flushed values are below e^-86 ~ 1e-37, invisible next to the row
-/// maximum's e^0). NaN lanes return NaN and x > 88 gives +inf (the forward softmax only passes
-/// x <= 0; the backward's s - lse can exceed 0 by rounding, by a lot only for absurd logits or a
-/// wrong lse). Every operation is lane-wise, so each lane's result does not depend on W (with
-/// FMA contraction, a * b + c is one rounding on AVX2/AVX-512 and two on the generic path).
-/// ExpInputs::kNonPositive promises x <= 0 (or -inf, or NaN) in every lane, as the forward's
-/// s - max is: the upper clamp and the +inf lanes, which cannot apply there, are skipped (the same
-/// bits as kAny for those inputs, 3 of 23 vector operations fewer per call).
+/// maximum's e^0). NaN lanes return NaN and x > 88 gives +inf. Every operation is lane-wise, so
+/// each lane's result does not depend on W (with FMA contraction, a * b + c is one rounding on
+/// AVX2/AVX-512 and two on the generic path). ExpInputs::kNonPositive promises x <= 0 (or -inf,
+/// or NaN) in every lane, as the kernel's softmaxes pass (the forward's s - max; the backward's
+/// s - lse, clamped at 0): the upper clamp and the +inf lanes, which cannot apply there, are
+/// skipped (the same bits as kAny for those inputs, 3 of 23 vector operations fewer per call).
 enum class ExpInputs { kAny, kNonPositive };
 template <ExpInputs kInputs = ExpInputs::kAny>
 inline VF exp_v(VF x) {
