@@ -26,8 +26,11 @@ void fill(float* x, int64_t n, float value) {
 // c) (the scale, or the whole score transform of scores.h), m_new = max(m, max_j s_ji),
 // s_ji <- exp(s_ji - m_new), l <- l * exp(m - m_new) + sum_j, and alpha = exp(m - m_new) for
 // rescaling O. Masked scores are -inf and give exactly 0; a column that has seen only masked keys
-// keeps m = -inf and subtracts 0 instead (no NaN). Every step is lane-wise and runs down the keys
-// in order, so the results do not depend on the lane count.
+// keeps m = -inf and subtracts 0 instead (no NaN). The running max skips NaN scores (vmax(s, mx)
+// keeps mx when s is NaN) and stays NaN once m is, so every s - m_new and m - m_new is <= 0, -inf
+// or NaN (exp_v's kNonPositive); a NaN score still poisons its column through its own exp. Every
+// step is lane-wise and runs down the keys in order, so the results do not depend on the lane
+// count.
 template <class Score>
 void softmax_columns(int64_t nk, int64_t nq_pad, const Score& score, float* st, float* m, float* l,
                      float* alpha) {
@@ -41,8 +44,8 @@ void softmax_columns(int64_t nk, int64_t nq_pad, const Score& score, float* st, 
       const VF s1 = score(load(col + j * kForwardTileQ + kLanes), j, c + kLanes);
       store(col + j * kForwardTileQ, s0);
       store(col + j * kForwardTileQ + kLanes, s1);
-      mx0 = vmax(mx0, s0);
-      mx1 = vmax(mx1, s1);
+      mx0 = vmax(s0, mx0);
+      mx1 = vmax(s1, mx1);
     }
     const VF ref0 = mx0 == neg_inf ? VF{} : mx0;
     const VF ref1 = mx1 == neg_inf ? VF{} : mx1;

@@ -60,9 +60,11 @@ inline VF splat_lanes(float x, std::integer_sequence<int, L...>) {
 inline VF splat(float x) { return splat_lanes(x, std::make_integer_sequence<int, kLanes>{}); }
 
 /// a > b ? a : b and a < b ? a : b for each lane: b where either is NaN or both are zeros. That is
-/// exactly what (v)maxps / (v)minps compute, but GCC lowers the vector select to a compare and a
-/// blend, so the SIMD copies name the instruction (one operation instead of two; AVX-512 takes the
-/// maskz form with every lane on, as GCC 12 warns of the plain one's undefined pass-through).
+/// what (v)maxps / (v)minps compute, but GCC lowers the vector select to a compare and a blend, so
+/// the SIMD copies name the instruction (one operation instead of two; AVX-512 takes the maskz form
+/// with every lane on, as GCC 12 warns of the plain one's undefined pass-through). The one
+/// difference: with denormals-are-zero on (torch.set_flush_denormal), the instruction returns a
+/// denormal operand as the zero it reads as, the select its bits.
 inline VF vmax(VF a, VF b) {
 #if CPATTN_ISA_LANES == 16 && defined(__AVX512F__)
   return __builtin_bit_cast(VF, _mm512_maskz_max_ps(0xFFFF, __builtin_bit_cast(__m512, a),
