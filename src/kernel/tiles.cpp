@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 namespace cpattn::detail {
 
@@ -39,6 +41,38 @@ TileMask::TileMask(const Problem& p, std::span<const TileRange> q_tiles)
   for (const TileRange& t : q_tiles) q_tile_slices_.push_back(rule_.slices_meeting(t.range));
 }
 
+namespace {
+
+// The key rows [first, end) of a tile of consecutive positions (key j at position kp0 + j) that
+// lie within bounds b; first >= end when none do. Positions are >= 0, so neither difference
+// overflows (b.lo may be INT64_MIN, b.hi INT64_MAX).
+std::pair<int64_t, int64_t> rows_within(const KeyBounds& b, int64_t kp0, int64_t size) {
+  const int64_t first = b.lo <= kp0 ? 0 : std::min(b.lo - kp0, size);
+  const int64_t end = b.hi < kp0 ? 0 : std::min(b.hi - kp0, size - 1) + 1;
+  return {first, end};
+}
+
+}  // namespace
+
+TileBox TileMask::visible_box(const TileRange& q, const TileRange& k) const {
+  TileBox box{q.size, 0, k.size, 0};
+  for (int64_t i = 0; i < q.size; ++i) {
+    const KeyBounds b = rule_.bounds(q_pos_[static_cast<size_t>(q.begin + i)]);
+    int64_t first = 0, end = k.size;
+    if (k.consecutive) {
+      std::tie(first, end) = rows_within(b, k_pos_[static_cast<size_t>(k.begin)], k.size);
+    } else if (b.hi < k.range.pos_min || b.lo > k.range.pos_max) {
+      end = 0;
+    }
+    if (first >= end) continue;
+    box.q_begin = std::min(box.q_begin, i);
+    box.q_end = i + 1;
+    box.k_begin = std::min(box.k_begin, first);
+    box.k_end = std::max(box.k_end, end);
+  }
+  return box;
+}
+
 void TileMask::mask_keys(const TileRange& q, int64_t q_index, const TileRange& k, float* x,
                          int64_t stride) const {
   const int64_t qp = q_pos_[static_cast<size_t>(q_index)];
@@ -47,9 +81,7 @@ void TileMask::mask_keys(const TileRange& q, int64_t q_index, const TileRange& k
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   if (k.consecutive && !rule_.has_docs() && !rule_.has_slices()) {
     // Key j has position kp[0] + j: the visible keys are one interval [first, end) of j.
-    // Positions are >= 0, so neither difference overflows.
-    const int64_t first = b.lo <= kp[0] ? 0 : std::min(b.lo - kp[0], k.size);
-    const int64_t end = b.hi < kp[0] ? 0 : std::min(b.hi - kp[0], k.size - 1) + 1;
+    const auto [first, end] = rows_within(b, kp[0], k.size);
     for (int64_t j = 0; j < std::min(first, k.size); ++j) x[j * stride] = kNegInf;
     for (int64_t j = std::max(end, first); j < k.size; ++j) x[j * stride] = kNegInf;
     return;

@@ -21,6 +21,13 @@ struct TileRange {
   bool consecutive = false;  ///< positions rise by exactly 1 from row to row
 };
 
+/// A rectangle of rows of a (query tile, key tile) pair, half-open: query rows [q_begin, q_end),
+/// key rows [k_begin, k_end).
+struct TileBox {
+  int64_t q_begin, q_end, k_begin, k_end;
+  bool empty() const { return q_begin >= q_end || k_begin >= k_end; }
+};
+
 /// The tiles of tile_spans (cpattn/mask.h: at most `tile` rows, ending early at document
 /// boundaries and position jumps) with each tile's ranges, once per call. doc may be empty.
 std::vector<TileRange> make_tiles(std::span<const int64_t> pos, std::span<const int64_t> doc,
@@ -46,6 +53,13 @@ class TileMask {
   /// transposed score tile).
   void mask_keys(const TileRange& q, int64_t q_index, const TileRange& k, float* x,
                  int64_t stride) const;
+
+  /// The rows of a tile pair that can hold a visible pair: every visible (query row i, key row j)
+  /// of tiles q and k has q_begin <= i < q_end and k_begin <= j < k_end (rows of the tiles,
+  /// counted from 0). From the position bounds of each query row (MaskRule::bounds), so it may
+  /// hold pairs that documents or slices hide; empty when no row can see a key of k. A product
+  /// over a partially visible tile may run on the box alone: every score outside it is masked.
+  TileBox visible_box(const TileRange& q, const TileRange& k) const;
 
  private:
   std::span<const uint32_t> slices_of_(const TileRange& q) const {

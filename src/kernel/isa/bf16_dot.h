@@ -38,6 +38,8 @@ struct PairsA {
 struct PairsB {
   const uint32_t* data;
   int64_t k;  ///< word rows per panel: k_pairs of the product's K
+  /// Panel n0 / kNr (n0 a multiple of kNr).
+  const uint32_t* panel(int64_t n0) const { return data + n0 * k; }
 };
 
 /// C[m][n] = (accumulate ? C[m][n] * r_m : 0) + sum_{k < K} A[m][k] * B[k][n] for m < M, n < N

@@ -12,9 +12,8 @@ namespace {
 // panels at once (tail_rows).
 template <int MR, int NP, bool kAccumulate>
 struct MicroKernel {
-  static void run(int64_t k_len, const float* a, int64_t rs, int64_t ks, const float* b, float* c,
-                  int64_t ldc, const float* row_scale) {
-    const int64_t panel_size = k_len * kNr;
+  static void run(int64_t k_len, const float* a, int64_t rs, int64_t ks, const float* b,
+                  int64_t panel_size, float* c, int64_t ldc, const float* row_scale) {
     VF lo[NP][MR], hi[NP][MR];
 #pragma GCC unroll 16
     for (int p = 0; p < NP; ++p)
@@ -46,7 +45,12 @@ struct MicroKernel {
 
 // tile_loops' interface: one panel per call.
 template <int MR, bool kAccumulate>
-using OnePanel = MicroKernel<MR, 1, kAccumulate>;
+struct OnePanel {
+  static void run(int64_t k_len, const float* a, int64_t rs, int64_t ks, const float* b, float* c,
+                  int64_t ldc, const float* row_scale) {
+    MicroKernel<MR, 1, kAccumulate>::run(k_len, a, rs, ks, b, 0, c, ldc, row_scale);
+  }
+};
 
 // The last MR (< kMr) rows of C over all n / kNr panels. One panel would give only 2 MR
 // accumulator chains, too few to cover the FMA latency (AVX2's 2-row tail of a 128-row tile cost
@@ -56,8 +60,8 @@ template <int MR, bool kAccumulate>
 void tail_rows(int64_t n, AOperand a, PackedB b, float* c, int64_t ldc, const float* row_scale) {
   constexpr int kPanels = kMr / MR;
   const auto run = [&]<int NP>(int64_t n0) {
-    MicroKernel<MR, NP, kAccumulate>::run(b.k, a.data, a.row_stride, a.k_stride, b.data + n0 * b.k,
-                                          c + n0, ldc, row_scale);
+    MicroKernel<MR, NP, kAccumulate>::run(b.k, a.data, a.row_stride, a.k_stride, b.panel(n0),
+                                          b.panel_size(), c + n0, ldc, row_scale);
   };
   int64_t n0 = 0;
   for (; n0 + kPanels * kNr <= n; n0 += kPanels * kNr) run.template operator()<kPanels>(n0);

@@ -29,10 +29,17 @@ constexpr int64_t kNr = 2 * kLanes;
 inline int64_t round_up_nr(int64_t n) { return (n + kNr - 1) / kNr * kNr; }
 
 /// Packed-B layout: panel p (p = 0 .. N/kNr - 1) holds B[k][kNr*p + c] at
-/// b[p * K * kNr + k * kNr + c] for k < K, c < kNr; columns past the real N are zero.
+/// b[p * R * kNr + k * kNr + c] for k < K, c < kNr, where R (>= K) is the rows each panel holds
+/// in memory: K itself, or more when the product runs on rows [k0, k0 + K) of panels packed
+/// with R rows (data then points at row k0 of panel 0). Columns past the real N are zero.
 struct PackedB {
   const float* data;
-  int64_t k;  ///< rows per panel (the K of the product)
+  int64_t k;               ///< the K of the product: rows used from each panel
+  int64_t panel_rows = 0;  ///< R, the rows between panels; 0 means K
+  /// Floats from one panel to the next.
+  int64_t panel_size() const { return (panel_rows > 0 ? panel_rows : k) * kNr; }
+  /// Panel n0 / kNr (n0 a multiple of kNr), at the product's first row.
+  const float* panel(int64_t n0) const { return data + n0 / kNr * panel_size(); }
 };
 
 /// A[m][k] = a[m * row_stride + k * k_stride]: row-major A has (ld, 1), A^T of a row-major
@@ -69,7 +76,7 @@ void tile_loops(int64_t m, int64_t n, const A& a, const B& b, float* c, int64_t 
      ...);
   };
   for (int64_t n0 = 0; n0 < n; n0 += kNr) {
-    const auto* panel = b.data + n0 * b.k;  // (n0 / kNr) panels of b.k * kNr elements
+    const auto* panel = b.panel(n0);
     float* c_col = c + n0;
     int64_t m0 = 0;
     for (; m0 + kMr <= m; m0 += kMr) {
