@@ -31,9 +31,13 @@ class Digest {
   Digest& string(std::string_view s) noexcept {
     return values(std::span<const char>(s.data(), s.size()));
   }
-  /// Every element of a strided [B, S, H, D] view in (b, s, h, d) order, plus its shape: a view and
-  /// its dense copy digest alike, whatever the strides.
-  Digest& view(ConstView v) noexcept;
+  /// Every element of a strided [B, S, H, D] view, plus its shape (and a 16-bit view's dtype): a
+  /// view and its dense copy digest alike, whatever the strides. Each row (the D elements of one
+  /// (b, s, h)) is digested on its own and keyed by its index in (b, s, h) order; the view adds
+  /// the rows' sum, which does not depend on how the rows are split: the rows are split over up
+  /// to `num_threads` threads (std::thread), at most one per MiB of the view and fewer if
+  /// threads cannot start, with the same result.
+  Digest& view(ConstView v, int num_threads = 1) noexcept;
   uint64_t finish() const noexcept;
 
  private:

@@ -204,11 +204,13 @@ Fingerprint fingerprint_from_bytes(std::span<const uint8_t> bytes);
 /// alibi_digest the slopes, sink_digest the sink logits (so a backward with another sink than
 /// its forward's is refused), slices_digest each slice's q/k ranges and type; each is 0 when its
 /// list is empty.
-/// Cost: one pass over q, k and v, negligible next to attention (docs/performance.md).
+/// Cost: one pass over q, k and v (Digest::view on up to `num_threads` threads, the call's
+/// CpOptions::num_threads), negligible next to attention (docs/performance.md).
 /// Throws like attention_forward on inconsistent arguments, and resolve_isa's errors.
 Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,
                              const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                              const AttentionParams& params, RngState rng,
-                             const Strategy& strategy = {}, Isa isa = Isa::kAuto);
+                             const Strategy& strategy = {}, Isa isa = Isa::kAuto,
+                             int num_threads = 1);
 
 }  // namespace cpattn

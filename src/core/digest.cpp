@@ -1,8 +1,12 @@
 // Streaming 64-bit digest (see digest.h). Round and avalanche constants are xxHash64's primes.
 #include "cpattn/digest.h"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace cpattn {
 
@@ -45,39 +49,84 @@ Digest& Digest::bytes(std::span<const std::byte> data) noexcept {
   return *this;
 }
 
-Digest& Digest::view(ConstView v) noexcept {
-  value(v.shape);
+namespace {
+
+// A row's digest: its bytes in chunks of at most kRowChunk, fed to one Digest in order. A row
+// whose elements are not adjacent is gathered chunk by chunk into a buffer first, so it digests
+// as its dense copy does.
+constexpr size_t kRowChunk = 1024;
+
+uint64_t row_digest(const std::byte* row, int64_t n, int64_t stride_bytes, size_t elem) {
+  Digest d;
+  const size_t bytes = static_cast<size_t>(n) * elem;
+  if (n <= 1 || stride_bytes == static_cast<int64_t>(elem)) {
+    for (size_t at = 0; at < bytes; at += kRowChunk) {
+      d.bytes({row + at, std::min(kRowChunk, bytes - at)});
+    }
+    return d.finish();
+  }
+  std::byte chunk[kRowChunk];
+  const int64_t per_chunk = static_cast<int64_t>(kRowChunk / elem);
+  for (int64_t i0 = 0; i0 < n; i0 += per_chunk) {
+    const int64_t count = std::min(per_chunk, n - i0);
+    for (int64_t i = 0; i < count; ++i) {
+      std::memcpy(chunk + static_cast<size_t>(i) * elem, row + (i0 + i) * stride_bytes, elem);
+    }
+    d.bytes({chunk, static_cast<size_t>(count) * elem});
+  }
+  return d.finish();
+}
+
+// Rows [first, last) of v in (b, s, h) order: the sum of avalanche(row digest ^ index * kPrime1)
+// (2^64 wrap-around), which does not depend on how the rows are split or in which order.
+uint64_t rows_sum(const ConstView& v, int64_t first, int64_t last) {
   const auto [B, S, H, D] = v.shape;
-  if (v.dtype != DType::kF32) {
-    // 16-bit elements: the dtype, then each element's two bytes (fp32 views hash as before).
-    value(static_cast<int32_t>(v.dtype));
-    const auto* base = reinterpret_cast<const std::byte*>(v.data);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t s = 0; s < S; ++s) {
-        for (int64_t h = 0; h < H; ++h) {
-          if (v.stride[3] == 1 || D <= 1) {
-            bytes({base + 2 * v.offset(b, s, h, 0), static_cast<size_t>(2 * D)});
-            continue;
-          }
-          for (int64_t d = 0; d < D; ++d) bytes({base + 2 * v.offset(b, s, h, d), 2});
-        }
-      }
-    }
-    return *this;
-  }
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t s = 0; s < S; ++s) {
-      for (int64_t h = 0; h < H; ++h) {
-        const float* row = &v(b, s, h, 0);
-        if (v.stride[3] == 1 || D <= 1) {
-          values(std::span<const float>(row, static_cast<size_t>(D)));
-        } else {
-          for (int64_t d = 0; d < D; ++d) value(row[d * v.stride[3]]);
-        }
-      }
+  const size_t elem = dtype_size(v.dtype);
+  const auto* base = reinterpret_cast<const std::byte*>(v.data);
+  const int64_t stride_bytes = v.stride[3] * static_cast<int64_t>(elem);
+  uint64_t sum = 0;
+  int64_t h = first % H, s = first / H % S, b = first / H / S;
+  for (int64_t r = first; r < last; ++r) {
+    const std::byte* row = base + v.offset(b, s, h, 0) * static_cast<int64_t>(elem);
+    sum += avalanche(row_digest(row, D, stride_bytes, elem) ^ (static_cast<uint64_t>(r) * kPrime1));
+    if (++h == H) {
+      h = 0;
+      if (++s == S) s = 0, ++b;
     }
   }
-  return *this;
+  return sum;
+}
+
+}  // namespace
+
+Digest& Digest::view(ConstView v, int num_threads) noexcept {
+  value(v.shape);
+  // The dtype of 16-bit views: an fp16 and a bf16 view of the same bits differ.
+  if (v.dtype != DType::kF32) value(static_cast<int32_t>(v.dtype));
+  const auto [B, S, H, D] = v.shape;
+  const int64_t rows = D > 0 ? B * S * H : 0;
+  const int64_t mib = rows * D * static_cast<int64_t>(dtype_size(v.dtype)) >> 20;
+  // At most one worker per MiB (starting a thread costs about what digesting 1 MiB takes).
+  constexpr int64_t kMaxWorkers = 64;
+  const int64_t workers = std::clamp<int64_t>(std::min<int64_t>(num_threads, mib), 1, kMaxWorkers);
+  std::array<uint64_t, kMaxWorkers> sums{};
+  const auto part = [&](int64_t w) {
+    sums[static_cast<size_t>(w)] = rows_sum(v, rows * w / workers, rows * (w + 1) / workers);
+  };
+  std::vector<std::thread> threads;
+  int64_t started = 1;
+  try {
+    threads.reserve(static_cast<size_t>(workers - 1));
+    for (; started < workers; ++started) threads.emplace_back(part, started);
+  } catch (...) {
+    // Out of threads or memory: the parts that did not start run on this thread.
+  }
+  part(0);
+  for (int64_t w = started; w < workers; ++w) part(w);
+  for (auto& t : threads) t.join();
+  uint64_t total = 0;
+  for (const uint64_t x : sums) total += x;
+  return value(total);
 }
 
 uint64_t Digest::finish() const noexcept { return avalanche(state_ + kPrime3); }

@@ -70,7 +70,7 @@ std::optional<Fingerprint> fingerprint_or_refusal(
     const CpOptions& options, std::optional<Error>& refusal) {
   try {
     return make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng,
-                            options.strategy, options.isa);
+                            options.strategy, options.isa, options.num_threads);
   } catch (const Error& e) {
     if (!refusal) refusal = e;
   }

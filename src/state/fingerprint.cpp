@@ -158,7 +158,7 @@ Fingerprint shared_part(const Fingerprint& fp) noexcept {
 Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,
                              const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                              const AttentionParams& params, RngState rng, const Strategy& strategy,
-                             Isa isa) {
+                             Isa isa, int num_threads) {
   // q, k and v are hashed before any ring validation (backward and recompute check the state
   // first), so a view that cannot be read must be refused here, not dereferenced.
   check_readable(q, "q");
@@ -177,7 +177,8 @@ Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k,
   add_sharding(positions, q_seq);
   add_sharding(positions, kv_seq);
   fp.positions_digest = positions.finish();
-  fp.inputs_digest = Digest().view(q).view(k).view(v).finish();
+  fp.inputs_digest =
+      Digest().view(q, num_threads).view(k, num_threads).view(v, num_threads).finish();
   fp.softmax_scale = *resolved.softmax_scale;
   fp.causal = resolved.causal;
   fp.window_left = resolved.window_left;

@@ -4,11 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "cpattn/dtype.h"
 #include "cpattn/tensor.h"
 
 namespace cpattn {
@@ -64,6 +68,45 @@ TEST(Digest, ViewsDigestAlikeWhateverTheirStrides) {
   EXPECT_NE(Digest().view(reshaped).finish(), want);
   bshd.data()[17] += 1.0f;
   EXPECT_NE(Digest().view(bshd.view()).finish(), want);
+}
+
+// A view whose elements are not adjacent (a transposed [.., D] axis) digests as its dense copy,
+// for fp32 and 16-bit elements and rows longer than the digest's 1 KiB chunks.
+TEST(Digest, ARowOfStridedElementsDigestsAsItsDenseCopy) {
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const int64_t d : {1, 7, 300, 700}) {
+      const std::array<int64_t, 4> shape = {1, 3, 2, d};
+      // Storage [B, S, D, H]: the view's d stride is H.
+      Tensor storage({1, 3, d, 2}, dtype);
+      ConstView strided = std::as_const(storage).view();
+      strided.shape = shape;
+      strided.stride = {3 * d * 2, d * 2, 1, 2};
+      for (int64_t i = 0; i < storage.numel(); ++i) {
+        store_from_float(dtype, storage.bytes().data() + i * dtype_size(dtype),
+                         static_cast<float>(i % 251) - 100.0f);
+      }
+      const Tensor dense = dense_copy(strided, dtype, MemoryLayout::kBSHD);
+      EXPECT_EQ(Digest().view(strided).finish(), Digest().view(dense.view()).finish())
+          << dtype_name(dtype) << " D " << d;
+    }
+  }
+}
+
+// The rows' digests are summed, so any split over threads gives the same digest; the sum still
+// keys each row by its index, so two rows swapped change it.
+TEST(Digest, ViewsDigestTheSameOnAnyNumberOfThreads) {
+  Tensor t({2, 700, 3, 128});  // 2.1 MiB: up to 2 workers
+  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = static_cast<float>(i % 1013) * 0.25f;
+  const uint64_t one = Digest().view(t.view()).finish();
+  for (const int threads : {2, 3, 7, 64, 1000}) {
+    EXPECT_EQ(Digest().view(t.view(), threads).finish(), one) << threads;
+  }
+  Tensor big({1, 4096, 8, 128});  // 16 MiB: 7 threads run
+  for (int64_t i = 0; i < big.numel(); ++i) big.data()[i] = static_cast<float>(i % 977);
+  const uint64_t big_one = Digest().view(big.view()).finish();
+  EXPECT_EQ(Digest().view(big.view(), 7).finish(), big_one);
+  std::swap_ranges(big.data(), big.data() + 128, big.data() + 128 * 4000);  // rows 0 and 4000
+  EXPECT_NE(Digest().view(big.view(), 7).finish(), big_one);
 }
 
 TEST(DigestHex, SixteenLowerCaseDigits) {
