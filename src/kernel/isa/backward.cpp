@@ -174,15 +174,25 @@ class Item {
   }
 
   // The five products of one (q tile, k tile) pair: dk, dv are the k tile's accumulators, the
-  // q tile's dQ is the lane's.
+  // q tile's dQ is the lane's. The fp32 products of a partially visible pair run on its visible
+  // box (ScoreBox, scores.h): keys j in [j0, j1), query columns i in [c0, c1), real queries
+  // [c0, q1); the queries left out add nothing to dK and dV, and the keys nothing to dQ.
   void run_pair(int64_t b, int64_t h, const TileRange& qt, const TileRange& kv,
                 BlockVisibility kind, const Lane& lane, float* dk, float* dv) const {
     const int64_t nq = qt.size, nk = kv.size, nq_pad = round_up_nr(nq);
+    const ScoreBox box = bf16_dot_ ? ScoreBox::whole(nk, nq) : score_box(mask_, qt, kv, kind);
+    if (box.empty()) return;
+    const int64_t j0 = box.k_begin, j1 = box.k_end, c0 = box.c_begin, c1 = box.c_end;
+    const int64_t q1 = box.q_end;
+    // The box's corner in the transposed score-shaped tiles.
+    const int64_t at = j0 * kTileQ + c0;
     if (bf16_dot_) {
       score_products_bf16(nk, nq_pad, lane);
     } else {
-      gemm_tile(nk, nq_pad, {w_.kr, p_.Dqk, 1}, {lane.qt, p_.Dqk}, w_.st, kTileQ, false);  // S^T
-      gemm_tile(nk, nq_pad, {w_.vr, p_.Dv, 1}, {lane.ot, p_.Dv}, w_.dst, kTileQ, false);   // dP^T
+      gemm_tile(j1 - j0, c1 - c0, {w_.kr + j0 * p_.Dqk, p_.Dqk, 1}, {lane.qt + c0 * p_.Dqk, p_.Dqk},
+                w_.st + at, kTileQ, false);  // S^T
+      gemm_tile(j1 - j0, c1 - c0, {w_.vr + j0 * p_.Dv, p_.Dv, 1}, {lane.ot + c0 * p_.Dv, p_.Dv},
+                w_.dst + at, kTileQ, false);  // dP^T
     }
     // s - lse <= 0 exactly (P <= 1), but rounding can push it above 0 (the forward rounded
     // scale * s before subtracting its max; here the two may fuse into one FMA): by more than
@@ -191,9 +201,9 @@ class Item {
     const bool cap = p_.softcap > 0.0f;
     if (!transforms_scores(p_)) {
       const VF c = splat(p_.scale);
-      for (int64_t j = 0; j < nk; ++j) {
+      for (int64_t j = j0; j < j1; ++j) {
         float* s = w_.st + j * kTileQ;
-        for (int64_t i = 0; i < nq_pad; i += kLanes) {
+        for (int64_t i = c0; i < c1; i += kLanes) {
           const VF x = load(s + i) * c - load(lane.lse_safe + i);
           store(s + i, vmin(VF{}, x));
         }
@@ -201,10 +211,10 @@ class Item {
     } else {
       // The forward's scores (scores.h), and the softcap's derivative for dS.
       with_score_map(p_, h, qt, nq_pad, kv, w_.q_rel, w_.k_rel, [&](const auto& score) {
-        for (int64_t j = 0; j < nk; ++j) {
+        for (int64_t j = j0; j < j1; ++j) {
           float* s = w_.st + j * kTileQ;
           float* dcap = w_.dcap + j * kTileQ;
-          for (int64_t i = 0; i < nq_pad; i += kLanes) {
+          for (int64_t i = c0; i < c1; i += kLanes) {
             VF d;
             const VF x = score(load(s + i), j, i, d) - load(lane.lse_safe + i);
             store(s + i, vmin(VF{}, x));
@@ -214,7 +224,7 @@ class Item {
       });
     }
     if (kind == BlockVisibility::kPartial) {
-      for (int64_t i = 0; i < nq; ++i) mask_.mask_keys(qt, qt.begin + i, kv, w_.st + i, kTileQ);
+      for (int64_t i = c0; i < q1; ++i) mask_.mask_keys(qt, qt.begin + i, kv, w_.st + i, kTileQ);
     }
     const bool dropout = p_.dropout_p > 0.0f;
     if (dropout) {
@@ -225,13 +235,13 @@ class Item {
     // P = exp(s - lse); dS = P (Z dP' - D) with dP' = dO V^T (Z enters dP and dV), times the
     // scale (and the softcap's derivative) for the products with the raw q and k.
     const VF scale = splat(p_.scale);
-    for (int64_t j = 0; j < nk; ++j) {
+    for (int64_t j = j0; j < j1; ++j) {
       float* s = w_.st + j * kTileQ;
       float* ds = w_.dst + j * kTileQ;
       const float* dcap = w_.dcap + j * kTileQ;
       if (dropout) {
         float* pz = w_.pzt + j * kTileQ;
-        for (int64_t i = 0; i < nq_pad; i += kLanes) {
+        for (int64_t i = c0; i < c1; i += kLanes) {
           const VF pr = exp_v<ExpInputs::kNonPositive>(load(s + i));
           const VF zz = load(pz + i);
           store(s + i, pr);
@@ -240,7 +250,7 @@ class Item {
           store(ds + i, cap ? d * load(dcap + i) : d);
         }
       } else {
-        for (int64_t i = 0; i < nq_pad; i += kLanes) {
+        for (int64_t i = c0; i < c1; i += kLanes) {
           const VF pr = exp_v<ExpInputs::kNonPositive>(load(s + i));
           store(s + i, pr);
           const VF d = pr * (load(ds + i) - load(lane.dd + i)) * scale;
@@ -253,11 +263,16 @@ class Item {
       return;
     }
     const int64_t dqk_pad = plan_.dqk_pad, dv_pad = plan_.dv_pad;
-    // dV += (Z P)^T dO and dK += dS^T Q: rows of the transposed tiles are the A rows.
-    gemm_tile(nk, dv_pad, {dropout ? w_.pzt : w_.st, kTileQ, 1}, {lane.op, nq}, dv, dv_pad, true);
-    gemm_tile(nk, dqk_pad, {w_.dst, kTileQ, 1}, {lane.qp, nq}, dk, dqk_pad, true);
-    // dQ += dS K, reading dS through dS^T (row stride 1, k stride kTileQ).
-    gemm_tile(nq, dqk_pad, {w_.dst, 1, kTileQ}, {w_.kp, nk}, lane.dq, dqk_pad, true);
+    // dV += (Z P)^T dO and dK += dS^T Q: rows of the transposed tiles are the A rows, the box's
+    // queries rows c0 .. q1 - 1 of the dO and Q panels (nq rows each).
+    const PackedB op{lane.op + c0 * kNr, q1 - c0, nq}, qp{lane.qp + c0 * kNr, q1 - c0, nq};
+    gemm_tile(j1 - j0, dv_pad, {(dropout ? w_.pzt : w_.st) + at, kTileQ, 1}, op, dv + j0 * dv_pad,
+              dv_pad, true);
+    gemm_tile(j1 - j0, dqk_pad, {w_.dst + at, kTileQ, 1}, qp, dk + j0 * dqk_pad, dqk_pad, true);
+    // dQ += dS K, reading dS through dS^T (row stride 1, k stride kTileQ); the box's keys are
+    // rows j0 .. j1 - 1 of the K panels (nk rows each).
+    gemm_tile(q1 - c0, dqk_pad, {w_.dst + at, 1, kTileQ}, {w_.kp + j0 * kNr, j1 - j0, nk},
+              lane.dq + c0 * dqk_pad, dqk_pad, true);
   }
 
 #if CPATTN_ISA_BF16_DOT

@@ -148,8 +148,8 @@ struct Fp32Products {
                      const float* qt, float* st) {
     gemm_tile(nk, nq_pad, {kr, p.Dqk, 1}, {qt, p.Dqk}, st, kForwardTileQ, false);
   }
-  // The product on box rows of the tile (forward_box): its key rows are rows [k0, k0 + nk) of
-  // the V panels, which hold vp_rows rows each.
+  // On a ScoreBox (scores.h): its nk keys are rows of the V panels, which hold vp_rows each
+  // (vp points at the box's first).
   static void add_pv(int64_t nq, int64_t nk, int64_t /*nq_pad*/, int64_t dv_pad, float* st,
                      const float* vp, int64_t vp_rows, const float* alpha, float* o) {
     gemm_tile(nq, dv_pad, {st, 1, kForwardTileQ}, {vp, nk, vp_rows}, o, dv_pad, true, alpha);
@@ -181,8 +181,8 @@ struct Bf16Products {
     const PairsA pt = pairs_down_rows(st, nk, nq_pad, kForwardTileQ, words(st));
     gemm_tile_bf16(nq, dv_pad, pt, {words(vp), k_pairs(nk)}, o, dv_pad, true, alpha);
   }
-  // Whole tiles: a box's key rows would have to start at an even row (the pairs), which this
-  // path does not arrange.
+  // Whole tiles only: a ScoreBox's keys would have to start at an even row (the pairs), which
+  // this path does not arrange.
   static constexpr bool kRunsOnBoxes = false;
 };
 #endif
@@ -258,21 +258,12 @@ void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
       const BlockVisibility kind = mask.classify(qt, kv);
       if (kind == BlockVisibility::kHidden) continue;
       const int64_t nq_pad = round_up_nr(qt.size);
-      // The part of the tile the products and the softmax run on: key rows [j0, j1) and query
-      // columns [c0, c1) (whole kNr column panels). A partially visible tile runs on the box of
-      // its visible pairs: on a causal diagonal the keys past the tile's last query and the
-      // queries before its first key are left out. Scores outside the box are masked, so the
-      // columns left out would keep their m, l and O, and the rows would add exp(-inf) = 0.
-      int64_t j0 = 0, j1 = kv.size, c0 = 0, c1 = nq_pad, nq = qt.size;
-      if (Products::kRunsOnBoxes && kind == BlockVisibility::kPartial) {
-        const TileBox box = mask.visible_box(qt, kv);
-        if (box.empty()) continue;
-        j0 = box.k_begin;
-        j1 = box.k_end;
-        c0 = box.q_begin / kNr * kNr;
-        c1 = round_up_nr(box.q_end);
-        nq = c1 < qt.size ? c1 : qt.size;  // the real queries of the box's columns, all masked
-      }
+      // A partially visible tile runs on its visible box (scores.h): on a causal diagonal, not
+      // the keys after its last query nor the queries before its first key.
+      const ScoreBox box = Products::kRunsOnBoxes ? score_box(mask, qt, kv, kind)
+                                                  : ScoreBox::whole(kv.size, qt.size);
+      if (box.empty()) continue;
+      const int64_t j0 = box.k_begin, j1 = box.k_end, c0 = box.c_begin, c1 = box.c_end;
       float* box_st = st + j0 * kForwardTileQ + c0;
       Products::scores(p, j1 - j0, c1 - c0, kr + j0 * p.Dqk, lane.q_panels + c0 * p.Dqk, box_st);
       // The scores into the online softmax: fused into its first pass for fully visible tiles;
@@ -284,7 +275,7 @@ void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
             float* row = st + j * kForwardTileQ;
             for (int64_t c = c0; c < c1; c += kLanes) store(row + c, score(load(row + c), j, c));
           }
-          for (int64_t r = c0; r < nq; ++r) {
+          for (int64_t r = c0; r < box.q_end; ++r) {
             mask.mask_keys(qt, qt.begin + r, kv, st + r, kForwardTileQ);
           }
           softmax_columns(j1 - j0, c1 - c0, ReadyScore{}, box_st, lane.m + c0, lane.l + c0,
@@ -300,7 +291,7 @@ void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
       }
       if (p.dropout_p > 0.0f) dropout.apply(b, lane.h, qt, kv, st, kForwardTileQ);
       // O = O * alpha + P V: the rescale happens as the product loads O.
-      Products::add_pv(nq - c0, j1 - j0, c1 - c0, dv_pad, box_st, vp + j0 * kNr, kv.size,
+      Products::add_pv(box.q_end - c0, j1 - j0, c1 - c0, dv_pad, box_st, vp + j0 * kNr, kv.size,
                        alpha + c0, lane.o + c0 * dv_pad);
     }
     t = next;

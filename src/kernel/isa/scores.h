@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernel/isa/gemm.h"
 #include "kernel/isa/simd.h"
 #include "kernel/problem.h"
 #include "kernel/tiles.h"
@@ -52,6 +53,29 @@ struct ScoreMap {
     return s;
   }
 };
+
+/// The part of a transposed score tile (keys as rows, queries as columns) that a tile pair's
+/// products and softmax run on: key rows [k_begin, k_end) and query columns [c_begin, c_end) in
+/// whole kNr-column panels, of which [c_begin, q_end) are real queries. A fully visible tile runs
+/// whole; a partially visible one on its visible box (TileMask::visible_box), outside which
+/// every score is masked: the key rows left out would add exp(-inf) = 0 to every sum, and the
+/// query columns left out would keep their m, l and O (forward) or get nothing (backward).
+struct ScoreBox {
+  int64_t k_begin, k_end, c_begin, c_end, q_end;
+  bool empty() const { return k_begin >= k_end || c_begin >= q_end; }
+  /// The whole tile of nk keys and nq queries.
+  static ScoreBox whole(int64_t nk, int64_t nq) { return {0, nk, 0, round_up_nr(nq), nq}; }
+};
+
+/// The ScoreBox of query tile q and key tile k, whose pair is of `kind` (not kHidden).
+inline ScoreBox score_box(const TileMask& mask, const TileRange& q, const TileRange& k,
+                          BlockVisibility kind) {
+  if (kind != BlockVisibility::kPartial) return ScoreBox::whole(k.size, q.size);
+  const TileBox b = mask.visible_box(q, k);
+  if (b.empty()) return {0, 0, 0, 0, 0};
+  const int64_t c_end = round_up_nr(b.q_end);
+  return {b.k_begin, b.k_end, b.q_begin / kNr * kNr, c_end, c_end < q.size ? c_end : q.size};
+}
 
 /// Whether a call transforms its scores beyond the scale (softcap or ALiBi).
 inline bool transforms_scores(const Problem& p) {
