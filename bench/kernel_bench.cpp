@@ -6,6 +6,7 @@
 // Quick subset: --benchmark_filter='FmaPeak|Sgemm|/D:128/S:4096/causal:0/|Naive/D:128|PeakMemory'
 // bf16 / fp16 vs fp32 forward: --benchmark_filter='Forward/Hkv:8/D:128/S:4096/causal:0/isa:0/'
 // bf16 vs fp32 peak memory of a forward + backward: --benchmark_filter=TrainingPeakMemory
+// A causal sliding window, on and off the tile grid: --benchmark_filter=Window
 // The best OpenBLAS sgemm of this CPU: run with OPENBLAS_CORETYPE unset
 // (env -u OPENBLAS_CORETYPE bench_kernel ...); the first line says which core OpenBLAS ran.
 #include <benchmark/benchmark.h>
@@ -188,6 +189,44 @@ void BM_Backward(benchmark::State& state) {
   });
 }
 
+// A causal 512-token sliding window at S = 16384, Hq = Hkv = 8, D = 128, fp32: forward (pass 0) or
+// backward (pass 1), with the queries at positions [q_from, S) against every key. q_from 1000
+// puts the tiles' diagonals off the 64-row grid, where the partially visible tiles' boxes
+// (ScoreBox) leave the most out. GFLOPS count the visible pairs only.
+void BM_Window(benchmark::State& state) {
+  const bool backward = state.range(0) != 0;
+  const int64_t s = 16384, d = 128, window = 512, q_from = state.range(1), sq = s - q_from;
+  Problem p(s, kHeadsQ, d);
+  Tensor q({1, sq, kHeadsQ, d}), out({1, sq, kHeadsQ, d}), lse({1, kHeadsQ, sq});
+  fill_random(q, 5);
+  const std::vector<int64_t> q_pos(p.pos.begin() + q_from, p.pos.end());
+  const cpattn::AttentionInputs in{q.view(), p.k.view(), p.v.view(), q_pos, p.pos, {}, {}};
+  cpattn::AttentionParams params;
+  params.causal = true;
+  params.window_left = window;
+  double pairs = 0;
+  for (const int64_t qp : q_pos) pairs += double(std::min(qp, window) + 1);
+  const double flops = 4.0 * double(d) * double(kHeadsQ) * pairs * (backward ? 2.5 : 1.0);
+  const std::string key =
+      std::string(backward ? "bwd" : "fwd") + "/window512/q_from" + std::to_string(q_from);
+  cpattn::attention_kernel_forward(in, params, {}, out.view(), lse.span(), {kThreads});
+  if (!backward) {
+    timed_loop(state, key, flops, [&] {
+      cpattn::attention_kernel_forward(in, params, {}, out.view(), lse.span(), {kThreads});
+    });
+    return;
+  }
+  Tensor dout({1, sq, kHeadsQ, d}), dq({1, sq, kHeadsQ, d}), dk({1, s, kHeadsQ, d}),
+      dv({1, s, kHeadsQ, d});
+  fill_random(dout, 4);
+  cpattn::BackwardOptions opt;
+  opt.kernel.num_threads = kThreads;
+  timed_loop(state, key, flops, [&] {
+    cpattn::attention_kernel_backward(in, params, {}, dout.view(), out.view(), lse.span(),
+                                      dq.view(), dk.view(), dv.view(), opt);
+  });
+}
+
 // The baseline a flash kernel must beat: per head, S = scale * Q K^T (sgemm, S x S materialised),
 // row softmax, O = P V (sgemm).
 void BM_NaiveForward(benchmark::State& state) {
@@ -287,6 +326,11 @@ BENCHMARK(BM_FmaPeak)->Apply(isa_args);
 BENCHMARK(BM_Sgemm)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Forward)->Apply(kernel_args);
 BENCHMARK(BM_Backward)->Apply(kernel_args);
+BENCHMARK(BM_Window)
+    ->ArgNames({"pass", "q_from"})
+    ->ArgsProduct({{0, 1}, {0, 1000}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_NaiveForward)
     ->ArgNames({"D", "S"})
     ->Args({64, 4096})

@@ -84,6 +84,7 @@ uint64_t rows_sum(const ConstView& v, int64_t first, int64_t last) {
   const size_t elem = dtype_size(v.dtype);
   const auto* base = reinterpret_cast<const std::byte*>(v.data);
   const int64_t stride_bytes = v.stride[3] * static_cast<int64_t>(elem);
+  if (first >= last) return 0;  // (S or H may be 0: no division then)
   uint64_t sum = 0;
   int64_t h = first % H, s = first / H % S, b = first / H / S;
   for (int64_t r = first; r < last; ++r) {

@@ -109,6 +109,21 @@ TEST(Digest, ViewsDigestTheSameOnAnyNumberOfThreads) {
   EXPECT_NE(Digest().view(big.view(), 7).finish(), big_one);
 }
 
+// Views without rows (a rank with no tokens: S = 0; no heads) digest their shape.
+TEST(Digest, ViewsWithoutRowsDigestTheirShape) {
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{1, 0, 2, 4}, {1, 3, 0, 4}, {0, 3, 2, 4}, {1, 3, 2, 0}}) {
+    const Tensor t(shape);
+    const uint64_t one = Digest().view(t.view(), 1).finish();
+    EXPECT_EQ(Digest().view(t.view(), 8).finish(), one);
+    ConstView other = t.view();
+    other.shape[3] += 1;
+    if (other.shape[0] * other.shape[1] * other.shape[2] == 0) {
+      EXPECT_NE(Digest().view(other).finish(), one);
+    }
+  }
+}
+
 TEST(DigestHex, SixteenLowerCaseDigits) {
   EXPECT_EQ(digest_hex(0), "0000000000000000");
   EXPECT_EQ(digest_hex(0x0123456789abcdefull), "0123456789abcdef");

@@ -37,7 +37,7 @@ void fill(float* x, int64_t n, float value) {
 // its own block (Lane).
 struct Scratch {
   float* kr;     // [kTileK][Dqk]             K rows      (A of S^T)
-  float* kp;     // [Dqk_pad/nr][kTileK][nr]  K panels    (B of dQ += dS K)
+  float* kp;     // [Dqk_pad/nr][nk][nr]      K panels    (B of dQ += dS K)
   float* vr;     // [kTileK][Dv]              V rows      (A of dP^T)
                  // (on the bf16 dot products kr and vr hold bf16 pair rows, kp pair panels,
                  // each half the size)
@@ -57,8 +57,8 @@ struct Scratch {
 struct Lane {
   float* qt;        // [kTileQ/nr][Dqk][nr]      Q^T panels  (B of S^T = K Q^T)
   float* ot;        // [kTileQ/nr][Dv][nr]       dO^T panels (B of dP^T = V dO^T)
-  float* qp;        // [Dqk_pad/nr][kTileQ][nr]  Q panels    (B of dK += dS^T Q)
-  float* op;        // [Dv_pad/nr][kTileQ][nr]   dO panels   (B of dV += (Z P)^T dO)
+  float* qp;        // [Dqk_pad/nr][nq][nr]      Q panels    (B of dK += dS^T Q)
+  float* op;        // [Dv_pad/nr][nq][nr]       dO panels   (B of dV += (Z P)^T dO)
                     // (on the bf16 dot products all four hold bf16 pair panels, half the size)
   float* dq;        // [kTileQ][Dqk_pad]         dQ accumulator of the q tile
   float* lse_safe;  // [kTileQ]                  lse, +inf for empty rows and padding
@@ -229,8 +229,8 @@ class Item {
     const bool dropout = p_.dropout_p > 0.0f;
     if (dropout) {
       // Z^T into pzt (padding columns 0); the loop below turns it into (Z P)^T in place.
-      dropout_.fill(b, h, qt, kv, w_.pzt, kTileQ);
-      for (int64_t j = 0; j < nk; ++j) fill(w_.pzt + j * kTileQ + nq, nq_pad - nq, 0.0f);
+      dropout_.fill(b, h, qt, kv, box.real(), w_.pzt, kTileQ);
+      for (int64_t j = j0; j < j1; ++j) fill(w_.pzt + j * kTileQ + nq, nq_pad - nq, 0.0f);
     }
     // P = exp(s - lse); dS = P (Z dP' - D) with dP' = dO V^T (Z enters dP and dV), times the
     // scale (and the softcap's derivative) for the products with the raw q and k.

@@ -38,7 +38,7 @@ struct PairsA {
 struct PairsB {
   const uint32_t* data;
   int64_t k;  ///< word rows per panel: k_pairs of the product's K
-  /// Panel n0 / kNr (n0 a multiple of kNr).
+  /// Panel n0 / kNr (n0 a multiple of kNr): n0 / kNr panels of k * kNr words before it.
   const uint32_t* panel(int64_t n0) const { return data + n0 * k; }
 };
 

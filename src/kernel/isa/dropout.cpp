@@ -15,26 +15,26 @@ DropoutTile::DropoutTile(const Problem& p)
       q_pos_(p.q_pos.data()),
       k_pos_(p.k_pos.data()) {}
 
-void DropoutTile::fill(int64_t b, int64_t h, const TileRange& q, const TileRange& k, float* x,
-                       int64_t ld) const {
-  run<false>(b, h, q, k, x, ld);
+void DropoutTile::fill(int64_t b, int64_t h, const TileRange& q, const TileRange& k,
+                       const TileBox& box, float* x, int64_t ld) const {
+  run<false>(b, h, q, k, box, x, ld);
 }
 
-void DropoutTile::apply(int64_t b, int64_t h, const TileRange& q, const TileRange& k, float* x,
-                        int64_t ld) const {
-  run<true>(b, h, q, k, x, ld);
+void DropoutTile::apply(int64_t b, int64_t h, const TileRange& q, const TileRange& k,
+                        const TileBox& box, float* x, int64_t ld) const {
+  run<true>(b, h, q, k, box, x, ld);
 }
 
 template <bool kMultiply>
-void DropoutTile::run(int64_t b, int64_t h, const TileRange& q, const TileRange& k, float* x,
-                      int64_t ld) const {
+void DropoutTile::run(int64_t b, int64_t h, const TileRange& q, const TileRange& k,
+                      const TileBox& box, float* x, int64_t ld) const {
   // The stream words of dropout_stream (rng.h) that do not depend on the query.
   const DropoutStream s = dropout_stream(rng_, b, head_offset_ + h, num_heads_q_, 0);
   const VU key0 = VU{} + s.key[0], key1 = VU{} + s.key[1];
   const VU head = VU{} + s.head_word, offset = VU{} + s.offset_word;
   const VF keep_value = splat(inv_keep_), p = splat(p_);
   const int64_t* kp = k_pos_ + k.begin;
-  for (int64_t i0 = 0; i0 < q.size; i0 += kLanes) {
+  for (int64_t i0 = box.q_begin; i0 < box.q_end; i0 += kLanes) {
     VU q_word{};  // lo32(q_pos) of each lane's query (0 past the tile)
     VI live{};    // all ones for lanes of real queries
     for (int l = 0; l < kLanes; ++l) {
@@ -44,7 +44,7 @@ void DropoutTile::run(int64_t b, int64_t h, const TileRange& q, const TileRange&
     }
     int64_t block = -1;  // k_pos / 4 of the Philox outputs in r; -1 = none yet
     VU r[4] = {};
-    for (int64_t j = 0; j < k.size; ++j) {
+    for (int64_t j = box.k_begin; j < box.k_end; ++j) {
       const int64_t pos = kp[j];
       if (pos / 4 != block) {
         block = pos / 4;

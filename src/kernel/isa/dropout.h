@@ -19,18 +19,20 @@ class DropoutTile {
  public:
   explicit DropoutTile(const Problem& p);
 
-  /// x[j * ld + i] = Z_ij for j < k.size, i < round_up(q.size, kLanes); lanes past q.size get 0.
-  /// x must hold round_up(q.size, kLanes) columns per key row.
-  void fill(int64_t b, int64_t h, const TileRange& q, const TileRange& k, float* x,
-            int64_t ld) const;
+  /// x[j * ld + i] = Z_ij for the key rows j in [box.k_begin, box.k_end) and the query columns i
+  /// in [box.q_begin, round_up(box.q_end, kLanes)) of tiles q and k (box.q_begin a multiple of
+  /// kLanes, box.q_end <= q.size); lanes past q.size get 0. x must hold round_up(q.size, kLanes)
+  /// columns per key row.
+  void fill(int64_t b, int64_t h, const TileRange& q, const TileRange& k, const TileBox& box,
+            float* x, int64_t ld) const;
   /// x[j * ld + i] *= Z_ij likewise (lanes past q.size are multiplied by Z of counter 0).
-  void apply(int64_t b, int64_t h, const TileRange& q, const TileRange& k, float* x,
-             int64_t ld) const;
+  void apply(int64_t b, int64_t h, const TileRange& q, const TileRange& k, const TileBox& box,
+             float* x, int64_t ld) const;
 
  private:
   template <bool kMultiply>
-  void run(int64_t b, int64_t h, const TileRange& q, const TileRange& k, float* x,
-           int64_t ld) const;
+  void run(int64_t b, int64_t h, const TileRange& q, const TileRange& k, const TileBox& box,
+           float* x, int64_t ld) const;
   RngState rng_;
   int64_t num_heads_q_;  // dropout's head coordinates (Problem::dropout_heads, _head_offset)
   int64_t head_offset_;

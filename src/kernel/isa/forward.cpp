@@ -264,6 +264,7 @@ void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
                                                   : ScoreBox::whole(kv.size, qt.size);
       if (box.empty()) continue;
       const int64_t j0 = box.k_begin, j1 = box.k_end, c0 = box.c_begin, c1 = box.c_end;
+      // Offsets in the fp32 layouts (Bf16Products runs whole tiles: j0 = c0 = 0).
       float* box_st = st + j0 * kForwardTileQ + c0;
       Products::scores(p, j1 - j0, c1 - c0, kr + j0 * p.Dqk, lane.q_panels + c0 * p.Dqk, box_st);
       // The scores into the online softmax: fused into its first pass for fully visible tiles;
@@ -289,7 +290,7 @@ void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
       } else {
         into_softmax(ScaledScore{splat(p.scale)});
       }
-      if (p.dropout_p > 0.0f) dropout.apply(b, lane.h, qt, kv, st, kForwardTileQ);
+      if (p.dropout_p > 0.0f) dropout.apply(b, lane.h, qt, kv, box.real(), st, kForwardTileQ);
       // O = O * alpha + P V: the rescale happens as the product loads O.
       Products::add_pv(box.q_end - c0, j1 - j0, c1 - c0, dv_pad, box_st, vp + j0 * kNr, kv.size,
                        alpha + c0, lane.o + c0 * dv_pad);

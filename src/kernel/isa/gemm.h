@@ -62,7 +62,8 @@ void gemm_tile(int64_t m, int64_t n, AOperand a, PackedB b, float* c, int64_t ld
 /// m % kMr rows through Micro<rows>. Micro<MR, kAccumulate>::run(k, a, row_stride, k_stride,
 /// panel, c, ldc, row_scale) computes C[0:MR, 0:kNr] (+)= A[0:MR, 0:k] * panel, C's rows first
 /// scaled by row_scale[0:MR] when accumulating and row_scale is not null (load_c below); A and B
-/// are AOperand / PackedB or their pair twins (fields data, row_stride, k_stride; data, k).
+/// are AOperand / PackedB or their pair twins (fields data, row_stride, k_stride; k and
+/// panel(n0), the first row of the panel holding column n0).
 template <template <int, bool> class Micro, bool kAccumulate, class A, class B>
 void tile_loops(int64_t m, int64_t n, const A& a, const B& b, float* c, int64_t ldc,
                 const float* row_scale) {

@@ -63,6 +63,8 @@ struct ScoreMap {
 struct ScoreBox {
   int64_t k_begin, k_end, c_begin, c_end, q_end;
   bool empty() const { return k_begin >= k_end || c_begin >= q_end; }
+  /// The box's real queries and keys as a TileBox (what dropout draws for).
+  TileBox real() const { return {c_begin, q_end, k_begin, k_end}; }
   /// The whole tile of nk keys and nq queries.
   static ScoreBox whole(int64_t nk, int64_t nq) { return {0, nk, 0, round_up_nr(nq), nq}; }
 };
