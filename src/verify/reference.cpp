@@ -226,6 +226,9 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
       for (int64_t i = 0; i < d.Sq; ++i) {
         const T* qi = &q[at(b, i, h, d.Sq, d.Hq, d.Dqk)];
         T row_max = neg_inf;
+        // A NaN score (NaN in q_i or a visible k_j) makes the whole row NaN, as it does in
+        // plain softmax arithmetic; the comparisons below alone would skip it.
+        bool row_nan = false;
         for (int64_t j = 0; j < d.Sk; ++j) {
           const bool vis = problem.dense_mask.empty()
                                ? visible(params, problem.q_pos[i], problem.k_pos[j],
@@ -245,13 +248,15 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
                                                 ? problem.q_pos[i] - problem.k_pos[j]
                                                 : problem.k_pos[j] - problem.q_pos[i]);
           score[j] = s - slope * distance;
+          if (std::isnan(score[j])) row_nan = true;
           if (score[j] > row_max) row_max = score[j];
         }
+        if (row_nan) row_max = std::numeric_limits<T>::quiet_NaN();
         const size_t row = static_cast<size_t>((b * d.Hq + h) * d.Sq + i);
         // The sink joins the row's normaliser once: max and sum over {sink} and the visible keys.
         const T sink = sinks ? static_cast<T>(params.sink[h]) : neg_inf;
         if (row_max == neg_inf && !sinks) continue;  // empty row: out 0, lse -inf, no gradient
-        const T m = row_max > sink ? row_max : sink;
+        const T m = row_nan || row_max > sink ? row_max : sink;
         T sum = sinks ? std::exp(sink - m) : T{0};
         for (int64_t j = 0; j < d.Sk; ++j) sum += std::exp(score[j] - m);
         lse[row] = m + std::log(sum);
@@ -261,7 +266,8 @@ Outputs attention_impl(const Problem& problem, bool with_backward, Outputs* magn
         if (row_max == neg_inf) continue;  // no visible key: out 0, lse = sink, no gradient
         T* oi = &out[at(b, i, h, d.Sq, d.Hq, d.Dv)];
         for (int64_t j = 0; j < d.Sk; ++j) {
-          prob[j] = std::exp(score[j] - m) / sum;
+          // A masked key (-inf) gets 0 in a NaN row too: it never met the row.
+          prob[j] = score[j] == neg_inf ? T{0} : std::exp(score[j] - m) / sum;
           zmask[j] = p_drop == 0.0f ? T{1}
                      : reference::dropout_keep(problem.rng, b, h, d.Hq, problem.q_pos[i],
                                                problem.k_pos[j], p_drop)

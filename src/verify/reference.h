@@ -78,8 +78,10 @@ double softmax_scale(const Problem& problem);
 ///   dq_i = scale sum_j dS_ij k_j, dk_j = scale sum_i dS_ij q_i (dk, dv summed over GQA groups),
 ///   dsink_h = -sum_{b, i} exp(sink_h - lse_i) <dout_i, out_i> (d lse_i / d sink_h times the
 ///   softmax's usual -D_i).
-/// Empty rows: out 0, lse -inf (sink_h with sinks), no gradient. Cost O(B Hq Sq Sk D): a slow
-/// oracle, not a kernel.
+/// Empty rows: out 0, lse -inf (sink_h with sinks), no gradient. A row with a NaN score (NaN in
+/// q_i or in a k_j it sees) is NaN: its out, lse and dq, and the dk, dv (and dsink) terms of the
+/// keys it sees; keys it does not see stay untouched. Cost O(B Hq Sq Sk D): a slow oracle, not a
+/// kernel.
 /// When `magnitudes` is given its out (and, when backward runs, dq, dk, dv, dsink) receive, per
 /// element, the size of the terms that result is summed from, the scale its rounding error is
 /// proportional to, cancellation included: out: sum_j Z P |v_j|; dv: sum_i Z P |dout_i|,

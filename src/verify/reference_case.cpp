@@ -457,7 +457,7 @@ double max_abs_error(const std::vector<double>& a, const std::vector<double>& b)
   CPATTN_CHECK_EQ(b.size(), a.size(), ErrorCode::kShapeMismatch, "max_abs_error: lengths");
   double worst = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] == b[i]) continue;  // also equal infinities
+    if (a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) continue;  // also equal infinities
     const double e = std::fabs(a[i] - b[i]);
     worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(worst, e);
   }

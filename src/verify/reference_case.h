@@ -158,7 +158,8 @@ Outputs run_kernel(const Problem& problem, const KernelRun& run);
 Outputs run_kernel_per_document(const Problem& problem, std::span<const int64_t> cu_seqlens_q,
                                 std::span<const int64_t> cu_seqlens_k, const KernelRun& run);
 
-/// Max |a - b| over two equally long vectors; equal infinities count as 0, NaN as +inf.
+/// Max |a - b| over two equally long vectors; equal infinities and NaN on both sides count as 0,
+/// NaN on one side as +inf.
 /// Throws Error(kShapeMismatch) when the lengths differ.
 double max_abs_error(const std::vector<double>& a, const std::vector<double>& b);
 

@@ -261,6 +261,90 @@ TEST(ReferenceEdge, EmptyRowsHaveZeroOutputAndNegInfLse) {
   }
 }
 
+// A NaN score is not a masked one: the row that meets it is NaN (out, lse, dq, and the dk, dv of
+// the keys it sees), the other rows and the keys it does not see stay finite. Causal over
+// positions 0, 1, 2: row 1 sees keys 0 and 1.
+TEST(ReferenceEdge, NaNScoreMakesItsRowNaN) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto causal3 = [] {
+    Problem p;
+    p.dims = {1, 3, 3, 1, 1, 4, 4};
+    p.params.causal = true;
+    p.q_pos = {0, 1, 2};
+    p.k_pos = {0, 1, 2};
+    for (int i = 0; i < 12; ++i) {
+      p.q.push_back(0.1 * i - 0.5);
+      p.k.push_back(0.3 - 0.05 * i);
+      p.v.push_back(0.2 * i);
+      p.dout.push_back(1.0 - 0.1 * i);
+    }
+    return p;
+  };
+  const auto row_nan = [](const std::vector<double>& x, int row) {
+    for (int d = 0; d < 4; ++d) {
+      if (!std::isnan(x[static_cast<size_t>(row * 4 + d)])) return false;
+    }
+    return true;
+  };
+  const auto row_finite = [](const std::vector<double>& x, int row) {
+    for (int d = 0; d < 4; ++d) {
+      if (!std::isfinite(x[static_cast<size_t>(row * 4 + d)])) return false;
+    }
+    return true;
+  };
+
+  Problem nan_query = causal3();
+  nan_query.q[1 * 4 + 2] = nan;
+  const Outputs a = reference::attention(nan_query);
+  EXPECT_TRUE(row_nan(a.out, 1) && std::isnan(a.lse[1]) && row_nan(a.dq, 1));
+  EXPECT_TRUE(row_nan(a.dk, 0) && row_nan(a.dk, 1) && row_nan(a.dv, 0) && row_nan(a.dv, 1));
+  for (int row : {0, 2}) {
+    EXPECT_TRUE(row_finite(a.out, row) && std::isfinite(a.lse[static_cast<size_t>(row)]) &&
+                row_finite(a.dq, row))
+        << row;
+  }
+  EXPECT_TRUE(row_finite(a.dk, 2) && row_finite(a.dv, 2));  // key 2 is after row 1
+
+  Problem nan_key = causal3();
+  nan_key.k[1 * 4 + 0] = nan;
+  const Outputs b = reference::attention(nan_key);
+  EXPECT_TRUE(row_finite(b.out, 0) && std::isfinite(b.lse[0]) && row_finite(b.dq, 0));
+  for (int row : {1, 2})
+    EXPECT_TRUE(row_nan(b.out, row) && std::isnan(b.lse[static_cast<size_t>(row)])) << row;
+}
+
+// NaN where both sides have it agrees; NaN on one side is the worst error there is.
+TEST(ReferenceCompare, NaNOnBothSidesAgreesAndOnOneSideIsInfinite) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(reference::max_abs_error({nan, 1.0, inf}, {nan, 1.5, inf}), 0.5);
+  EXPECT_EQ(reference::max_abs_error({nan, 1.0}, {0.0, 1.0}), inf);
+  EXPECT_EQ(reference::max_abs_error({0.0, 1.0}, {0.0, nan}), inf);
+}
+
+// The kernel's forward agrees with the reference on a NaN query row and on a NaN key (out and
+// lse NaN in the same rows, the rest within the usual tolerance), on every thread count.
+TEST(ReferenceCompare, KernelForwardMatchesTheReferenceOnNaNInputs) {
+  for (const bool in_key : {false, true}) {
+    reference::CaseSpec spec =
+        reference::spec_of(reference::MaskKind::kCausal, {1, 150, 150, 2, 1, 32, 32},
+                           reference::PositionKind::kContiguous, 0.0f, 7);
+    Problem p = reference::make_problem(spec);
+    (in_key ? p.k : p.q)[static_cast<size_t>(70 * (in_key ? 1 : 2) * 32 + 5)] =
+        std::numeric_limits<double>::quiet_NaN();
+    const reference::Oracle oracle = reference::make_oracle(p, false, DType::kF32);
+    for (const int threads : {1, 2}) {
+      const reference::Outputs got =
+          reference::run_kernel(p, {MemoryLayout::kBSHD, threads, false});
+      const reference::ErrorRow row =
+          reference::compare(in_key ? "nan_key" : "nan_query", oracle, got);
+      EXPECT_TRUE(row.pass()) << row.name << " threads " << threads << ": out err " << row.err[0]
+                              << " tol " << row.tol[0] << ", lse err " << row.err[1];
+      EXPECT_TRUE(std::isnan(got.lse[70])) << row.name;  // head 0, row 70: NaN either way
+    }
+  }
+}
+
 TEST(ReferenceChecks, RejectsWrongLengths) {
   Problem p;
   p.dims = {1, 2, 3, 1, 1, 4, 4};
