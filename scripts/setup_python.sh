@@ -17,26 +17,31 @@ wanted=$(grep -E '^[A-Za-z0-9_.-]+==' "$requirements" | tr 'A-Z_' 'a-z-' | sort)
 have=$(.venv/bin/python -m pip freeze --all 2>/dev/null | tr 'A-Z_' 'a-z-' | sort)
 missing=$(comm -23 <(echo "$wanted") <(echo "$have"))
 # torch's wheels (a CUDA build) unpack to about 6 GiB in .venv, and pip keeps the downloads (about
-# 4 GiB) in its temporary folder until it is done: say so up front rather than fail with "No space
-# left on device" minutes into the install.
-mount_of() { df -P "$1" | awk 'NR == 2 {print $6}'; }
-require_free() { # path, GiB, what needs them
-  local have
-  have=$(($(df -Pk "$1" | awk 'NR == 2 {print $4}') / 1048576))
-  if ((have < $2)); then
-    echo "setup_python: $3 needs about $2 GiB free on $(mount_of "$1"), which has $have GiB;" \
-      "free some space there (or point TMPDIR at a larger disk)" >&2
-    exit 1
-  fi
-}
+# 4 GiB) in its temporary folder (Python's tempfile.gettempdir(): TMPDIR when it exists, else
+# /tmp) until it is done: say so up front rather than fail with "No space left on device" minutes
+# into the install. The needs add up per filesystem (stat's device number); a filesystem df cannot
+# size is not checked.
 if grep -q '^torch==' <<<"$missing"; then
-  tmp=${TMPDIR:-/tmp}
-  if [[ $(mount_of .venv) == $(mount_of "$tmp") ]]; then
-    require_free .venv 10 "installing torch (6 GiB in .venv, 4 GiB of downloads in $tmp)"
-  else
-    require_free .venv 6 "installing torch into .venv"
-    require_free "$tmp" 4 "pip's downloads of torch (in $tmp)"
-  fi
+  declare -A need_gib=() path_of=()
+  add_need() { # path, GiB
+    local dev
+    dev=$(stat -c %d "$1" 2>/dev/null) || return 0
+    need_gib[$dev]=$((${need_gib[$dev]:-0} + $2))
+    path_of[$dev]=${path_of[$dev]:-$1}
+  }
+  add_need .venv 6
+  add_need "$(.venv/bin/python -c 'import tempfile; print(tempfile.gettempdir())')" 4
+  for dev in "${!need_gib[@]}"; do
+    path=${path_of[$dev]}
+    kib=$(df -k --output=avail "$path" 2>/dev/null | tail -n 1 | tr -d ' ') || kib=
+    [[ $kib =~ ^[0-9]+$ ]] || continue
+    if ((kib / 1048576 < need_gib[$dev])); then
+      echo "setup_python: installing torch needs about ${need_gib[$dev]} GiB free on the" \
+        "filesystem of $path (.venv: 6 GiB, pip's downloads in its temporary folder: 4 GiB);" \
+        "it has $((kib / 1048576)) GiB. Free some space there, or point TMPDIR at a larger disk" >&2
+      exit 1
+    fi
+  done
 fi
 if [[ -n $missing ]]; then
   echo "setup_python: installing $(echo "$missing" | tr '\n' ' ')(about 4 GB of downloads the first time)"
