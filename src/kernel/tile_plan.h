@@ -32,18 +32,25 @@ constexpr int64_t kForwardMaxHeadsPerItem = 4;
 /// would run alone (same k tiles, same order), so the grouping changes no bit of any result.
 /// Lane state (Q^T panels, O, m, l: ~192 KiB at D = 128) x 4 and the shared tiles fit a 2 MiB L2.
 constexpr int64_t kForwardMaxLanesPerItem = 8;
-/// Backward: five products per (q tile, k tile) pair; 64 x 64 keeps the pair's operands (S^T,
-/// dP^T/dS^T, Z P: 16 KiB each; packed Q/dO/K/V tiles: <= 32 KiB each at D = 128) in L2.
-constexpr int64_t kBackwardTileQ = 64;
+/// Backward: five products per (q tile, k tile) pair of 96 queries x 64 keys; the pair's
+/// score-shaped operands (S^T, dP^T/dS^T, Z P: 24 KiB each) and packed tiles (Q, dO: 48 KiB each,
+/// K, V: 32 KiB each at D = 128) stay in L2. The two products that sum over the q tile's rows
+/// (dV += (Z P)^T dO, dK += dS^T Q) run 96-step chains per load and store of their accumulators,
+/// and dQ's 96 rows are whole register blocks on every ISA (kMr 6 and 8): 96 queries measured
+/// 1.04-1.05x faster than 64 on Zen 2 (S = 4096, full mask; docs/performance.md). The q tile's
+/// height changes no bit of any result (up to the sign of a zero): each dK, dV element is one FMA
+/// chain over its queries in order and each dQ element one over its keys, whatever the tiles.
+constexpr int64_t kBackwardTileQ = 96;
 constexpr int64_t kBackwardTileK = 64;
 /// Consecutive q tiles of one head that a backward work item runs together, its "lanes": each
 /// k tile (and its dk/dv accumulators) is packed and brought into cache once for all of them
 /// rather than once per q tile. Every lane runs exactly the pairs it would run alone, and each
 /// k tile meets the lanes in q tile order, the order in which it meets the q tiles run one at a
-/// time, so the lanes change no bit of any result; the masks still see 64-row q tiles (a causal
-/// diagonal wastes no more). Lane state: packed Q, dO and dQ, 160 KiB at D = 128. On Zen 2
-/// (512 KiB L2), S = 4096, BSHD: 4 lanes 1.06-1.36x faster than 1, 2 lanes about 1.1x, 8 no
-/// faster than 4 (docs/performance.md).
+/// time, so the lanes change no bit of any result; the masks still see 96-row q tiles (a causal
+/// diagonal wastes no more). Lane state: packed Q, dO and dQ, 240 KiB at D = 128. On Zen 2
+/// (512 KiB L2), S = 4096, BSHD, with 64-row tiles: 4 lanes 1.06-1.36x faster than 1, 2 lanes
+/// about 1.1x, 8 no faster than 4; with 96-row tiles 3 lanes no faster than 4
+/// (docs/performance.md).
 constexpr int64_t kBackwardMaxLanes = 4;
 
 /// Offsets (floats) of the arrays of a forward worker's scratch buffer (ScratchLayout).
