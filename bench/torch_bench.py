@@ -5,7 +5,7 @@ Run from the repository root with the project's virtual environment (torch 2.x; 
 /usr/bin/python3 has torch 1.13, which the package refuses):
 
     PYTHONPATH=build/release/python .venv/bin/python bench/torch_bench.py [--section A,B,...]
-        [--reps N] [--reps-large N] [--quick] [--mem-limit-gib G]
+        [--reps N] [--reps-large N] [--quick] [--mem-limit-gib G] [--profile]
 
 Every figure is a ratio of interleaved repetitions inside one run (A B, B A, A B, ...: each
 round's ratio, then the median of those), since the host is shared and noisy; peak memory is
@@ -36,7 +36,8 @@ Sections (default: all, in this order):
               thread, S 8192, D 128, causal zigzag, fwd+bwd (target <= 1.05).
   compile     torch.compile(fullgraph=True) of a 2-block model calling cpattn.attention vs the
               same model eager, a training step (fwd, bwd, SGD step), S 4096, E 1024, 2 threads,
-              dropout 0 and 0.1 (target: compiled / eager <= 1.0).
+              dropout 0 and 0.1 (target: compiled / eager <= 1.0); with --profile, also where
+              one step's time goes, eager and compiled (matrix products, cpattn's ops, the rest).
   overhead    cpattn.attention from Python (autograd, custom ops, fingerprints) vs the C++
               kernel's forward+backward on the same tensors (_cpattn._time_kernel), S 4096,
               D 128, Hkv 8, 2 threads, full and causal (target <= 1.05).
@@ -68,6 +69,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
 
 import cpattn
 from cpattn import _cpattn
@@ -633,6 +635,9 @@ def section_compile(args):
           "<= 1.0 |\n|---|---|---|---|---|---|")
     g = torch.Generator().manual_seed(5)
     x = torch.randn(1, S, C_E, generator=g)
+    if args.profile:
+        torch._inductor.config.cpp.enable_kernel_profile = True
+    profiles = []
     for dropout_p in (0.0, 0.1):
         torch._dynamo.reset()
         torch.manual_seed(0)
@@ -654,6 +659,41 @@ def section_compile(args):
         print(f"| {dropout_p} | {t_compile:.1f} | {statistics.median(a):.3f} | "
               f"{statistics.median(b):.3f} | {r:.3f} | {'yes' if r <= 1.0 else 'no'} |",
               flush=True)
+        if args.profile:
+            profiles.append((dropout_p, step_profile(step, model), step_profile(step, compiled)))
+    for dropout_p, eager, comp in profiles:
+        print(f"\nWhere a step's time goes, dropout {dropout_p} (torch.profiler over 3 steps, "
+              f"self CPU s per step; compiled kernels named by inductor's "
+              f"cpp.enable_kernel_profile)\n"
+              f"| kind | eager s | compiled s |\n|---|---|---|")
+        for kind in ("matrix products", "cpattn ops", "the rest", "total"):
+            print(f"| {kind} | {eager[kind]:.3f} | {comp[kind]:.3f} |")
+        for name, times in (("eager", eager), ("compiled", comp)):
+            top = ", ".join(f"{k} {t * 1e3:.1f} ms" for k, t in times["top of the rest"])
+            print(f"{name}, the rest's largest: {top}")
+
+
+def step_profile(step, model, steps=3):
+    """Training steps under torch.profiler: self CPU seconds per step of the matrix products
+    (aten::mm and kin), of cpattn's ops (every record naming cpattn) and of the rest (elementwise
+    kernels: ATen's eager, inductor's compiled, and the Python around them), with the rest's five
+    largest records."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step(model)
+    kinds = {"matrix products": 0.0, "cpattn ops": 0.0, "the rest": 0.0}
+    rest = []
+    for e in prof.key_averages():
+        seconds = e.self_cpu_time_total / 1e6 / steps
+        if "cpattn" in e.key:
+            kinds["cpattn ops"] += seconds
+        elif e.key in ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear"):
+            kinds["matrix products"] += seconds
+        else:
+            kinds["the rest"] += seconds
+            rest.append((e.key[:48], seconds))
+    kinds["total"] = sum(kinds.values())
+    return kinds | {"top of the rest": sorted(rest, key=lambda r: -r[1])[:5]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -790,6 +830,8 @@ def main():
     p.add_argument("--reps-large", type=int, default=1,
                    help="rounds of the sdpa section's S=16384 rows (default 1)")
     p.add_argument("--quick", action="store_true", help="a smoke run at small S, 1 round")
+    p.add_argument("--profile", action="store_true",
+                   help="the compile section also profiles one step of each, eager and compiled")
     p.add_argument("--mem-limit-gib", type=float, default=16.0,
                    help="RLIMIT_AS of the dropout section's out-of-memory probe (default 16; "
                         "lowered to MemAvailable - 2 GiB where less is free)")
