@@ -59,7 +59,9 @@ TEST(Cancellation, AFailingRankStopsAPeerInsideAKernelCall) {
                          }),
                Error);
   EXPECT_EQ(stopped.load(), 1);
-  EXPECT_LT(watch.seconds(), 3.0) << "the busy rank stopped within a work item";
+  // A work item takes up to about 3 s under the sanitizers (4 q tiles x 32768 keys), the whole
+  // call 10 s or more in a release build and minutes under the sanitizers.
+  EXPECT_LT(watch.seconds(), 6.0) << "the busy rank stopped within a work item or two";
 }
 
 TEST(Cancellation, ARankStuckInComputePastTheDeadlineIsReleased) {
@@ -83,7 +85,7 @@ TEST(Cancellation, ARankStuckInComputePastTheDeadlineIsReleased) {
                Error);
   EXPECT_EQ(codes[0], ErrorCode::kTimeout) << "rank 0 waited for rank 1 until the deadline";
   EXPECT_EQ(codes[1], ErrorCode::kPeerFailed) << "rank 1 was stopped inside its computation";
-  EXPECT_LT(watch.seconds(), 1.0 + 3.0);
+  EXPECT_LT(watch.seconds(), 1.0 + 6.0);  // the deadline, then a work item or two
 }
 
 // The ring checks at every step and inside every kernel call (between work items), where it
