@@ -31,6 +31,8 @@ void fill(float* x, int64_t n, float value) {
 // or NaN (exp_v's kNonPositive); a NaN score still poisons its column through its own exp. Every
 // step is lane-wise and runs down the keys in order, so the results do not depend on the lane
 // count.
+constexpr int kExpKeys = 4;  // keys per step of the exp pass: 8 exps in flight (simd.h)
+
 template <class Score>
 void softmax_columns(int64_t nk, int64_t nq_pad, const Score& score, float* st, float* m, float* l,
                      float* alpha) {
@@ -50,14 +52,27 @@ void softmax_columns(int64_t nk, int64_t nq_pad, const Score& score, float* st, 
     const VF ref0 = mx0 == neg_inf ? VF{} : mx0;
     const VF ref1 = mx1 == neg_inf ? VF{} : mx1;
     VF sum0{}, sum1{};
-    for (int64_t j = 0; j < nk; ++j) {
-      const VF p0 = exp_v<ExpInputs::kNonPositive>(load(col + j * kForwardTileQ) - ref0);
-      const VF p1 = exp_v<ExpInputs::kNonPositive>(load(col + j * kForwardTileQ + kLanes) - ref1);
-      store(col + j * kForwardTileQ, p0);
-      store(col + j * kForwardTileQ + kLanes, p1);
-      sum0 += p0;
-      sum1 += p1;
-    }
+    // Keys j .. j + R - 1: their 2 R exps run interleaved (exp_v of an array), the sums still
+    // take them in key order.
+    const auto exp_keys = [&]<int R>(int64_t j) {
+      VF x[2 * R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        x[2 * r] = load(col + (j + r) * kForwardTileQ) - ref0;
+        x[2 * r + 1] = load(col + (j + r) * kForwardTileQ + kLanes) - ref1;
+      }
+      exp_v<ExpInputs::kNonPositive>(x);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        store(col + (j + r) * kForwardTileQ, x[2 * r]);
+        store(col + (j + r) * kForwardTileQ + kLanes, x[2 * r + 1]);
+        sum0 += x[2 * r];
+        sum1 += x[2 * r + 1];
+      }
+    };
+    int64_t j = 0;
+    for (; j + kExpKeys <= nk; j += kExpKeys) exp_keys.template operator()<kExpKeys>(j);
+    for (; j < nk; ++j) exp_keys.template operator()<1>(j);
     const VF a0 = exp_v<ExpInputs::kNonPositive>(m_old0 - ref0);
     const VF a1 = exp_v<ExpInputs::kNonPositive>(m_old1 - ref1);
     store(l + c, load(l + c) * a0 + sum0);
