@@ -121,7 +121,8 @@ struct IsaKernels {
   /// D_i = <dout_i, out_i> of rows begin .. begin + rows - 1 of (b, h) into d.
   void (*row_dots)(const ConstView& dout, const ConstView& out, int64_t b, int64_t h, int64_t begin,
                    int64_t rows, float* d);
-  /// The kernel's exp over x[0 .. n) (n a multiple of 16): the exp test checks every copy.
+  /// The kernel's exp over x[0 .. n) (n a multiple of 16), in blocks of 8 vectors through exp_v
+  /// of an array and the rest one vector at a time: the exp test checks every copy.
   void (*exp)(const float* x, float* y, int64_t n);
   /// The same with the promise that every x is <= 0, -inf or NaN (exp_v<ExpInputs::kNonPositive>,
   /// the softmaxes'): the exp test checks that it gives exp's bits there.

@@ -134,6 +134,30 @@ TEST_P(ExpV, NonPositiveInputsGiveExpsBits) {
   EXPECT_GT(checked, int64_t{100'000'000});
 }
 
+// exp_v of an array of vectors (the forward softmax's, 8 exps interleaved) and of one vector give
+// the same bits: the entry point runs a batch of 4096 floats in blocks of 8 vectors and a call of
+// 16 floats (two vectors on avx2, one on avx512, four on generic) one vector at a time.
+TEST_P(ExpV, InterleavedAndSingleExpsGiveTheSameBits) {
+  const IsaKernels isa = isa_kernels(GetParam());
+  constexpr int64_t kBatch = 4096, kSmall = 16;
+  constexpr uint64_t kSampleStride = 7 * kStride;  // ~3.6e7 values of the two ranges
+  std::vector<float> x(kBatch), y_block(kBatch), y_single(kBatch);
+  for (const auto& exp : {isa.exp, isa.exp_nonpositive}) {
+    // Every kSampleStride-th float from -0 to -inf (the softmaxes' exp) or from +0 to 88 (exp).
+    const bool any = exp == isa.exp;
+    const uint64_t first = to_bits(any ? 0.0f : -0.0f), last = any ? to_bits(88.0f) : 0xFF800000u;
+    for (uint64_t u = first; u <= last; u += kSampleStride * kBatch) {
+      for (int64_t l = 0; l < kBatch; ++l) {
+        x[l] = from_bits(static_cast<uint32_t>(std::min<uint64_t>(u + kSampleStride * l, last)));
+      }
+      exp(x.data(), y_block.data(), kBatch);
+      for (int64_t i = 0; i < kBatch; i += kSmall) exp(x.data() + i, y_single.data() + i, kSmall);
+      ASSERT_EQ(0, std::memcmp(y_block.data(), y_single.data(), kBatch * sizeof(float)))
+          << "from x bits " << std::hex << u;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, ExpV, ::testing::ValuesIn(available_isas()),
                          [](const auto& p) { return std::string(isa_name(p.param)); });
 
