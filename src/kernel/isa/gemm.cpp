@@ -16,8 +16,12 @@ struct MicroKernel {
                   int64_t panel_size, float* c, int64_t ldc, const float* row_scale) {
     VF lo[NP][MR], hi[NP][MR];
 #pragma GCC unroll 16
-    for (int p = 0; p < NP; ++p)
+    for (int p = 0; p < NP; ++p) {
       load_c<MR, kAccumulate>(c + p * kNr, ldc, row_scale, lo[p], hi[p], load);
+    }
+    // Four k steps per trip amortise the loop's branch and bookkeeping (a 192 x 128 x 128
+    // product 1.02-1.03x faster on Zen 2); each accumulator still takes the k steps in order.
+#pragma GCC unroll 4
     for (int64_t k = 0; k < k_len; ++k) {
       const float* ak = a + k * ks;
 #pragma GCC unroll 16
