@@ -45,7 +45,9 @@ KernelForwardResult attention_kernel_forward(const AttentionInputs& in,
                                              const KernelOptions& options) {
   // Sizes come from the inputs; validate_inputs rejects negative dims before we allocate.
   const detail::Problem p = detail::validate_inputs(in, params, rng, options);
-  KernelForwardResult r{Tensor({p.B, p.Sq, p.Hq, p.Dv}), Tensor({p.B, p.Hq, p.Sq})};
+  // Not zero-filled: the forward writes every row of out and lse.
+  KernelForwardResult r{Tensor::uninitialized({p.B, p.Sq, p.Hq, p.Dv}),
+                        Tensor::uninitialized({p.B, p.Hq, p.Sq})};
   attention_kernel_forward(in, params, rng, r.out.view(), r.lse.span(), options);
   return r;
 }

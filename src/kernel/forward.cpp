@@ -21,7 +21,7 @@ int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 // Per-worker scratch, one counted Tensor each (floats; nr = the ISA's panel width):
 //   kr [kTileK][Dqk]            K rows of the current k tile
 //   vp [Dv_pad/nr][kTileK][nr]  V panels of the current k tile
-//   st [kTileK][kTileQ]         S^T scores, then probabilities
+//   st [kTileK][kScoreStride]   S^T scores, then probabilities (kForwardScoreStride)
 //   al [kTileQ]                 per-query rescale factors exp(m_old - m_new)
 //   q_rel [kTileQ], k_rel [kTileK]  ALiBi: positions of a tile pair as floats (isa/scores.h)
 //   per lane (q tile, head) of the item (lane_stride apart): qt [kTileQ/nr][Dqk][nr] Q^T panels,
@@ -37,7 +37,7 @@ ForwardOffsets plan_scratch(const ForwardProblem& p, int64_t dv_pad, int64_t lan
   at.lane_stride = lane.total();
   at.kr = item.add(kForwardTileK * p.Dqk);
   at.vp = item.add(kForwardTileK * dv_pad);
-  at.st = item.add(kForwardTileK * kForwardTileQ);
+  at.st = item.add(kForwardTileK * kForwardScoreStride);
   at.alpha = item.add(kForwardTileQ);
   at.q_rel = item.add(kForwardTileQ);
   at.k_rel = item.add(kForwardTileK);

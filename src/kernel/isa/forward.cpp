@@ -42,10 +42,10 @@ void softmax_columns(int64_t nk, int64_t nq_pad, const Score& score, float* st, 
     const VF m_old0 = load(m + c), m_old1 = load(m + c + kLanes);
     VF mx0 = m_old0, mx1 = m_old1;
     for (int64_t j = 0; j < nk; ++j) {
-      const VF s0 = score(load(col + j * kForwardTileQ), j, c);
-      const VF s1 = score(load(col + j * kForwardTileQ + kLanes), j, c + kLanes);
-      store(col + j * kForwardTileQ, s0);
-      store(col + j * kForwardTileQ + kLanes, s1);
+      const VF s0 = score(load(col + j * kForwardScoreStride), j, c);
+      const VF s1 = score(load(col + j * kForwardScoreStride + kLanes), j, c + kLanes);
+      store(col + j * kForwardScoreStride, s0);
+      store(col + j * kForwardScoreStride + kLanes, s1);
       mx0 = vmax(s0, mx0);
       mx1 = vmax(s1, mx1);
     }
@@ -58,14 +58,14 @@ void softmax_columns(int64_t nk, int64_t nq_pad, const Score& score, float* st, 
       VF x[2 * R];
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        x[2 * r] = load(col + (j + r) * kForwardTileQ) - ref0;
-        x[2 * r + 1] = load(col + (j + r) * kForwardTileQ + kLanes) - ref1;
+        x[2 * r] = load(col + (j + r) * kForwardScoreStride) - ref0;
+        x[2 * r + 1] = load(col + (j + r) * kForwardScoreStride + kLanes) - ref1;
       }
       exp_v<ExpInputs::kNonPositive>(x);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        store(col + (j + r) * kForwardTileQ, x[2 * r]);
-        store(col + (j + r) * kForwardTileQ + kLanes, x[2 * r + 1]);
+        store(col + (j + r) * kForwardScoreStride, x[2 * r]);
+        store(col + (j + r) * kForwardScoreStride + kLanes, x[2 * r + 1]);
         sum0 += x[2 * r];
         sum1 += x[2 * r + 1];
       }
@@ -150,7 +150,8 @@ void write_rows(const ForwardPlan& plan, int64_t b, int64_t h, const TileRange& 
 }
 
 // The item's two products on fp32 tiles: S^T = K Q^T (kr rows, q panels) and O = O * alpha + P V
-// with P read through S^T (row stride 1, k stride kForwardTileQ). Any dtype: packing widens it.
+// with P read through S^T (row stride 1, k stride kForwardScoreStride). Any dtype: packing widens
+// it.
 struct Fp32Products {
   static void pack_q(const ForwardProblem& p, TileRows t, float* qt) {
     pack_panels_transposed(p.q, t, 1.0f, qt);
@@ -161,13 +162,13 @@ struct Fp32Products {
   }
   static void scores(const ForwardProblem& p, int64_t nk, int64_t nq_pad, const float* kr,
                      const float* qt, float* st) {
-    gemm_tile(nk, nq_pad, {kr, p.Dqk, 1}, {qt, p.Dqk}, st, kForwardTileQ, false);
+    gemm_tile(nk, nq_pad, {kr, p.Dqk, 1}, {qt, p.Dqk}, st, kForwardScoreStride, false);
   }
   // On a ScoreBox (scores.h): its nk keys are rows of the V panels, which hold vp_rows each
   // (vp points at the box's first).
   static void add_pv(int64_t nq, int64_t nk, int64_t /*nq_pad*/, int64_t dv_pad, float* st,
                      const float* vp, int64_t vp_rows, const float* alpha, float* o) {
-    gemm_tile(nq, dv_pad, {st, 1, kForwardTileQ}, {vp, nk, vp_rows}, o, dv_pad, true, alpha);
+    gemm_tile(nq, dv_pad, {st, 1, kForwardScoreStride}, {vp, nk, vp_rows}, o, dv_pad, true, alpha);
   }
   static constexpr bool kRunsOnBoxes = true;
 };
@@ -189,11 +190,11 @@ struct Bf16Products {
   static void scores(const ForwardProblem& p, int64_t nk, int64_t nq_pad, const float* kr,
                      const float* qt, float* st) {
     const int64_t k2 = k_pairs(p.Dqk);
-    gemm_tile_bf16(nk, nq_pad, {words(kr), k2, 1}, {words(qt), k2}, st, kForwardTileQ, false);
+    gemm_tile_bf16(nk, nq_pad, {words(kr), k2, 1}, {words(qt), k2}, st, kForwardScoreStride, false);
   }
   static void add_pv(int64_t nq, int64_t nk, int64_t nq_pad, int64_t dv_pad, float* st,
                      const float* vp, int64_t /*vp_rows*/, const float* alpha, float* o) {
-    const PairsA pt = pairs_down_rows(st, nk, nq_pad, kForwardTileQ, words(st));
+    const PairsA pt = pairs_down_rows(st, nk, nq_pad, kForwardScoreStride, words(st));
     gemm_tile_bf16(nq, dv_pad, pt, {words(vp), k_pairs(nk)}, o, dv_pad, true, alpha);
   }
   // Whole tiles only: a ScoreBox's keys would have to start at an even row (the pairs), which
@@ -280,7 +281,7 @@ void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
       if (box.empty()) continue;
       const int64_t j0 = box.k_begin, j1 = box.k_end, c0 = box.c_begin, c1 = box.c_end;
       // Offsets in the fp32 layouts (Bf16Products runs whole tiles: j0 = c0 = 0).
-      float* box_st = st + j0 * kForwardTileQ + c0;
+      float* box_st = st + j0 * kForwardScoreStride + c0;
       Products::scores(p, j1 - j0, c1 - c0, kr + j0 * p.Dqk, lane.q_panels + c0 * p.Dqk, box_st);
       // The scores into the online softmax: fused into its first pass for fully visible tiles;
       // a partially visible tile gets its scores first, then the mask (so that masked -inf stays
@@ -288,11 +289,11 @@ void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
       const auto into_softmax = [&](const auto& score) {
         if (kind == BlockVisibility::kPartial) {
           for (int64_t j = j0; j < j1; ++j) {
-            float* row = st + j * kForwardTileQ;
+            float* row = st + j * kForwardScoreStride;
             for (int64_t c = c0; c < c1; c += kLanes) store(row + c, score(load(row + c), j, c));
           }
           for (int64_t r = c0; r < box.q_end; ++r) {
-            mask.mask_keys(qt, qt.begin + r, kv, st + r, kForwardTileQ);
+            mask.mask_keys(qt, qt.begin + r, kv, st + r, kForwardScoreStride);
           }
           softmax_columns(j1 - j0, c1 - c0, ReadyScore{}, box_st, lane.m + c0, lane.l + c0,
                           alpha + c0);
@@ -305,7 +306,7 @@ void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
       } else {
         into_softmax(ScaledScore{splat(p.scale)});
       }
-      if (p.dropout_p > 0.0f) dropout.apply(b, lane.h, qt, kv, box.real(), st, kForwardTileQ);
+      if (p.dropout_p > 0.0f) dropout.apply(b, lane.h, qt, kv, box.real(), st, kForwardScoreStride);
       // O = O * alpha + P V: the rescale happens as the product loads O.
       Products::add_pv(box.q_end - c0, j1 - j0, c1 - c0, dv_pad, box_st, vp + j0 * kNr, kv.size,
                        alpha + c0, lane.o + c0 * dv_pad);
