@@ -55,6 +55,14 @@ struct CpOptions {
   /// with packed documents, mask slices, windows and causal masks on contiguous layouts, and with
   /// documents and slices on zigzag ones. false: the plain ring.
   bool document_aware = true;
+  /// Whether this forward's ForwardResult may go to attention_backward or serve a recompute
+  /// (attention_forward reads it; backward and recompute ignore it). false, for a forward whose
+  /// state nobody differentiates (inference; PyTorch's no-grad mode): its fingerprint leaves q, k
+  /// and v undigested (inputs_digest = kInputsNotDigested), which saves a pass over them (about
+  /// 1 % of an S 4096 forward on 2 threads, docs/performance.md); a backward or recompute given
+  /// that state refuses it (kStateMismatch / kRecomputeDiverged, naming this option). out and lse
+  /// are bitwise the same either way; the call agreement does not compare it.
+  bool for_backward = true;
   /// How a backward returns AttentionGradients::dsink (calls with sinks): true, the sum over the
   /// group's rows, the same bits on every rank (one allreduce_sum in rank order); false, each
   /// rank's own share (its rows; under Ulysses its heads), without the allreduce: the ranks'

@@ -96,6 +96,11 @@ enum class FingerprintRole {
   X(uint64_t,       call_number,      0,                   "call number",            kCallNumber)
 // clang-format on
 
+/// Fingerprint::inputs_digest of a forward made with CpOptions::for_backward false: q, k and v
+/// were not digested, and no backward or recompute accepts the state (a real digest is 0 with
+/// probability 2^-64).
+inline constexpr uint64_t kInputsNotDigested = 0;
+
 /// Everything that identifies one attention call on one rank, recorded by forward and checked by
 /// backward: the members of CPATTN_FINGERPRINT_FIELDS (above; their comments say what each
 /// holds). Digests are 64-bit content hashes (cpattn/digest.h). A state from another strategy, or
@@ -110,7 +115,8 @@ struct Fingerprint {
   /// One human-readable sentence per differing field (every field but call_number), in the
   /// list's order, phrased "ForwardResult was produced with <label>=<this>, backward called with
   /// <label>=<other>" ("ForwardResult was produced for cp_rank 0 of 4, backward called on cp_rank
-  /// 1 of 4" for the rank). Empty when equal.
+  /// 1 of 4" for the rank; a recorded inputs_digest of kInputsNotDigested is said to come from a
+  /// forward with CpOptions::for_backward false). Empty when equal.
   std::vector<std::string> differences(const Fingerprint& called) const;
 };
 
@@ -205,12 +211,14 @@ Fingerprint fingerprint_from_bytes(std::span<const uint8_t> bytes);
 /// its forward's is refused), slices_digest each slice's q/k ranges and type; each is 0 when its
 /// list is empty.
 /// Cost: one pass over q, k and v (Digest::view on up to `num_threads` threads, the call's
-/// CpOptions::num_threads), negligible next to attention (docs/performance.md).
+/// CpOptions::num_threads), about 1 % of an S 4096 forward (docs/performance.md); with
+/// digest_inputs false (a forward with CpOptions::for_backward false) that pass is skipped and
+/// inputs_digest is kInputsNotDigested.
 /// Throws like attention_forward on inconsistent arguments, and resolve_isa's errors.
 Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,
                              const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                              const AttentionParams& params, RngState rng,
                              const Strategy& strategy = {}, Isa isa = Isa::kAuto,
-                             int num_threads = 1);
+                             int num_threads = 1, bool digest_inputs = true);
 
 }  // namespace cpattn

@@ -6,7 +6,7 @@ Four custom ops, each traced by torch.compile as one opaque node:
   cpattn::draw_rng_state(Tensor q, float dropout_p) -> Tensor   int64 [2]: a call's (seed, offset)
   cpattn::take_call_number(Tensor q, str group_name) -> Tensor  int64 [1]: the group's next number
   cpattn::attention_forward(q, k, v, rng, call_number, <docs>, sink, alibi_slopes, slices,
-                            <call>) -> (out, lse, fingerprint)
+                            <call>, for_backward=True) -> (out, lse, fingerprint)
   cpattn::attention_backward(dout, q, k, v, out, lse, rng, fingerprint, state_fingerprint,
                              call_number, <docs>, sink, alibi_slopes, slices, <call>)
                              -> (dq, dk, dv, dsink)
@@ -223,20 +223,24 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rng: to
                       kv_seq_len: int, softmax_scale: Optional[float], causal: bool,
                       window_left: int, window_right: int, dropout_p: float, softcap: float,
                       timeout: float, strategy: str, workspace_id: int, call_site: str,
-                      max_seqlen_q: int, max_seqlen_k: int
+                      max_seqlen_q: int, max_seqlen_k: int, for_backward: bool = True
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """cpattn's checked forward (attention_forward in C++) of this rank's q [B, S_r, Hq, Dqk],
     k [B, S_r, Hkv, Dqk], v [B, S_r, Hkv, Dv]. Returns out [B, S_r, Hq, Dv] (q's dtype, dense
     BSHD), lse float32 [B, Hq, S_r] and the call's fingerprint, uint8 [FINGERPRINT_BYTES].
     group_name "" runs on one rank. doc_ids (int64 [S]) or cu_seqlens_q and cu_seqlens_k (int64
     [D + 1], a varlen call: B = 1, positions and documents from flash-attn's cumulative lengths)
-    are the whole sequence's documents."""
+    are the whole sequence's documents. for_backward False (the functions below pass torch's grad
+    mode: a no-grad forward has no backward) skips the digest of q, k and v that backward and
+    recompute compare (CpOptions::for_backward), unless a cpattn.checkpoint records the call;
+    its fingerprint then refuses every backward."""
     call = _call_of(call_number, q, k, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi_slopes,
                     slices, group_name, layout, seq_len, kv_seq_len, softmax_scale, causal,
                     window_left, window_right, dropout_p, softcap, timeout, strategy,
                     workspace_id, call_site, max_seqlen_q, max_seqlen_k, backward=False)
-    out, lse, fingerprint, inputs_digest = _cpattn.forward(call, call_number, q, k, v, rng)
     record = active_record()
+    out, lse, fingerprint, inputs_digest = _cpattn.forward(
+        call, call_number, q, k, v, rng, for_backward=for_backward or record is not None)
     if record is not None:
         seed, offset = (int(w) & _U64 for w in rng)
         record.on_call(seed, offset, inputs_digest, fingerprint)
@@ -293,7 +297,7 @@ def _(dout, q, k, v, out, lse, rng, fingerprint, state_fingerprint, call_number,
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, rng, _call_number, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi_slopes, slices,
-     *call) = inputs
+     *call, _for_backward) = inputs
     out, lse, fingerprint = output
     ctx.save_for_backward(q, k, v, out, lse, rng, fingerprint, doc_ids, cu_seqlens_q,
                           cu_seqlens_k, sink, alibi_slopes, slices)
@@ -313,9 +317,9 @@ def _backward(ctx, dout, _dlse, _dfingerprint):
                                            cu_seqlens_q, cu_seqlens_k, sink, alibi_slopes, slices,
                                            *ctx.call)
     # Gradients of q, k, v, rng, call_number, doc_ids, cu_seqlens_q, cu_seqlens_k, sink,
-    # alibi_slopes, slices, then <call>.
+    # alibi_slopes, slices, then <call> and for_backward.
     return (dq, dk, dv, None, None, None, None, None, dsink if sink is not None else None, None,
-            None) + (None,) * len(_CALL_ARGS)
+            None) + (None,) * (len(_CALL_ARGS) + 1)
 
 
 torch.library.register_autograd("cpattn::attention_forward", _backward,
@@ -457,7 +461,8 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
                                     cu_seqlens[1], sink, alibi_slopes, slices, name, str(layout),
                                     seq_len, kv_seq_len, scale, bool(causal), left, right,
                                     dropout_p, softcap, float(timeout), str(strategy),
-                                    workspace_id, call_site, max_seqlen[0], max_seqlen[1])
+                                    workspace_id, call_site, max_seqlen[0], max_seqlen[1],
+                                    for_backward=torch.is_grad_enabled())
     return (out, lse) if return_lse else out
 
 

@@ -229,7 +229,8 @@ auto views_or_refuse(const Call& call, uint64_t call_number, RefusedCall kind, V
 }
 
 py::tuple forward(const Call& call, const at::Tensor& call_number_t, const at::Tensor& q,
-                  const at::Tensor& k, const at::Tensor& v, const at::Tensor& rng_t) {
+                  const at::Tensor& k, const at::Tensor& v, const at::Tensor& rng_t,
+                  bool for_backward) {
   const uint64_t call_number = call_number_of(call_number_t);
   const auto [qv, kv, vv, rng] = views_or_refuse(call, call_number, RefusedCall::kForward, [&] {
     return std::make_tuple(view_of(q, "q"), view_of(k, "k"), view_of(v, "v"), rng_of(rng_t));
@@ -238,8 +239,10 @@ py::tuple forward(const Call& call, const at::Tensor& call_number_t, const at::T
   {
     const py::gil_scoped_release released;
     const auto comm = group_of(call.group, call.timeout_s, call_number);
-    state = std::make_shared<ForwardResult>(attention_forward(
-        *comm, qv, kv, vv, call.q_seq, call.kv_seq, call.params, rng, call.options()));
+    CpOptions options = call.options();
+    options.for_backward = for_backward;
+    state = std::make_shared<ForwardResult>(
+        attention_forward(*comm, qv, kv, vv, call.q_seq, call.kv_seq, call.params, rng, options));
   }
   // out and lse are torch tensors over the ForwardResult's buffers: the state lives as long as
   // either of them (saved by autograd for backward, or held by the caller).
@@ -414,9 +417,11 @@ PYBIND11_MODULE(_cpattn, m) {
 
   m.attr("FINGERPRINT_BYTES") = cpattn::kFingerprintBytes;
   m.def("forward", &tb::forward, py::arg("call"), py::arg("call_number"), py::arg("q"),
-        py::arg("k"), py::arg("v"), py::arg("rng"),
+        py::arg("k"), py::arg("v"), py::arg("rng"), py::arg("for_backward"),
         "attention_forward: (out [B, S_r, Hq, Dv], lse fp32 [B, Hq, S_r], fingerprint uint8 "
-        "[FINGERPRINT_BYTES], inputs_digest); call_number int64 [1], rng int64 [2] (seed, offset)");
+        "[FINGERPRINT_BYTES], inputs_digest); call_number int64 [1], rng int64 [2] (seed, "
+        "offset); for_backward: CpOptions::for_backward (False: q/k/v are not digested, "
+        "inputs_digest is 0, and no backward accepts the state)");
   m.def(
       "recompute_differences",
       [](const at::Tensor& first, const at::Tensor& recomputed) {

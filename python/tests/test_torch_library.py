@@ -179,6 +179,50 @@ def test_a_fingerprint_of_another_call_is_refused_by_backward():
                                                 *_NO_PARAMS, *call)
 
 
+def test_a_forward_not_for_backward_gives_the_same_bits_and_no_backward_takes_its_state():
+    q, k, v = _inputs()
+    call = _call("", q.shape[1], dropout_p=0.25)
+    rng = torch.tensor([5, 3], dtype=torch.int64)
+    number = torch.zeros(1, dtype=torch.int64)
+    args = (q.detach(), k.detach(), v.detach(), rng, number) + _NO_DOCS + _NO_PARAMS + call
+    out, lse, fp = torch.ops.cpattn.attention_forward(*args)
+    out_ng, lse_ng, fp_ng = torch.ops.cpattn.attention_forward(*args, for_backward=False)
+    assert torch.equal(out, out_ng) and torch.equal(lse, lse_ng)
+    dout = torch.ones_like(out)
+    with pytest.raises(cpattn.Error, match="CpOptions::for_backward = false") as refused:
+        torch.ops.cpattn.attention_backward(dout, *args[:3], out_ng, lse_ng, rng, fp_ng, fp_ng,
+                                            number, *_NO_DOCS, *_NO_PARAMS, *call)
+    assert refused.value.code == "state_mismatch"
+
+
+def test_the_functions_skip_the_inputs_digest_only_where_no_backward_or_recompute_can_follow(
+        monkeypatch):
+    # cpattn.attention passes torch's grad mode; a cpattn.checkpoint's record (whose first
+    # forward runs under no_grad with use_reentrant=True) needs the digest anyway.
+    seen = []
+    real = cpattn._ops._cpattn.forward
+
+    def spy(*args, for_backward):
+        seen.append(for_backward)
+        return real(*args, for_backward=for_backward)
+
+    monkeypatch.setattr(cpattn._ops._cpattn, "forward", spy)
+    q, k, v = _inputs()
+    cpattn.attention(q, k, v, causal=True)
+    with torch.no_grad():
+        cpattn.attention(q, k, v, causal=True)
+    assert seen == [True, False]
+    seen.clear()
+    x = torch.randn(2, 7, 4, 8, requires_grad=True)
+
+    def block(x):
+        return cpattn.attention(x, x[:, :, :2], x[:, :, :2], causal=True, dropout_p=0.5)
+
+    cpattn.checkpoint(block, x, use_reentrant=True).sum().backward()
+    assert seen == [True, True]  # the no-grad first forward, then the recompute
+    assert x.grad is not None
+
+
 def test_lse_and_fingerprint_are_not_differentiable():
     q, k, v = _inputs()
     out, lse = cpattn.attention(q, k, v, causal=True, return_lse=True)

@@ -67,10 +67,10 @@ std::string join_differences(std::string_view prefix, const std::vector<std::str
 std::optional<Fingerprint> fingerprint_or_refusal(
     const Communicator& comm, ConstView q, ConstView k, ConstView v, const SequenceSharding& q_seq,
     const SequenceSharding& kv_seq, const AttentionParams& params, RngState rng,
-    const CpOptions& options, std::optional<Error>& refusal) {
+    const CpOptions& options, bool digest_inputs, std::optional<Error>& refusal) {
   try {
     return make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng,
-                            options.strategy, options.isa, options.num_threads);
+                            options.strategy, options.isa, options.num_threads, digest_inputs);
   } catch (const Error& e) {
     if (!refusal) refusal = e;
   }
@@ -138,8 +138,8 @@ ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, Co
                                 const AttentionParams& params, RngState rng,
                                 const CpOptions& options, SourceLocation caller) {
   std::optional<Error> refusal;
-  std::optional<Fingerprint> fp =
-      detail::fingerprint_or_refusal(comm, q, k, v, q_seq, kv_seq, params, rng, options, refusal);
+  std::optional<Fingerprint> fp = detail::fingerprint_or_refusal(
+      comm, q, k, v, q_seq, kv_seq, params, rng, options, options.for_backward, refusal);
   return detail::checked_forward(comm, detail::CallOp::kForward, q, k, v, q_seq, kv_seq, params,
                                  rng, options, detail::call_site_text(options.call_site, caller),
                                  std::move(fp), std::move(refusal));
@@ -191,8 +191,8 @@ AttentionGradients backward_with_refusal(Communicator& comm, ConstView dout, Con
                                          const CpOptions& options, std::string_view call_site,
                                          std::optional<Error> refusal) {
   // `rng` is the caller's: a state from another forward on the same inputs differs in it.
-  const std::optional<Fingerprint> called =
-      detail::fingerprint_or_refusal(comm, q, k, v, q_seq, kv_seq, params, rng, options, refusal);
+  const std::optional<Fingerprint> called = detail::fingerprint_or_refusal(
+      comm, q, k, v, q_seq, kv_seq, params, rng, options, true, refusal);
   if (!refusal) refusal = state_error(dout, q, k, v, state, *called);
   return detail::checked_backward(comm, dout, q, k, v, state, q_seq, kv_seq, params, options,
                                   call_site, called ? &*called : nullptr, std::move(refusal));

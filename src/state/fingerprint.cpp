@@ -100,9 +100,19 @@ std::vector<std::string> Fingerprint::differences(const Fingerprint& called) con
   detail::for_each_fingerprint_field([&](const auto& field) {
     if (field.role == FingerprintRole::kCallNumber) return;
     const auto& recorded = this->*field.member;
-    if (!(recorded == called.*field.member)) {
-      d.push_back(difference(field.label, recorded, called.*field.member));
+    if (recorded == called.*field.member) return;
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(recorded)>, uint64_t>) {
+      if (field.member == &Fingerprint::inputs_digest && recorded == kInputsNotDigested) {
+        d.push_back(detail::str_cat(
+            "ForwardResult was produced without a ", field.label,
+            " (its forward ran with CpOptions::for_backward = false, as for inference or "
+            "no-grad mode: such a state cannot be differentiated or recomputed), backward "
+            "called with ",
+            field.label, "=", detail::field_text(called.*field.member)));
+        return;
+      }
     }
+    d.push_back(difference(field.label, recorded, called.*field.member));
   });
   return d;
 }
@@ -158,7 +168,7 @@ Fingerprint shared_part(const Fingerprint& fp) noexcept {
 Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k, ConstView v,
                              const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                              const AttentionParams& params, RngState rng, const Strategy& strategy,
-                             Isa isa, int num_threads) {
+                             Isa isa, int num_threads, bool digest_inputs) {
   // q, k and v are hashed before any ring validation (backward and recompute check the state
   // first), so a view that cannot be read must be refused here, not dereferenced.
   check_readable(q, "q");
@@ -178,7 +188,9 @@ Fingerprint make_fingerprint(int cp_rank, int cp_size, ConstView q, ConstView k,
   add_sharding(positions, kv_seq);
   fp.positions_digest = positions.finish();
   fp.inputs_digest =
-      Digest().view(q, num_threads).view(k, num_threads).view(v, num_threads).finish();
+      digest_inputs
+          ? Digest().view(q, num_threads).view(k, num_threads).view(v, num_threads).finish()
+          : kInputsNotDigested;
   fp.softmax_scale = *resolved.softmax_scale;
   fp.causal = resolved.causal;
   fp.window_left = resolved.window_left;

@@ -76,7 +76,7 @@ ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& c
   // rank; otherwise a replay that differs from the recorded forward is.
   std::optional<Error> diverged;
   std::optional<Fingerprint> called = detail::fingerprint_or_refusal(
-      comm, q, k, v, q_seq, kv_seq, params, replayed, options.cp, diverged);
+      comm, q, k, v, q_seq, kv_seq, params, replayed, options.cp, true, diverged);
   if (!diverged) diverged = replay_error(recorded, *called, replayed);
   // `called` is this call's fingerprint already: q/k/v are hashed once per recompute.
   ForwardResult state = detail::checked_forward(

@@ -28,14 +28,16 @@ std::optional<CpCall> validated_or_refusal(Communicator& comm, ConstView q, Cons
                                            const CpOptions& options, std::optional<Error>& refusal);
 
 /// make_fingerprint(comm.rank(), comm.size(), q, k, v, q_seq, kv_seq, params, rng, strategy,
-/// isa, num_threads) of `options` for a checked call, its errors turned into the call's refusal:
-/// when it throws, `refusal` (if still empty) takes the error and the result is nullopt. The call
-/// then still takes its call number and its part in the call agreement, marked as refusing, so
-/// every rank raises at once (docs/design.md section 6) instead of the others running on.
+/// isa, num_threads, digest_inputs) of `options` for a checked call (digest_inputs: the forward's
+/// CpOptions::for_backward; true for backward and recompute, whose fingerprints are compared with
+/// a forward's), its errors turned into the call's refusal: when it throws, `refusal` (if still
+/// empty) takes the error and the result is nullopt. The call then still takes its call number
+/// and its part in the call agreement, marked as refusing, so every rank raises at once
+/// (docs/design.md section 6) instead of the others running on.
 std::optional<Fingerprint> fingerprint_or_refusal(
     const Communicator& comm, ConstView q, ConstView k, ConstView v, const SequenceSharding& q_seq,
     const SequenceSharding& kv_seq, const AttentionParams& params, RngState rng,
-    const CpOptions& options, std::optional<Error>& refusal);
+    const CpOptions& options, bool digest_inputs, std::optional<Error>& refusal);
 
 /// A checked forward: agrees on the call (op kForward, kRecompute or kStrictRecompute;
 /// `local_error` is this rank's own reason to refuse it, see agree_or_throw), runs the strategy's

@@ -7,6 +7,7 @@
 #include "cpattn/error.h"
 #include "state/stack_harness.h"
 #include "support/errors.h"
+#include "support/metrics.h"
 #include "support/rank_outcomes.h"
 
 namespace cpattn::testing {
@@ -204,6 +205,52 @@ TEST(Misuse, StrictRecomputeFailsEveryRankWhenOneDiverges) {
     EXPECT_THAT(mixed.messages[static_cast<size_t>(r)],
                 HasSubstr("rank 1 has op=recompute, rank 0 has op=strict recompute"));
   }
+}
+
+// A forward made without backward in mind (CpOptions::for_backward false, as for inference)
+// gives the same out and lse bits, records no inputs digest, and its state is refused by backward
+// and by a recompute on every rank, naming the option.
+TEST(Misuse, StateOfAForwardNotForBackward) {
+  Fixture f;
+  CpOptions inference;
+  inference.for_backward = false;
+  const auto run = [&](Communicator& comm, const std::function<void(const ForwardResult&)>& use) {
+    const SequenceSharding seq = f.p.sharding(2, comm.rank());
+    const Tensor x = f.p.shard(f.p.x, 2, comm.rank(), &comm.memory());
+    const ForwardResult state =
+        attention_forward(comm, x.view(), x.view(), x.view(), seq, f.params, {7, 1}, inference);
+    const ForwardResult kept =
+        attention_forward(comm, x.view(), x.view(), x.view(), seq, f.params, {7, 1});
+    EXPECT_EQ(state.fingerprint.inputs_digest, kInputsNotDigested);
+    EXPECT_NE(kept.fingerprint.inputs_digest, kInputsNotDigested);
+    EXPECT_TRUE(bitwise_equal(state.out.span(), kept.out.span()));
+    EXPECT_TRUE(bitwise_equal(state.lse.span(), kept.lse.span()));
+    use(state);
+  };
+  const Error backward = expect_error(2, [&](Communicator& comm) {
+    run(comm, [&](const ForwardResult& state) {
+      const SequenceSharding seq = f.p.sharding(2, comm.rank());
+      const Tensor x = f.p.shard(f.p.x, 2, comm.rank(), &comm.memory());
+      // The backward's own options say nothing about the forward's.
+      attention_backward(comm, x.view(), x.view(), x.view(), x.view(), state, seq, f.params, {7, 1},
+                         inference);
+    });
+  });
+  EXPECT_EQ(backward.code(), ErrorCode::kStateMismatch);
+  EXPECT_THAT(backward.what(), HasSubstr("without a q/k/v inputs digest (its forward ran with "
+                                         "CpOptions::for_backward = false"));
+  const Error recompute = expect_error(2, [&](Communicator& comm) {
+    run(comm, [&](const ForwardResult& state) {
+      const SequenceSharding seq = f.p.sharding(2, comm.rank());
+      const Tensor x = f.p.shard(f.p.x, 2, comm.rank(), &comm.memory());
+      RecomputeOptions options;
+      options.cp = inference;
+      recompute_forward(comm, make_checkpoint(state), {7, 1}, x.view(), x.view(), x.view(), seq,
+                        f.params, options);
+    });
+  });
+  EXPECT_EQ(recompute.code(), ErrorCode::kRecomputeDiverged);
+  EXPECT_THAT(recompute.what(), HasSubstr("CpOptions::for_backward = false"));
 }
 
 TEST(Misuse, FingerprintListsEveryDifference) {
