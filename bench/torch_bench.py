@@ -5,7 +5,7 @@ Run from the repository root with the project's virtual environment (torch 2.x; 
 /usr/bin/python3 has torch 1.13, which the package refuses):
 
     PYTHONPATH=build/release/python .venv/bin/python bench/torch_bench.py [--section A,B,...]
-        [--reps N] [--reps-large N] [--quick] [--mem-limit-gib G] [--profile]
+        [--reps N] [--reps-large N] [--quick] [--rows REGEX] [--mem-limit-gib G] [--profile]
 
 Every figure is a ratio of interleaved repetitions inside one run (A B, B A, A B, ...: each
 round's ratio, then the median of those), since the host is shared and noisy; peak memory is
@@ -20,6 +20,7 @@ Sections (default: all, in this order):
               (enable_gqa=True), causal and full, 2 threads: time torch / cpattn (target >= 1.3)
               and each one's peak memory. S = 16384 runs --reps-large repetitions (default 1:
               then the time is the fresh subprocess's single call, torch and cpattn in turn).
+              --rows REGEX runs only the rows whose "pass dtype S Hkv mask" it finds.
   dropout     dropout_p 0.1, fp32, fwd+bwd, S 4096, 2 threads: torch's SDPA falls back to its
               math path (its fused kernels take no dropout): time ratio (target >= 5), peak
               memory ratio (target <= 1/10); then the smallest S of 4096, 8192, 16384, 32768 at
@@ -56,6 +57,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -279,6 +281,10 @@ def section_sdpa(args):
             for S in sizes:
                 for hkv in (8, 2):
                     for causal in (False, True):
+                        label = (f"{'fwd+bwd' if backward else 'fwd'} {dtype} {S} {hkv} "
+                                 f"{'causal' if causal else 'full'}")
+                        if not re.search(args.rows, label):
+                            continue
                         case = dict(S=S, hkv=hkv, dtype=dtype)
                         order = ("torch", "cpattn") if row % 2 == 0 else ("cpattn", "torch")
                         row += 1
@@ -830,6 +836,9 @@ def main():
     p.add_argument("--reps-large", type=int, default=1,
                    help="rounds of the sdpa section's S=16384 rows (default 1)")
     p.add_argument("--quick", action="store_true", help="a smoke run at small S, 1 round")
+    p.add_argument("--rows", default="",
+                   help="the sdpa section runs only the rows whose 'pass dtype S Hkv mask' "
+                        "(e.g. 'fwd fp32 4096 8 full') this regular expression finds")
     p.add_argument("--profile", action="store_true",
                    help="the compile section also profiles one step of each, eager and compiled")
     p.add_argument("--mem-limit-gib", type=float, default=16.0,

@@ -31,11 +31,13 @@ constexpr int64_t kForwardScoreStride = kForwardTileQ + 16;
 /// Query heads of one kv group handled by one forward work item (they share each packed K/V tile).
 constexpr int64_t kForwardMaxHeadsPerItem = 4;
 /// (q tile, q head) pairs of one forward work item, its "lanes": every lane shares each packed K/V
-/// tile, so an item of one head takes up to 4 q tiles (consecutive in q_order) and reads and packs
+/// tile, so an item of one head takes up to 8 q tiles (consecutive in q_order) and reads and packs
 /// each K/V tile once for all of them; with Hkv = Hq every K/V tile was otherwise read from memory
 /// once per 192 queries (docs/performance.md, "Intel Xeon"). Each lane runs exactly the steps it
 /// would run alone (same k tiles, same order), so the grouping changes no bit of any result.
-/// Lane state (Q^T panels, O, m, l: ~192 KiB at D = 128) x 4 and the shared tiles fit a 2 MiB L2.
+/// Lane state (Q^T panels, O, m, l: ~194 KiB at D = 128) x 8 and the shared tiles (K rows, V
+/// panels, S^T: ~233 KiB) take 1.8 MiB, which fits a 2 MiB L2 (12 lanes measured about 1 % faster
+/// on Zen 2, whose 512 KiB L2 holds neither; docs/performance.md).
 constexpr int64_t kForwardMaxLanesPerItem = 8;
 /// Backward: five products per (q tile, k tile) pair of 96 queries x 64 keys; the pair's
 /// score-shaped operands (S^T, dP^T/dS^T, Z P: 24 KiB each) and packed tiles (Q, dO: 48 KiB each,
