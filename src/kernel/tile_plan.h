@@ -26,7 +26,7 @@ constexpr int64_t kForwardTileK = 128;
 /// The row stride (floats) of the forward's S^T scratch, [kForwardTileK keys][queries]: 16 more
 /// than the q tile, so that the P V product's broadcasts down a query's column (one float per key
 /// row) spread over every L1 set; 192 floats (12 cache lines) put all 128 rows in 16 of 64 sets.
-/// 208 measured 1.005-1.01x faster on Zen 2 than 192 (and than 200, 216, 240); the same bits.
+/// 208 measured 1.002-1.01x faster on Zen 2 than 192 (and than 200, 216, 240); the same bits.
 constexpr int64_t kForwardScoreStride = kForwardTileQ + 16;
 /// Query heads of one kv group handled by one forward work item (they share each packed K/V tile).
 constexpr int64_t kForwardMaxHeadsPerItem = 4;
