@@ -132,8 +132,11 @@ struct IsaKernels {
   /// of an array and the rest one vector at a time: the exp test checks every copy.
   void (*exp)(const float* x, float* y, int64_t n);
   /// The same with the promise that every x is <= 0, -inf or NaN (exp_v<ExpInputs::kNonPositive>,
-  /// the softmaxes'): the exp test checks that it gives exp's bits there.
+  /// the backward softmax's): the exp test checks that it gives exp's bits there.
   void (*exp_nonpositive)(const float* x, float* y, int64_t n);
+  /// The forward softmax's 2^x (exp2_v) over x[0 .. n) (n a multiple of 16, every x <= 0, -inf
+  /// or NaN), in blocks as exp: the exp test checks every copy.
+  void (*exp2)(const float* x, float* y, int64_t n);
   /// The kernel's tanh (softcap) over x[0 .. n) (n a multiple of 16): the tanh test checks it.
   void (*tanh)(const float* x, float* y, int64_t n);
   /// The packers' fp16 widening, dst[i] = mul * x[i] for i < n (isa/pack.h: widen_fp16_row): the

@@ -1,5 +1,6 @@
-// The vectorised exp of the softmax (isa/simd.h: exp_v) of every ISA copy the CPU runs, against
-// double exp over its whole valid range, and its documented behaviour outside it.
+// The vectorised exps of the softmaxes (isa/simd.h: exp_v, the backward's, and exp2_v, the
+// forward's) of every ISA copy the CPU runs, against double exp and exp2 over their whole valid
+// ranges, and their documented behaviour outside them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,9 +38,12 @@ uint32_t to_bits(float f) {
   return u;
 }
 
-// Largest error in ulps of float(e^x) over the floats from `first` to `last` (same sign, walking
-// away from zero), every kStride-th bit pattern plus `last` itself, of the exp of `isa`'s copy.
-double worst_ulp(const IsaKernels& isa, float first, float last, float* worst_x) {
+using ExpEntry = void (*)(const float* x, float* y, int64_t n);
+
+// Largest error in ulps of float(f(x)) over the floats from `first` to `last` (same sign, walking
+// away from zero), every kStride-th bit pattern plus `last` itself, of `exp`, one of the exps of
+// an ISA copy, against f in double (std::exp or std::exp2).
+double worst_ulp(ExpEntry exp, double (*f)(double), float first, float last, float* worst_x) {
   constexpr int64_t kBatch = 4096;  // a multiple of every copy's lane count
   double worst = 0.0;
   const uint32_t a = to_bits(first), b = to_bits(last);
@@ -49,9 +53,9 @@ double worst_ulp(const IsaKernels& isa, float first, float last, float* worst_x)
       x[l] = from_bits(static_cast<uint32_t>(std::min<uint64_t>(u + uint64_t{kStride} * l, b)));
     }
     if (u + uint64_t{kStride} * kBatch > b) x[kBatch - 1] = last;
-    isa.exp(x.data(), y.data(), kBatch);
+    exp(x.data(), y.data(), kBatch);
     for (int64_t l = 0; l < kBatch; ++l) {
-      const double exact = std::exp(static_cast<double>(x[l]));
+      const double exact = f(static_cast<double>(x[l]));
       const float rounded = static_cast<float>(exact);
       const double ulp =
           static_cast<double>(std::nextafter(rounded, std::numeric_limits<float>::infinity())) -
@@ -71,8 +75,9 @@ class ExpV : public ::testing::TestWithParam<Isa> {};
 TEST_P(ExpV, WithinTheUlpBoundOverTheWholeValidRange) {
   const IsaKernels isa = isa_kernels(GetParam());
   float at_pos = 0, at_neg = 0;
-  const double pos = worst_ulp(isa, 0.0f, 88.0f, &at_pos);
-  const double neg = worst_ulp(isa, -0.0f, -86.0f, &at_neg);
+  const auto exp = [](double x) { return std::exp(x); };
+  const double pos = worst_ulp(isa.exp, exp, 0.0f, 88.0f, &at_pos);
+  const double neg = worst_ulp(isa.exp, exp, -0.0f, -86.0f, &at_neg);
   EXPECT_LE(pos, kMaxUlp) << "at x = " << at_pos;
   EXPECT_LE(neg, kMaxUlp) << "at x = " << at_neg;
   // The bound is not vacuous: the polynomial does round (an exact exp would give <= 0.5).
@@ -134,16 +139,17 @@ TEST_P(ExpV, NonPositiveInputsGiveExpsBits) {
   EXPECT_GT(checked, int64_t{100'000'000});
 }
 
-// exp_v of an array of vectors (the forward softmax's, 8 exps interleaved) and of one vector give
-// the same bits: the entry point runs a batch of 4096 floats in blocks of 8 vectors and a call of
-// 16 floats (two vectors on avx2, one on avx512, four on generic) one vector at a time.
+// exp_v and exp2_v of an array of vectors (as the softmaxes run them, 8 exps interleaved) and of
+// one vector give the same bits: the entry points run a batch of 4096 floats in blocks of 8
+// vectors and a call of 16 floats (two vectors on avx2, one on avx512, four on generic) one vector
+// at a time.
 TEST_P(ExpV, InterleavedAndSingleExpsGiveTheSameBits) {
   const IsaKernels isa = isa_kernels(GetParam());
   constexpr int64_t kBatch = 4096, kSmall = 16;
   constexpr uint64_t kSampleStride = 7 * kStride;  // ~3.6e7 values of the two ranges
   std::vector<float> x(kBatch), y_block(kBatch), y_single(kBatch);
-  for (const auto& exp : {isa.exp, isa.exp_nonpositive}) {
-    // Every kSampleStride-th float from -0 to -inf (the softmaxes' exp) or from +0 to 88 (exp).
+  for (const auto& exp : {isa.exp, isa.exp_nonpositive, isa.exp2}) {
+    // Every kSampleStride-th float from -0 to -inf (the softmaxes' exps) or from +0 to 88 (exp).
     const bool any = exp == isa.exp;
     const uint64_t first = to_bits(any ? 0.0f : -0.0f), last = any ? to_bits(88.0f) : 0xFF800000u;
     for (uint64_t u = first; u <= last; u += kSampleStride * kBatch) {
@@ -157,6 +163,47 @@ TEST_P(ExpV, InterleavedAndSingleExpsGiveTheSameBits) {
     }
   }
 }
+
+// The forward softmax's 2^x (exp2_v) against double exp2 over [-124, 0], the range it serves
+// (its inputs are s - max in base-2 units, never positive): |exp2_8(x) - 2^x| <= kMaxUlp2 ulps of
+// float(2^x). Measured over every float of the range (kStride = 1): worst 0.952 ulps on avx2, at
+// x = -0.496009678, and 1.227 on generic (no FMA contraction: two roundings per polynomial step),
+// at x = -0.498714477. kMaxUlp2 leaves a few percent of margin over the generic copy.
+constexpr double kMaxUlp2 = 1.3;
+
+class Exp2V : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(Exp2V, WithinTheUlpBoundOverTheWholeRange) {
+  const IsaKernels isa = isa_kernels(GetParam());
+  float at = 0;
+  const double worst = worst_ulp(
+      isa.exp2, [](double x) { return std::exp2(x); }, -0.0f, -124.0f, &at);
+  EXPECT_LE(worst, kMaxUlp2) << "at x = " << at;
+  EXPECT_GT(worst, 0.5);  // the polynomial rounds: an exact 2^x would give <= 0.5
+}
+
+TEST_P(Exp2V, ExactPowersOfTwoAndOutsideTheRange) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  std::vector<float> x(16, 0.0f), y(16);
+  const float special[10] = {0.0f,    -0.0f,  -1.0f, -37.0f,        -124.0f,
+                             -124.5f, -1e30f, -kInf, std::nanf(""), -std::nanf("")};
+  std::copy(special, special + 10, x.begin());
+  isa_kernels(GetParam()).exp2(x.data(), y.data(), 16);
+  // An integer x leaves r = 0 and p = 1: 2^x exactly (the forward's alpha when m is unchanged).
+  EXPECT_EQ(y[0], 1.0f);
+  EXPECT_EQ(y[1], 1.0f);
+  EXPECT_EQ(y[2], 0.5f);
+  EXPECT_EQ(y[3], std::ldexp(1.0f, -37));
+  EXPECT_EQ(y[4], std::ldexp(1.0f, -124));
+  EXPECT_EQ(y[5], 0.0f);  // flushed below -124, like exp_v below -86
+  EXPECT_EQ(y[6], 0.0f);
+  EXPECT_EQ(y[7], 0.0f);          // -inf (a masked score) gives exactly 0
+  EXPECT_TRUE(std::isnan(y[8]));  // NaN poisons its row, never reads as a masked key
+  EXPECT_TRUE(std::isnan(y[9]));
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, Exp2V, ::testing::ValuesIn(available_isas()),
+                         [](const auto& p) { return std::string(isa_name(p.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Isas, ExpV, ::testing::ValuesIn(available_isas()),
                          [](const auto& p) { return std::string(isa_name(p.param)); });

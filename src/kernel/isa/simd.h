@@ -130,6 +130,21 @@ inline void mul_hi_lo(VU a, uint32_t m, VU& hi, VU& lo) {
 #endif
 }
 
+/// Adding kRoundMagic = 1.5 * 2^23 to a float of magnitude below 2^22 rounds it to the nearest
+/// integer n in the low mantissa bits (t's bits are 0x4B400000 + n; no float->int conversion on
+/// the critical path), and t - kRoundMagic is n as a float.
+constexpr float kRoundMagic = 12582912.0f;
+
+/// The exps' last step: p 2^n, with n taken from t = x' + kRoundMagic (above) and added to p's
+/// exponent field, 0 in the lanes `keep` clears (flushed), and `in` itself in its NaN lanes (a NaN
+/// score must poison its row like any softmax would; the callers' clamps and `keep` would
+/// otherwise turn it into 0, i.e. a silently masked key).
+inline VF times_pow2_n(VF p, VF t, VI keep, VF in) {
+  const VI n_exp = (as_int(t) - 0x4B400000) << 23;
+  const VF out = as_float((as_int(p) + n_exp) & keep);
+  return in == in ? out : in;
+}
+
 /// e^x for each lane, within 1.05 ulps over [-86, 88] (Cephes expf: x = n ln 2 + r with
 /// n = round(x log2 e) and r reduced in two steps (Cody-Waite, ln 2 = C1 + C2 with C1 exact in 9
 /// bits) so |r| <= ln2/2 carries no rounding from the reduction; degree-7 polynomial for e^r; 2^n
@@ -138,19 +153,16 @@ inline void mul_hi_lo(VU a, uint32_t m, VU& hi, VU& lo) {
 /// maximum's e^0). NaN lanes return NaN and x > 88 gives +inf. Every operation is lane-wise, so
 /// each lane's result does not depend on W (with FMA contraction, a * b + c is one rounding on
 /// AVX2/AVX-512 and two on the generic path). ExpInputs::kNonPositive promises x <= 0 (or -inf,
-/// or NaN) in every lane, as the kernel's softmaxes pass (the forward's s - max; the backward's
-/// s - lse, clamped at 0): the upper clamp and the +inf lanes, which cannot apply there, are
-/// skipped (the same bits as kAny for those inputs, 3 of 23 vector operations fewer per call).
+/// or NaN) in every lane, as the backward's softmax passes (s - lse, clamped at 0): the upper
+/// clamp and the +inf lanes, which cannot apply there, are skipped (the same bits as kAny for
+/// those inputs, 3 of 23 vector operations fewer per call).
 enum class ExpInputs { kAny, kNonPositive };
 /// x[g] = e^x[g] for G vectors at once, each step of the algorithm run on all G before the next:
 /// one exp is a chain of about 15 dependent operations, and a loop of single exps keeps few such
-/// chains in flight (Zen 2's floating-point scheduler holds 36 operations). The forward's online
-/// softmax runs 8 at a time: 1.3x faster on Zen 2 (docs/performance.md; the backward's pass,
-/// whose loop does more independent work per exp, gained nothing). The same bits as G calls of
-/// exp_v(VF) below, which is this with G = 1.
+/// chains in flight (Zen 2's floating-point scheduler holds 36 operations). The same bits as G
+/// calls of exp_v(VF) below, which is this with G = 1.
 template <ExpInputs kInputs = ExpInputs::kAny, int G>
 inline void exp_v(VF (&x)[G]) {
-  const VF magic = splat(12582912.0f);
   VF in[G], t[G], p[G];
   VI keep[G];
 #pragma GCC unroll 16
@@ -158,16 +170,15 @@ inline void exp_v(VF (&x)[G]) {
     in[g] = x[g];
     keep[g] = x[g] >= splat(-86.0f);
     x[g] = vmax(x[g], splat(-86.0f));  // keeps the exponent of p * 2^n normal for flushed lanes
-    // ... and n <= 127 for large lanes, so the int32 exponent addition below cannot overflow.
+    // ... and n <= 127 for large lanes, so the int32 exponent addition cannot overflow.
     if constexpr (kInputs == ExpInputs::kAny) x[g] = vmin(x[g], splat(88.0f));
   }
-  // Adding 1.5 * 2^23 rounds to the nearest integer in the low mantissa bits (no float->int
-  // conversion on the critical path); r = x - n ln 2 in two steps.
+  // n = round(x log2 e) (kRoundMagic), then r = x - n ln 2 in two steps.
 #pragma GCC unroll 16
-  for (int g = 0; g < G; ++g) t[g] = x[g] * 1.44269504088896341f + magic;
+  for (int g = 0; g < G; ++g) t[g] = x[g] * 1.44269504088896341f + kRoundMagic;
 #pragma GCC unroll 16
   for (int g = 0; g < G; ++g) {
-    const VF n = t[g] - magic;
+    const VF n = t[g] - kRoundMagic;
     x[g] = x[g] - n * 0.693359375f - n * -2.12194440e-4f;  // x holds r from here
   }
 #pragma GCC unroll 16
@@ -184,21 +195,59 @@ inline void exp_v(VF (&x)[G]) {
   for (int g = 0; g < G; ++g) p[g] = p[g] * (x[g] * x[g]) + x[g] + 1.0f;
 #pragma GCC unroll 16
   for (int g = 0; g < G; ++g) {
-    // t's low mantissa bits hold 0x4B400000 + n; p * 2^n is p with n added to its exponent field.
-    const VI n_exp = (as_int(t[g]) - 0x4B400000) << 23;
-    VF out = as_float((as_int(p[g]) + n_exp) & keep[g]);
-    // A NaN score (NaN or Inf in q/k) must poison its row like any softmax would; the clamp and
-    // `keep` above would otherwise turn it into 0, i.e. a silently masked key.
+    VF out = times_pow2_n(p[g], t[g], keep[g], in[g]);
     if constexpr (kInputs == ExpInputs::kAny) {
-      out = in[g] > splat(88.0f) ? splat(__builtin_inff()) : out;
+      out = in[g] > splat(88.0f) ? splat(__builtin_inff()) : out;  // NaN compares false
     }
-    x[g] = in[g] == in[g] ? out : in[g];
+    x[g] = out;
   }
 }
 template <ExpInputs kInputs = ExpInputs::kAny>
 inline VF exp_v(VF x) {
   VF one[1] = {x};
   exp_v<kInputs>(one);
+  return one[0];
+}
+
+/// 2^x for each lane of G vectors at once, for x <= 0, -inf or NaN only: the forward's online
+/// softmax, whose scores are in base-2 units (s log2 e, docs/design.md section 1), so that its
+/// exps need no range reduction by ln 2. x = n + r with n = round(x) (kRoundMagic) and
+/// |r| <= 1/2 exact (no Cody-Waite step); 2^r = 1 + r P(r), P of degree 5 (the minimax
+/// coefficients of Cephes' exp2f, Moshier 1992); n added to the exponent bits. Accurate within
+/// the bound tests/kernel/exp_test.cpp states, over [-124, 0]; lanes below -124 (including -inf)
+/// give exactly 0 (2^-124 ~ 4.7e-38, as exp_v's e^-86), NaN lanes return NaN. 16 vector
+/// operations per exp against exp_v<kNonPositive>'s 20; like exp_v, lane-wise and the same bits
+/// for any G. The forward runs 8 at a time (interleaved exps: 1.3x faster than single ones on
+/// Zen 2, docs/performance.md).
+template <int G>
+inline void exp2_v(VF (&x)[G]) {
+  VF in[G], t[G], p[G];
+  VI keep[G];
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g) {
+    in[g] = x[g];
+    keep[g] = x[g] >= splat(-124.0f);
+    x[g] = vmax(x[g], splat(-124.0f));  // keeps p * 2^n normal for flushed lanes
+    t[g] = x[g] + kRoundMagic;
+  }
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g) x[g] = x[g] - (t[g] - kRoundMagic);  // r, exact
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g) p[g] = splat(1.535336188319500e-4f) * x[g] + 1.339887440266574e-3f;
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g) p[g] = p[g] * x[g] + 9.618437357674640e-3f;
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g) p[g] = p[g] * x[g] + 5.550332471162809e-2f;
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g) p[g] = p[g] * x[g] + 2.402264791363012e-1f;
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g) p[g] = p[g] * x[g] + 6.931472028550421e-1f;
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g) x[g] = times_pow2_n(p[g] * x[g] + 1.0f, t[g], keep[g], in[g]);
+}
+inline VF exp2_v(VF x) {
+  VF one[1] = {x};
+  exp2_v(one);
   return one[0];
 }
 

@@ -17,19 +17,37 @@ void row_dots_entry(const ConstView& dout, const ConstView& out, int64_t b, int6
   row_dots(dout, out, {b, h, begin, rows}, d);
 }
 
-// Eight vectors at a time through exp_v of an array, as the forward's softmax runs it, the last
-// n / kLanes mod 8 one at a time: the exp test checks both forms.
+// An exp of simd.h as an entry point: eight vectors at a time through its array form, as the
+// forward's softmax runs it, the last n / kLanes mod 8 one at a time: the exp test checks both
+// forms.
 template <ExpInputs kInputs>
+struct Exp {
+  template <int G>
+  void operator()(VF (&v)[G]) const {
+    exp_v<kInputs>(v);
+  }
+};
+struct Exp2 {
+  template <int G>
+  void operator()(VF (&v)[G]) const {
+    exp2_v(v);
+  }
+};
+template <class ExpOf>
 void exp_entry(const float* x, float* y, int64_t n) {
   constexpr int kBlock = 8;
   int64_t i = 0;
   for (; i + kBlock * kLanes <= n; i += kBlock * kLanes) {
     VF v[kBlock];
     for (int b = 0; b < kBlock; ++b) v[b] = load(x + i + b * kLanes);
-    exp_v<kInputs>(v);
+    ExpOf{}(v);
     for (int b = 0; b < kBlock; ++b) store(y + i + b * kLanes, v[b]);
   }
-  for (; i < n; i += kLanes) store(y + i, exp_v<kInputs>(load(x + i)));
+  for (; i < n; i += kLanes) {
+    VF one[1] = {load(x + i)};
+    ExpOf{}(one);
+    store(y + i, one[0]);
+  }
 }
 
 void tanh_entry(const float* x, float* y, int64_t n) {
@@ -44,8 +62,9 @@ constinit const IsaKernels kTable = {Isa::CPATTN_ISA_ENUM,
                                      &forward_item,
                                      &backward_item,
                                      &row_dots_entry,
-                                     &exp_entry<ExpInputs::kAny>,
-                                     &exp_entry<ExpInputs::kNonPositive>,
+                                     &exp_entry<Exp<ExpInputs::kAny>>,
+                                     &exp_entry<Exp<ExpInputs::kNonPositive>>,
+                                     &exp_entry<Exp2>,
                                      &tanh_entry,
                                      &widen_fp16_row,
                                      &bf16_dot_vs_fma_rate};
