@@ -145,6 +145,28 @@ inline VF times_pow2_n(VF p, VF t, VI keep, VF in) {
   return in == in ? out : in;
 }
 
+/// The exps' first step: in = x; keep = the lanes with x >= lo (false for NaN), which the last
+/// step (times_pow2_n) flushes to 0 otherwise; x clamped from below at lo, which keeps p 2^n's
+/// exponent normal in the flushed lanes.
+inline void flush_below(float lo, VF& x, VF& in, VI& keep) {
+  in = x;
+  keep = x >= splat(lo);
+  x = vmax(x, splat(lo));
+}
+
+/// p[g] = c[0] x[g]^(N-1) + c[1] x[g]^(N-2) + ... + c[N-1] by Horner's rule (one multiply-add a
+/// coefficient), each step run on all G vectors before the next (the exps' polynomials).
+template <int N, int G>
+inline void horner_v(const float (&c)[N], const VF (&x)[G], VF (&p)[G]) {
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g) p[g] = splat(c[0]) * x[g] + c[1];
+#pragma GCC unroll 8
+  for (int k = 2; k < N; ++k) {
+#pragma GCC unroll 16
+    for (int g = 0; g < G; ++g) p[g] = p[g] * x[g] + c[k];
+  }
+}
+
 /// e^x for each lane, within 1.05 ulps over [-86, 88] (Cephes expf: x = n ln 2 + r with
 /// n = round(x log2 e) and r reduced in two steps (Cody-Waite, ln 2 = C1 + C2 with C1 exact in 9
 /// bits) so |r| <= ln2/2 carries no rounding from the reduction; degree-7 polynomial for e^r; 2^n
@@ -167,10 +189,8 @@ inline void exp_v(VF (&x)[G]) {
   VI keep[G];
 #pragma GCC unroll 16
   for (int g = 0; g < G; ++g) {
-    in[g] = x[g];
-    keep[g] = x[g] >= splat(-86.0f);
-    x[g] = vmax(x[g], splat(-86.0f));  // keeps the exponent of p * 2^n normal for flushed lanes
-    // ... and n <= 127 for large lanes, so the int32 exponent addition cannot overflow.
+    flush_below(-86.0f, x[g], in[g], keep[g]);
+    // n <= 127 for large lanes, so the int32 exponent addition cannot overflow.
     if constexpr (kInputs == ExpInputs::kAny) x[g] = vmin(x[g], splat(88.0f));
   }
   // n = round(x log2 e) (kRoundMagic), then r = x - n ln 2 in two steps.
@@ -181,16 +201,9 @@ inline void exp_v(VF (&x)[G]) {
     const VF n = t[g] - kRoundMagic;
     x[g] = x[g] - n * 0.693359375f - n * -2.12194440e-4f;  // x holds r from here
   }
-#pragma GCC unroll 16
-  for (int g = 0; g < G; ++g) p[g] = splat(1.9875691500e-4f) * x[g] + 1.3981999507e-3f;
-#pragma GCC unroll 16
-  for (int g = 0; g < G; ++g) p[g] = p[g] * x[g] + 8.3334519073e-3f;
-#pragma GCC unroll 16
-  for (int g = 0; g < G; ++g) p[g] = p[g] * x[g] + 4.1665795894e-2f;
-#pragma GCC unroll 16
-  for (int g = 0; g < G; ++g) p[g] = p[g] * x[g] + 1.6666665459e-1f;
-#pragma GCC unroll 16
-  for (int g = 0; g < G; ++g) p[g] = p[g] * x[g] + 5.0000001201e-1f;
+  constexpr float kPoly[] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                             4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+  horner_v(kPoly, x, p);
 #pragma GCC unroll 16
   for (int g = 0; g < G; ++g) p[g] = p[g] * (x[g] * x[g]) + x[g] + 1.0f;
 #pragma GCC unroll 16
@@ -225,23 +238,14 @@ inline void exp2_v(VF (&x)[G]) {
   VI keep[G];
 #pragma GCC unroll 16
   for (int g = 0; g < G; ++g) {
-    in[g] = x[g];
-    keep[g] = x[g] >= splat(-124.0f);
-    x[g] = vmax(x[g], splat(-124.0f));  // keeps p * 2^n normal for flushed lanes
+    flush_below(-124.0f, x[g], in[g], keep[g]);
     t[g] = x[g] + kRoundMagic;
   }
 #pragma GCC unroll 16
   for (int g = 0; g < G; ++g) x[g] = x[g] - (t[g] - kRoundMagic);  // r, exact
-#pragma GCC unroll 16
-  for (int g = 0; g < G; ++g) p[g] = splat(1.535336188319500e-4f) * x[g] + 1.339887440266574e-3f;
-#pragma GCC unroll 16
-  for (int g = 0; g < G; ++g) p[g] = p[g] * x[g] + 9.618437357674640e-3f;
-#pragma GCC unroll 16
-  for (int g = 0; g < G; ++g) p[g] = p[g] * x[g] + 5.550332471162809e-2f;
-#pragma GCC unroll 16
-  for (int g = 0; g < G; ++g) p[g] = p[g] * x[g] + 2.402264791363012e-1f;
-#pragma GCC unroll 16
-  for (int g = 0; g < G; ++g) p[g] = p[g] * x[g] + 6.931472028550421e-1f;
+  constexpr float kPoly[] = {1.535336188319500e-4f, 1.339887440266574e-3f, 9.618437357674640e-3f,
+                             5.550332471162809e-2f, 2.402264791363012e-1f, 6.931472028550421e-1f};
+  horner_v(kPoly, x, p);
 #pragma GCC unroll 16
   for (int g = 0; g < G; ++g) x[g] = times_pow2_n(p[g] * x[g] + 1.0f, t[g], keep[g], in[g]);
 }
