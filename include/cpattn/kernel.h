@@ -96,22 +96,19 @@ void attention_kernel_forward(const AttentionInputs& in, const AttentionParams& 
 /// of the same queries (the ring's blocks): FlashAttention's running row maximum m_i and row sum
 /// l_i (Dao 2023, Alg. 1; Milakov & Gimelshein 2018), fp32 [B, Hq, Sq] contiguous, together with
 /// `out`, which holds the unnormalised accumulator O_i = sum_j exp(s_ij - m_i) Z_ij v_j between
-/// the calls (m_i = -inf, l_i = 0, O_i = 0 before any visible key). The forward's softmax runs in
-/// base 2 (its exps are 2^x of the scores times log2 e, docs/design.md section 1), so row_max
-/// holds m_i log2 e; l_i and O_i are as in base e. A call continues the state key tile by key
-/// tile as one call over all the keys would (bitwise so when every call but the last covers a
-/// multiple of the 128-key tile; otherwise the tiles are cut where the calls split), so a result
-/// split over N calls carries the roundings of one online softmax, not those of N - 1 merges of
-/// normalised partials (which grow with N: docs/design.md section 5.4).
+/// the calls (m_i = -inf, l_i = 0, O_i = 0 before any visible key). A call continues the state
+/// key tile by key tile as one call over all the keys would (bitwise so when every call but the
+/// last covers a multiple of the 128-key tile; otherwise the tiles are cut where the calls
+/// split), so a result split over N calls carries the roundings of one online softmax, not those
+/// of N - 1 merges of normalised partials (which grow with N: docs/design.md section 5.4).
 struct SoftmaxCarry {
-  std::span<float> row_max;  ///< m_i log2 e: the row's maximum score in base-2 units
+  std::span<float> row_max;  ///< m_i
   std::span<float> row_sum;  ///< l_i
   /// true: out, row_max and row_sum hold the state after earlier calls and are continued;
   /// false: the state starts empty (their contents are ignored).
   bool resume = false;
-  /// true: the call ends like an ordinary forward, out_i = O_i / l_i and lse_i = m_i + ln l_i,
-  /// taken as row_max ln 2 + ln l_i (0 and -inf for rows without a visible key; row_max and
-  /// row_sum are then unspecified);
+  /// true: the call ends like an ordinary forward, out_i = O_i / l_i and lse_i = m_i + ln l_i
+  /// (0 and -inf for rows without a visible key; row_max and row_sum are then unspecified);
   /// false: out keeps O, row_max and row_sum the state, and lse is not written.
   bool finish = true;
 };

@@ -192,12 +192,12 @@ Oracle make_oracle(const Problem& problem, bool with_backward = true, DType dtyp
 /// error of a few ulps of |scale s| + |lse|; and D = <dout, out> is summed in another order than
 /// dP, so dS = P (dP - D) does not cancel exactly (a row that sees one key has dS = 0 exactly in
 /// the plain implementation). Measured need over the kernel sweep: <= 2.8 ulps; kTolUlps keeps ~3x
-/// margin. out gets the same term: the flash forward's exp (2^x of base-2 scores, within 1.3
-/// ulps, the plain one's 0.5), its rescales by 2^(m_old - m_new) and its normalisation by a
-/// reciprocal add a few ulps of the terms' size sum_j Z P |v_j| that the plain softmax does not
-/// have, and where the plain implementation happens to round well (few visible keys, dropout
-/// doubling each term) twice its error is below them (measured: a causal window of 3 keys at
-/// dropout 0.5 needed 2.6 ulps).
+/// margin. out gets the same term: the flash forward's exp (2^((s - m) log2 e), within 1.3 ulps
+/// and the multiply's rounding; the plain one's 0.5), its rescales by exp(m_old - m_new) and its
+/// normalisation by a reciprocal add a few ulps of the terms' size sum_j Z P |v_j| that the plain
+/// softmax does not have, and where the plain implementation happens to round well (few visible
+/// keys, dropout doubling each term) twice its error is below them (measured: a causal window of
+/// 3 keys at dropout 0.5 needed 2.6 ulps).
 /// lse gets it too, of |m_i| + |log l_i| (the running max and the log of the running sum it is
 /// added from): where the plain implementation rounds its lse well, the kernel's other order of
 /// the same sum differs by an ulp or two of those terms (measured: 1.1x the rule without it in a

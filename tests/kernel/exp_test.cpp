@@ -165,7 +165,7 @@ TEST_P(ExpV, InterleavedAndSingleExpsGiveTheSameBits) {
 }
 
 // The forward softmax's 2^x (exp2_v) against double exp2 over [-124, 0], the range it serves
-// (its inputs are s - max in base-2 units, never positive): |exp2_8(x) - 2^x| <= kMaxUlp2 ulps of
+// (its inputs are (s - max) log2 e, never positive): |exp2_8(x) - 2^x| <= kMaxUlp2 ulps of
 // float(2^x). Measured over every float of the range (kStride = 1): worst 0.952 ulps on avx2, at
 // x = -0.496009678, and 1.227 on generic (no FMA contraction: two roundings per polynomial step),
 // at x = -0.498714477. kMaxUlp2 leaves a few percent of margin over the generic copy.

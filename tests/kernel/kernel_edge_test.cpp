@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cpattn/isa.h"
 #include "cpattn/kernel.h"
 #include "support/metrics.h"
 #include "support/problem_tensors.h"
@@ -156,6 +157,75 @@ TEST(KernelEdge, PositionsBeyond32Bits) {
     p.k_pos[i] = (int64_t{1} << 32) - 60 + i;
   }
   EXPECT_TRUE(kernel_within_tolerance(p));
+}
+
+// The forward's softmax keeps scores, max and lse in natural units and multiplies by log2 e only
+// s - max (its 2^x exp): integer q and k with a power-of-two scale make every fp32 score exact,
+// and the forward must keep that (scores pre-multiplied by log2 e rounded each one relative to
+// |s| and missed the rule 14x here; docs/performance.md).
+TEST(KernelEdge, ExactScoresStayExact) {
+  for (const int magnitude : {16, 64}) {
+    reference::Problem p = random_problem({1, 64, 256, 1, 1, 16, 16}, 3);
+    uint64_t state = 7;
+    const auto next_int = [&] {  // a 64-bit LCG's high bits, uniform enough in [-m, m]
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return static_cast<double>(static_cast<int64_t>((state >> 33) % (2 * magnitude + 1)) -
+                                 magnitude);
+    };
+    for (double& x : p.q) x = next_int();
+    for (double& x : p.k) x = next_int();
+    p.params.softmax_scale = 0.25f;
+    const reference::Oracle oracle = reference::make_oracle(p, false);
+    for (Isa isa : available_isas()) {
+      const reference::Outputs got =
+          reference::run_kernel(p, {MemoryLayout::kBSHD, 1, false, isa, DType::kF32});
+      EXPECT_TRUE(testing::row_passes(reference::compare("exact scores", oracle, got)))
+          << "magnitude " << magnitude << ", " << isa_name(isa);
+    }
+  }
+}
+
+// Finite sinks, scales and scores near the float range: nothing may overflow to a NaN (with
+// their logits times log2 e, a sink above FLT_MAX / log2 e did). Rows before every key (causal,
+// Sq > Sk) get out 0 and exactly the sink as lse.
+TEST(KernelEdge, SinksScalesAndScoresNearTheFloatRange) {
+  for (const float sink : {3e38f, -3e38f, std::numeric_limits<float>::max()}) {
+    reference::Problem p = random_problem({1, 40, 17, 1, 1, 8, 8}, 5);
+    p.params.causal = true;
+    p.params.sink = {sink};
+    const reference::Oracle oracle = reference::make_oracle(p, false);
+    for (Isa isa : available_isas()) {
+      const reference::Outputs got =
+          reference::run_kernel(p, {MemoryLayout::kBSHD, 1, false, isa, DType::kF32});
+      EXPECT_TRUE(testing::row_passes(reference::compare("sink", oracle, got)))
+          << sink << ", " << isa_name(isa);
+      for (int64_t i = 0; i < 23; ++i) {  // the rows that see no key
+        EXPECT_EQ(got.lse[static_cast<size_t>(i)], static_cast<double>(sink)) << i;
+        for (int64_t e = 0; e < 8; ++e) EXPECT_EQ(got.out[static_cast<size_t>(i * 8 + e)], 0.0);
+      }
+      for (double x : got.out) EXPECT_FALSE(std::isnan(x)) << sink << ", " << isa_name(isa);
+      for (double x : got.lse) EXPECT_FALSE(std::isnan(x)) << sink << ", " << isa_name(isa);
+    }
+  }
+  // A scale of 3e38 on zero queries (every score 0: out is the mean of v), and one score of 3e38
+  // itself (D = 1: q = 1e19, k = 3e19).
+  for (const bool huge_score : {false, true}) {
+    reference::Problem p = random_problem({1, 4, 5, 1, 1, huge_score ? 1 : 8, 4}, 2);
+    for (double& x : p.q) x = huge_score ? 1e19 : 0.0;
+    if (huge_score) {
+      for (size_t j = 0; j < p.k.size(); ++j)
+        p.k[j] = j == 0 ? 3e19 : 1e18 * static_cast<double>(j);
+    } else {
+      p.params.softmax_scale = 3e38f;
+    }
+    const reference::Oracle oracle = reference::make_oracle(p, false);
+    for (Isa isa : available_isas()) {
+      const reference::Outputs got =
+          reference::run_kernel(p, {MemoryLayout::kBSHD, 1, false, isa, DType::kF32});
+      EXPECT_TRUE(testing::row_passes(reference::compare("near the range", oracle, got)))
+          << (huge_score ? "score 3e38, " : "scale 3e38, ") << isa_name(isa);
+    }
+  }
 }
 
 }  // namespace

@@ -210,7 +210,7 @@ class Item {
       }
     } else {
       // The forward's scores (scores.h), and the softcap's derivative for dS.
-      const auto recompute = [&](const auto& score) {
+      with_score_map(p_, h, qt, nq_pad, kv, w_.q_rel, w_.k_rel, [&](const auto& score) {
         for (int64_t j = j0; j < j1; ++j) {
           float* s = w_.st + j * kTileQ;
           float* dcap = w_.dcap + j * kTileQ;
@@ -221,8 +221,7 @@ class Item {
             if constexpr (std::decay_t<decltype(score)>::kHasCap) store(dcap + i, d);
           }
         }
-      };
-      with_score_map(p_, ScoreUnits::kNatural, h, qt, nq_pad, kv, w_.q_rel, w_.k_rel, recompute);
+      });
     }
     if (kind == BlockVisibility::kPartial) {
       for (int64_t i = c0; i < q1; ++i) mask_.mask_keys(qt, qt.begin + i, kv, w_.st + i, kTileQ);

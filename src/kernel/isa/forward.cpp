@@ -6,8 +6,6 @@
 // fp32 while packing (Fp32Products).
 #include "kernel/isa/forward.h"
 
-#include <numbers>
-
 #include "kernel/isa/bf16_dot.h"
 #include "kernel/isa/dropout.h"
 #include "kernel/isa/gemm.h"
@@ -19,22 +17,25 @@ namespace cpattn::detail::CPATTN_ISA_NS {
 namespace {
 
 constexpr float kNegInf = -__builtin_inff();
+constexpr float kLog2e = 1.44269504088896341f;  // fp32(log2 e)
 
 void fill(float* x, int64_t n, float value) {
   for (int64_t i = 0; i < n; ++i) x[i] = value;
 }
 
-// Online softmax down the columns of S^T, kLanes queries per vector, in base-2 units: the scores
-// arrive as s_ji = log2 e * score(raw_ji) (ScaledScore, or the whole score transform of scores.h
-// with its constants times log2 e), so every exp is a 2^x (exp2_v, no reduction by ln 2) and
-// e^(s - m) = 2^(s log2 e - m log2 e). m_new = max(m, max_j s_ji), s_ji <- 2^(s_ji - m_new),
-// l <- l * 2^(m - m_new) + sum_j, and alpha = 2^(m - m_new) for rescaling O; m is the row
-// maximum in base-2 units (SoftmaxCarry::row_max), l the sum as in base e. Masked scores are -inf
-// and give exactly 0; a column that has seen only masked keys keeps m = -inf and subtracts 0
-// instead (no NaN). The running max skips NaN scores (vmax(s, mx) keeps mx when s is NaN) and
-// stays NaN once m is, so every s - m_new and m - m_new is <= 0, -inf or NaN (what exp2_v
-// takes); a NaN score still poisons its column through its own exp. Every step is lane-wise and
-// runs down the keys in order, so the results do not depend on the lane count.
+// Online softmax down the columns of S^T, kLanes queries per vector: with s_ji = score(raw_ji, j,
+// c) (the scale, or the whole score transform of scores.h), m_new = max(m, max_j s_ji),
+// s_ji <- exp(s_ji - m_new), l <- l * exp(m - m_new) + sum_j, and alpha = exp(m - m_new) for
+// rescaling O. Each exp is taken as 2^((s - m_new) log2 e) (exp2_v, which needs no range
+// reduction by ln 2): the difference is rounded before the multiply, so the multiply's rounding
+// is relative to |s - m_new|, which is small for the terms that dominate the row (where scores
+// carried log2 e themselves it would be relative to |s|: docs/performance.md), and m, l and lse
+// stay in natural units. Masked scores are -inf and give exactly 0; a column that has seen only
+// masked keys keeps m = -inf and subtracts 0 instead (no NaN). The running max skips NaN scores
+// (vmax(s, mx) keeps mx when s is NaN) and stays NaN once m is, so every s - m_new and
+// m - m_new is <= 0, -inf or NaN (what exp2_v takes); a NaN score still poisons its column
+// through its own exp. Every step is lane-wise and runs down the keys in order, so the results
+// do not depend on the lane count.
 constexpr int kExpKeys = 4;  // keys per step of the exp pass: 8 exps in flight (simd.h)
 
 template <class Score>
@@ -62,8 +63,8 @@ void softmax_columns(int64_t nk, int64_t nq_pad, const Score& score, float* st, 
       VF x[2 * R];
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        x[2 * r] = load(col + (j + r) * kForwardScoreStride) - ref0;
-        x[2 * r + 1] = load(col + (j + r) * kForwardScoreStride + kLanes) - ref1;
+        x[2 * r] = (load(col + (j + r) * kForwardScoreStride) - ref0) * kLog2e;
+        x[2 * r + 1] = (load(col + (j + r) * kForwardScoreStride + kLanes) - ref1) * kLog2e;
       }
       exp2_v(x);
 #pragma GCC unroll 8
@@ -77,8 +78,8 @@ void softmax_columns(int64_t nk, int64_t nq_pad, const Score& score, float* st, 
     int64_t j = 0;
     for (; j + kExpKeys <= nk; j += kExpKeys) exp_keys.template operator()<kExpKeys>(j);
     for (; j < nk; ++j) exp_keys.template operator()<1>(j);
-    const VF a0 = exp2_v(m_old0 - ref0);
-    const VF a1 = exp2_v(m_old1 - ref1);
+    const VF a0 = exp2_v((m_old0 - ref0) * kLog2e);
+    const VF a1 = exp2_v((m_old1 - ref1) * kLog2e);
     store(l + c, load(l + c) * a0 + sum0);
     store(l + c + kLanes, load(l + c + kLanes) * a1 + sum1);
     store(m + c, mx0);
@@ -88,10 +89,10 @@ void softmax_columns(int64_t nk, int64_t nq_pad, const Score& score, float* st, 
   }
 }
 
-// The plain scores in base-2 units: raw * (scale log2 e) (no softcap, no ALiBi).
+// The plain scores: the scale only (no softcap, no ALiBi).
 struct ScaledScore {
-  VF scale_log2e;
-  VF operator()(VF raw, int64_t /*j*/, int64_t /*c*/) const { return raw * scale_log2e; }
+  VF scale;
+  VF operator()(VF raw, int64_t /*j*/, int64_t /*c*/) const { return raw * scale; }
 };
 // Scores already computed in place (a partially visible tile, transformed before its mask).
 struct ReadyScore {
@@ -118,26 +119,18 @@ void load_state(const ForwardPlan& plan, int64_t b, int64_t h, const TileRange& 
   }
 }
 
-// lse = m ln 2 + ln l of a row whose maximum m is in base-2 units, in one fused multiply-add on
-// every ISA copy (contraction left to the compiler would round differently by call site).
-float lse_of(float m, float l) {
-  return __builtin_fmaf(m, std::numbers::ln2_v<float>, __builtin_logf(l));
-}
-
-// The item's end: out_i = O_i / l_i, lse_i = m_i ln 2 + ln l_i (m_i in base-2 units; rows that
-// saw no key get 0 and -inf), rounded once to out's dtype (store_row), or, for a carry that does
-// not finish, O, m and l as they are (out is then fp32: validate_forward). With a sink logit sigma
-// (the head's; sigma2 = sigma log2 e), the normaliser gains e^sigma once, here where the row's
-// softmax ends: m' = max(m, sigma2), l' = l 2^(m - m') + 2^(sigma2 - m'), out_i = O_i 2^(m - m')
-// / l', lse_i = m' ln 2 + ln l' (sigma + ln l' when m' = sigma2; a row that saw no key gets out 0
-// and lse sigma).
+// The item's end: out_i = O_i / l_i, lse_i = m_i + ln l_i (rows that saw no key get 0 and -inf),
+// rounded once to out's dtype (store_row), or, for a carry that does not finish, O, m and l as
+// they are (out is then fp32: validate_forward). With a sink logit sigma (the head's), the
+// normaliser gains exp(sigma) once, here where the row's softmax ends: m' = max(m, sigma),
+// l' = l exp(m - m') + exp(sigma - m'), out_i = O_i exp(m - m') / l', lse_i = m' + ln l' (a row
+// that saw no key gets out 0 and lse sigma).
 void write_rows(const ForwardPlan& plan, int64_t b, int64_t h, const TileRange& qt, const float* o,
                 const float* m, const float* l) {
   const ForwardProblem& p = *plan.p;
   const int64_t row0 = (b * p.Hq + h) * p.Sq + qt.begin;
   const bool sink = !p.sink.empty();
   const float sigma = sink ? p.sink[static_cast<size_t>(p.dropout_head_offset + h)] : 0.0f;
-  const float sigma2 = in_units(sigma, ScoreUnits::kBase2);
   for (int64_t i = 0; i < qt.size; ++i) {
     const float* src = o + i * plan.dv_pad;
     const size_t row = static_cast<size_t>(row0 + i);
@@ -146,15 +139,14 @@ void write_rows(const ForwardPlan& plan, int64_t b, int64_t h, const TileRange& 
       p.row_max[row] = m[i];
       p.row_sum[row] = l[i];
     } else if (sink && !__builtin_isnan(l[i])) {
-      const float m_sink = m[i] > sigma2 ? m[i] : sigma2;
-      const float kept = __builtin_exp2f(m[i] - m_sink);  // 0 for a row that saw no key
-      const float l_sink = l[i] * kept + __builtin_exp2f(sigma2 - m_sink);
+      const float m_sink = m[i] > sigma ? m[i] : sigma;
+      const float kept = __builtin_expf(m[i] - m_sink);  // 0 for a row that saw no key
+      const float l_sink = l[i] * kept + __builtin_expf(sigma - m_sink);
       store_row(p.out, b, qt.begin + i, h, src, kept / l_sink, false);
-      // sigma itself when the sink is the maximum: exact for a row that saw no key.
-      p.lse[row] = m_sink == sigma2 ? sigma + __builtin_logf(l_sink) : lse_of(m_sink, l_sink);
+      p.lse[row] = m_sink + __builtin_logf(l_sink);
     } else if (l[i] > 0.0f || __builtin_isnan(l[i])) {  // NaN: a NaN input reached the row
       store_row(p.out, b, qt.begin + i, h, src, 1.0f / l[i], false);
-      p.lse[row] = lse_of(m[i], l[i]);
+      p.lse[row] = m[i] + __builtin_logf(l[i]);
     } else {
       store_zero_row(p.out, b, qt.begin + i, h);
       p.lse[row] = kNegInf;
@@ -315,9 +307,9 @@ void run_item(const ForwardPlan& plan, int64_t item, float* scratch) {
         }
       };
       if (transforms_scores(p)) {
-        with_score_map(p, ScoreUnits::kBase2, lane.h, qt, nq_pad, kv, q_rel, k_rel, into_softmax);
+        with_score_map(p, lane.h, qt, nq_pad, kv, q_rel, k_rel, into_softmax);
       } else {
-        into_softmax(ScaledScore{splat(in_units(p.scale, ScoreUnits::kBase2))});
+        into_softmax(ScaledScore{splat(p.scale)});
       }
       if (p.dropout_p > 0.0f) dropout.apply(b, lane.h, qt, kv, box.real(), st, kForwardScoreStride);
       // O = O * alpha + P V: the rescale happens as the product loads O.

@@ -1,13 +1,11 @@
 // The scores of docs/design.md section 1 from the raw products <q_i, k_j> of a transposed score
 // tile (keys as rows, queries as columns): s = scale * <q, k>, then softcap * tanh(s / softcap),
 // then minus ALiBi's slope * |q_pos - k_pos|. One statement for the forward (which takes the
-// scores into its online softmax in base-2 units, s log2 e) and the backward (which recomputes the
-// forward's scores with the same operations, so P = exp(s - lse) matches, and also needs the cap's
-// derivative).
+// scores into its online softmax) and the backward (which recomputes the forward's scores with the
+// same operations, so P = exp(s - lse) matches, and also needs the cap's derivative).
 #pragma once
 
 #include <cstdint>
-#include <numbers>
 
 #include "kernel/isa/gemm.h"
 #include "kernel/isa/simd.h"
@@ -23,10 +21,9 @@ namespace cpattn::detail::CPATTN_ISA_NS {
 template <bool kCap, bool kAlibi>
 struct ScoreMap {
   static constexpr bool kHasCap = kCap;
-  VF scale, cap, slope;             ///< in the map's ScoreUnits (with_score_map)
-  VF inv_cap, half_scale_over_cap;  ///< 1 / softcap and scale / (2 softcap), in natural units
-  const float* q_rel;               ///< [columns] float(q_pos - base), 0 in padding columns
-  const float* k_rel;               ///< [keys] float(k_pos - base)
+  VF scale, cap, inv_cap, half_scale_over_cap, slope;
+  const float* q_rel;  ///< [columns] float(q_pos - base), 0 in padding columns
+  const float* k_rel;  ///< [keys] float(k_pos - base)
 
   /// s of key row j, query columns c .. c + kLanes - 1, from their raw products (with a cap,
   /// softcap * tanh(2 raw (scale / (2 softcap))): the scale and the tanh's half angle in one
@@ -82,16 +79,6 @@ inline ScoreBox score_box(const TileMask& mask, const TileRange& q, const TileRa
   return {b.k_begin, b.k_end, b.q_begin / kNr * kNr, c_end, c_end < q.size ? c_end : q.size};
 }
 
-/// The units a kernel takes its scores in: the backward's natural ones (s, its exps e^(s - lse)),
-/// or the forward's base-2 ones (s log2 e, its exps 2^x: isa/forward.cpp's online softmax).
-enum class ScoreUnits { kNatural, kBase2 };
-
-/// x in `units`: x itself, or x log2 e rounded once to float (for the forward's constants: the
-/// scale, the softcap, ALiBi's slope, a sink logit).
-inline float in_units(float x, ScoreUnits units) {
-  return units == ScoreUnits::kBase2 ? static_cast<float>(x * std::numbers::log2e) : x;
-}
-
 /// Whether a call transforms its scores beyond the scale (softcap or ALiBi).
 inline bool transforms_scores(const Problem& p) {
   return p.softcap > 0.0f || !p.alibi_slopes.empty();
@@ -99,14 +86,11 @@ inline bool transforms_scores(const Problem& p) {
 
 /// Calls f(map) with the ScoreMap of query tile q (rows q.begin ..), key tile k and head h of the
 /// call (ALiBi's slope is that of global head p.dropout_head_offset + h), instantiated for the
-/// call's softcap and ALiBi, its scores in `units` (kBase2: the scale, the softcap in the tanh's
-/// numerator and the slope each times log2 e, so the map's s is log2 e times the natural one,
-/// with no multiply more per score); q_rel (>= columns floats) and k_rel (>= k.size floats) are
-/// scratch it fills with the ALiBi distances' positions. For calls with neither, use the plain
-/// scale.
+/// call's softcap and ALiBi; q_rel (>= columns floats) and k_rel (>= k.size floats) are scratch
+/// it fills with the ALiBi distances' positions. For calls with neither, use the plain scale.
 template <class F>
-void with_score_map(const Problem& p, ScoreUnits units, int64_t h, const TileRange& q,
-                    int64_t columns, const TileRange& k, float* q_rel, float* k_rel, F&& f) {
+void with_score_map(const Problem& p, int64_t h, const TileRange& q, int64_t columns,
+                    const TileRange& k, float* q_rel, float* k_rel, F&& f) {
   const bool cap = p.softcap > 0.0f;
   const bool alibi = !p.alibi_slopes.empty();
   float slope = 0.0f;
@@ -123,11 +107,11 @@ void with_score_map(const Problem& p, ScoreUnits units, int64_t h, const TileRan
   }
   const float c = cap ? p.softcap : 1.0f;
   const auto run = [&](auto map) {
-    map.scale = splat(in_units(p.scale, units));
-    map.cap = splat(in_units(c, units));
-    map.inv_cap = splat(1.0f / c);  // the backward's dcap, in natural units
+    map.scale = splat(p.scale);
+    map.cap = splat(c);
+    map.inv_cap = splat(1.0f / c);
     map.half_scale_over_cap = splat(0.5f * p.scale / c);
-    map.slope = splat(in_units(slope, units));
+    map.slope = splat(slope);
     map.q_rel = q_rel;
     map.k_rel = k_rel;
     f(map);

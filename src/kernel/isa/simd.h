@@ -223,15 +223,14 @@ inline VF exp_v(VF x) {
 }
 
 /// 2^x for each lane of G vectors at once, for x <= 0, -inf or NaN only: the forward's online
-/// softmax, whose scores are in base-2 units (s log2 e, docs/design.md section 1), so that its
-/// exps need no range reduction by ln 2. x = n + r with n = round(x) (kRoundMagic) and
-/// |r| <= 1/2 exact (no Cody-Waite step); 2^r = 1 + r P(r), P of degree 5 (the minimax
-/// coefficients of Cephes' exp2f, Moshier 1992); n added to the exponent bits. Accurate within
-/// the bound tests/kernel/exp_test.cpp states, over [-124, 0]; lanes below -124 (including -inf)
-/// give exactly 0 (2^-124 ~ 4.7e-38, as exp_v's e^-86), NaN lanes return NaN. 16 vector
-/// operations per exp against exp_v<kNonPositive>'s 20; like exp_v, lane-wise and the same bits
-/// for any G. The forward runs 8 at a time (interleaved exps: 1.3x faster than single ones on
-/// Zen 2, docs/performance.md).
+/// softmax, which takes e^(s - m) as 2^((s - m) log2 e) (isa/forward.cpp). x = n + r with
+/// n = round(x) (kRoundMagic) and |r| <= 1/2 exact (no Cody-Waite step); 2^r = 1 + r P(r), P of
+/// degree 5 (the minimax coefficients of Cephes' exp2f, Moshier 1992); n added to the exponent
+/// bits. Accurate within the bound tests/kernel/exp_test.cpp states, over [-124, 0]; lanes below
+/// -124 (including -inf) give exactly 0 (2^-124 ~ 4.7e-38, as exp_v's e^-86), NaN lanes return
+/// NaN. 16 vector operations per exp against exp_v<kNonPositive>'s 20 (with the multiply by
+/// log2 e, 17); like exp_v, lane-wise and the same bits for any G. The forward runs 8 at a time
+/// (interleaved exps: 1.3x faster than single ones on Zen 2, docs/performance.md).
 template <int G>
 inline void exp2_v(VF (&x)[G]) {
   VF in[G], t[G], p[G];
