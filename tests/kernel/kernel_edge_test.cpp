@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "cpattn/isa.h"
 #include "cpattn/kernel.h"
@@ -159,6 +160,23 @@ TEST(KernelEdge, PositionsBeyond32Bits) {
   EXPECT_TRUE(kernel_within_tolerance(p));
 }
 
+// The forward of `p` on every ISA path the CPU runs, each checked against the double reference
+// (forward only); `check(got, isa)` may check more of each result.
+template <class Check>
+void forward_on_every_isa(const reference::Problem& p, const std::string& what, Check&& check) {
+  const reference::Oracle oracle = reference::make_oracle(p, false);
+  for (Isa isa : available_isas()) {
+    const reference::Outputs got =
+        reference::run_kernel(p, {MemoryLayout::kBSHD, 1, false, isa, DType::kF32});
+    EXPECT_TRUE(testing::row_passes(reference::compare(what, oracle, got)))
+        << what << ", " << isa_name(isa);
+    check(got, isa);
+  }
+}
+void forward_on_every_isa(const reference::Problem& p, const std::string& what) {
+  forward_on_every_isa(p, what, [](const reference::Outputs&, Isa) {});
+}
+
 // The forward's softmax keeps scores, max and lse in natural units and multiplies by log2 e only
 // s - max (its 2^x exp): integer q and k with a power-of-two scale make every fp32 score exact,
 // and the forward must keep that (scores pre-multiplied by log2 e rounded each one relative to
@@ -175,13 +193,7 @@ TEST(KernelEdge, ExactScoresStayExact) {
     for (double& x : p.q) x = next_int();
     for (double& x : p.k) x = next_int();
     p.params.softmax_scale = 0.25f;
-    const reference::Oracle oracle = reference::make_oracle(p, false);
-    for (Isa isa : available_isas()) {
-      const reference::Outputs got =
-          reference::run_kernel(p, {MemoryLayout::kBSHD, 1, false, isa, DType::kF32});
-      EXPECT_TRUE(testing::row_passes(reference::compare("exact scores", oracle, got)))
-          << "magnitude " << magnitude << ", " << isa_name(isa);
-    }
+    forward_on_every_isa(p, "integer scores up to " + std::to_string(magnitude));
   }
 }
 
@@ -193,19 +205,14 @@ TEST(KernelEdge, SinksScalesAndScoresNearTheFloatRange) {
     reference::Problem p = random_problem({1, 40, 17, 1, 1, 8, 8}, 5);
     p.params.causal = true;
     p.params.sink = {sink};
-    const reference::Oracle oracle = reference::make_oracle(p, false);
-    for (Isa isa : available_isas()) {
-      const reference::Outputs got =
-          reference::run_kernel(p, {MemoryLayout::kBSHD, 1, false, isa, DType::kF32});
-      EXPECT_TRUE(testing::row_passes(reference::compare("sink", oracle, got)))
-          << sink << ", " << isa_name(isa);
+    forward_on_every_isa(p, "sink " + std::to_string(sink), [&](const auto& got, Isa isa) {
       for (int64_t i = 0; i < 23; ++i) {  // the rows that see no key
         EXPECT_EQ(got.lse[static_cast<size_t>(i)], static_cast<double>(sink)) << i;
         for (int64_t e = 0; e < 8; ++e) EXPECT_EQ(got.out[static_cast<size_t>(i * 8 + e)], 0.0);
       }
       for (double x : got.out) EXPECT_FALSE(std::isnan(x)) << sink << ", " << isa_name(isa);
       for (double x : got.lse) EXPECT_FALSE(std::isnan(x)) << sink << ", " << isa_name(isa);
-    }
+    });
   }
   // A scale of 3e38 on zero queries (every score 0: out is the mean of v), and one score of 3e38
   // itself (D = 1: q = 1e19, k = 3e19).
@@ -213,18 +220,13 @@ TEST(KernelEdge, SinksScalesAndScoresNearTheFloatRange) {
     reference::Problem p = random_problem({1, 4, 5, 1, 1, huge_score ? 1 : 8, 4}, 2);
     for (double& x : p.q) x = huge_score ? 1e19 : 0.0;
     if (huge_score) {
-      for (size_t j = 0; j < p.k.size(); ++j)
+      for (size_t j = 0; j < p.k.size(); ++j) {
         p.k[j] = j == 0 ? 3e19 : 1e18 * static_cast<double>(j);
+      }
     } else {
       p.params.softmax_scale = 3e38f;
     }
-    const reference::Oracle oracle = reference::make_oracle(p, false);
-    for (Isa isa : available_isas()) {
-      const reference::Outputs got =
-          reference::run_kernel(p, {MemoryLayout::kBSHD, 1, false, isa, DType::kF32});
-      EXPECT_TRUE(testing::row_passes(reference::compare("near the range", oracle, got)))
-          << (huge_score ? "score 3e38, " : "scale 3e38, ") << isa_name(isa);
-    }
+    forward_on_every_isa(p, huge_score ? "score 3e38" : "scale 3e38");
   }
 }
 
