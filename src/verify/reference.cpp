@@ -146,19 +146,16 @@ double abs_dot(const T* a, const T* b, int64_t n) {
   return sum;
 }
 
-// sum_d a[d] * b[d] with four partial sums (breaks the add latency chain; still a plain sum).
+// sum_d a[d] * b[d], one sum in order: each element of a plain implementation's products is
+// accumulated this way (a GEMM's inner loop keeps one accumulator per element over the whole
+// head dim), and the accuracy rule (reference_case.h) measures the kernel against such a one.
+// Partial sums would make large scores about 2x more accurate than that (measured: four of them
+// put the kernel's out at 2-5x the plain error for scores in the tens), and the rule tighter than
+// "within 2x of a plain implementation".
 template <typename T>
 T dot(const T* a, const T* b, int64_t n) {
-  T acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;
-  int64_t d = 0;
-  for (; d + 4 <= n; d += 4) {
-    acc0 += a[d] * b[d];
-    acc1 += a[d + 1] * b[d + 1];
-    acc2 += a[d + 2] * b[d + 2];
-    acc3 += a[d + 3] * b[d + 3];
-  }
-  T sum = (acc0 + acc1) + (acc2 + acc3);
-  for (; d < n; ++d) sum += a[d] * b[d];
+  T sum = 0;
+  for (int64_t d = 0; d < n; ++d) sum += a[d] * b[d];
   return sum;
 }
 

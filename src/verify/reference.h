@@ -95,7 +95,8 @@ double softmax_scale(const Problem& problem);
 Outputs attention(const Problem& problem, bool with_backward = true, Outputs* magnitudes = nullptr);
 
 /// The same computation carried out entirely in fp32 (inputs rounded to float; dot products,
-/// softmax and sums in float). This is the "plain fp32 implementation" whose error against
+/// softmax and sums in float; each dot product one sum in order, as a GEMM accumulates each
+/// element). This is the "plain fp32 implementation" whose error against
 /// attention() sets the kernel's tolerance. Results are widened back to double.
 Outputs attention_fp32(const Problem& problem, bool with_backward = true);
 

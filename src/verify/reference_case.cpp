@@ -500,6 +500,10 @@ ErrorRow compare(std::string name, const Oracle& oracle, const Outputs& got) {
   row.name = std::move(name);
   const auto exact = tensors(oracle.exact), fp32 = tensors(oracle.fp32),
              magnitude = tensors(oracle.magnitude), result = tensors(got);
+  double lse_max = 0.0;  // over the finite entries (an empty row's lse is -inf)
+  for (double lse : oracle.exact.lse) {
+    if (std::isfinite(lse)) lse_max = std::max(lse_max, std::fabs(lse));
+  }
   for (size_t t = 0; t < kTensorNames.size(); ++t) {
     if ((t >= 2 && got.dq.empty()) || (exact[t]->empty() && result[t]->empty())) {
       // forward only, or no sinks (dsink empty on both sides; one missing on one side throws in
@@ -512,6 +516,7 @@ ErrorRow compare(std::string name, const Oracle& oracle, const Outputs& got) {
     row.tol[t] = kTolFactor * max_abs_error(*exact[t], *fp32[t]) + kTolAbs;
     const double mag = max_of(*magnitude[t]);
     row.tol[t] += kTolUlps * kEpsFp32 * mag;
+    if (t >= 2) row.tol[t] += kTolLseUlps * kEpsFp32 * lse_max * mag;  // the gradients
     if (t != 1 && oracle.dtype != DType::kF32) {  // the 16-bit terms (reference_case.h)
       const double ulps16 = kTolUlps16 + (oracle.dtype == DType::kBF16 ? kTolProducts16 : 0.0);
       row.tol[t] += ulps16 * unit_roundoff(oracle.dtype) * mag;

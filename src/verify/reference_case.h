@@ -180,24 +180,25 @@ Oracle make_oracle(const Problem& problem, bool with_backward = true, DType dtyp
 
 /// Tolerance rule, per tensor t of out, lse, dq, dk, dv, dsink:
 ///   err_t <= kTolFactor * err_fp32_t + kTolAbs + kTolUlps * eps_fp32 * max(magnitude_t)
+///            (+ kTolLseUlps * eps_fp32 * max_i |lse_i| * max(magnitude_t) for the gradients)
 /// err_t: max abs error vs the double answer; err_fp32_t: that of the plain fp32 implementation.
 /// bf16 / fp16 cases apply the same rule with the plain implementation that takes the inputs in
 /// that dtype, computes in fp32 and rounds its results to that dtype (make_oracle), against the
 /// double answer on those same inputs: output rounding (2^-9 relative for bf16, 2^-12 for fp16)
 /// dominates both errors, and kTolAbs is the stated absolute term for all dtypes.
-/// The first two terms are FlashAttention's rule ("within 2x of a plain implementation"). The
-/// last is rounding the flash backward adds by design and the plain one does not have, a few
-/// ulps of the size of the summed terms: P is recomputed as exp(scale s - lse) from an fp32 lse
-/// with the kernel's polynomial exp (simd.h, within 1.05 ulps), so each P carries a relative
-/// error of a few ulps of |scale s| + |lse|; and D = <dout, out> is summed in another order than
-/// dP, so dS = P (dP - D) does not cancel exactly (a row that sees one key has dS = 0 exactly in
-/// the plain implementation). Measured need over the kernel sweep: <= 2.8 ulps; kTolUlps keeps ~3x
-/// margin. out gets the same term: the flash forward's exp (2^((s - m) log2 e), within 1.3 ulps
-/// and the multiply's rounding; the plain one's 0.5), its rescales by exp(m_old - m_new) and its
-/// normalisation by a reciprocal add a few ulps of the terms' size sum_j Z P |v_j| that the plain
-/// softmax does not have, and where the plain implementation happens to round well (few visible
-/// keys, dropout doubling each term) twice its error is below them (measured: a causal window of
-/// 3 keys at dropout 0.5 needed 2.6 ulps).
+/// The first two terms are FlashAttention's rule ("within 2x of a plain implementation"; the
+/// plain one sums each dot product in order, as a GEMM does: reference.h). The last is rounding
+/// the flash backward adds by design and the plain one does not have, a few ulps of the size of
+/// the summed terms: P is recomputed as exp(scale s - lse) with the kernel's polynomial exp
+/// (simd.h, within 1.05 ulps); and D = <dout, out> is summed in another order than dP, so
+/// dS = P (dP - D) does not cancel exactly (a row that sees one key has dS = 0 exactly in the
+/// plain implementation). Measured need over the kernel sweep: <= 2.8 ulps; kTolUlps keeps ~3x
+/// margin. (The lse that recomputation reads is fp32: kTolLseUlps below.) out gets the same term:
+/// the flash forward's exp (2^((s - m) log2 e), within 1.3 ulps and the multiply's rounding; the
+/// plain one's 0.5), its rescales by exp(m_old - m_new) and its normalisation by a reciprocal add a
+/// few ulps of the terms' size sum_j Z P |v_j| that the plain softmax does not have, and where the
+/// plain implementation happens to round well (few visible keys, dropout doubling each term) twice
+/// its error is below them (measured: a causal window of 3 keys at dropout 0.5 needed 2.6 ulps).
 /// lse gets it too, of |m_i| + |log l_i| (the running max and the log of the running sum it is
 /// added from): where the plain implementation rounds its lse well, the kernel's other order of
 /// the same sum differs by an ulp or two of those terms (measured: 1.1x the rule without it in a
@@ -218,6 +219,19 @@ inline constexpr double kTolAbs = 1e-6;
 inline constexpr double kTolUlps = 8.0;
 inline constexpr double kEpsFp32 = 0x1.0p-23;
 inline constexpr double kTolUlps16 = 2.0;
+/// The gradients (dq, dk, dv, dsink) get one more term, kTolLseUlps * eps_fp32 * max_i |lse_i| *
+/// max(magnitude_t), lse_i the exact answer's finite entries. The backward recomputes every
+/// probability as exp(scale s_ij - lse_i) (and the sink's as exp(sink - lse_i)) from the lse the
+/// forward stored in fp32, m_i + ln l_i rounded once (<= 2^-24 |lse_i|) after ln l_i's own few
+/// ulps of a value far smaller than |lse_i| where |lse_i| is large: so each P_ij carries a
+/// relative error of about 2^-24 |lse_i|, and each gradient, a sum of P times its other factors,
+/// at most that times its magnitude. The plain implementation normalises by its own row sum and
+/// never reads an lse, so without the term the rule would charge the fp32 lse of the design's
+/// forward-to-backward contract (FlashAttention's too) as the kernel's error: where scores are in
+/// the hundreds (|lse| ~ 250-1000), dv measured 3-13x the other terms. One ulp (2^-23) of |lse|
+/// keeps ~2x margin over the lse's rounding; at the sweep's |lse| of 5-8 the term is a few ulps of
+/// the magnitude, like kTolUlps's.
+inline constexpr double kTolLseUlps = 1.0;
 /// For bf16 out and gradients one more term, kTolProducts16 * u * max(magnitude_t): a bf16
 /// kernel may run its products on bf16 operands, rounding each fp32 value it multiplies once
 /// (relative error <= u), as the avx512bf16 path and FlashAttention on GPUs do: P before P V in
