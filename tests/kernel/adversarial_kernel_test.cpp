@@ -3,8 +3,10 @@
 // bugs these probes found (NaN swallowed by the softmax, self-overlapping outputs accepted).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -323,6 +325,31 @@ TEST(KernelAdversarial, LargeScoresWithinTheRule) {
       EXPECT_TRUE(testing::row_passes(reference::compare(
           "large scores", oracle, reference::run_kernel(p, {MemoryLayout::kBSHD, 2, true, isa}))));
     }
+    // The rule still rejects a bug there: the kernel reading a wrong k row (another key's) for the
+    // key that the last query, which every mask here lets see every key, weighs most in head 0.
+    // That key, because at these scales most keys' probabilities underflow to 0 and a wrong row
+    // of one of them may change no result at all.
+    const reference::Dims& d = lc.dims;
+    const auto k_row = [&](reference::Problem& problem, int64_t j) {
+      return problem.k.begin() + j * d.Hkv * d.Dqk;
+    };
+    const auto q_last = p.q.begin() + (d.Sq - 1) * d.Hq * d.Dqk;
+    int64_t top = 0;
+    double top_score = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < d.Sk; ++j) {
+      const double score = std::inner_product(q_last, q_last + d.Dqk, k_row(p, j), 0.0);
+      if (score > top_score) {
+        top_score = score;
+        top = j;
+      }
+    }
+    reference::Problem wrong_row = p;
+    std::copy_n(k_row(p, (top + 1) % d.Sk), d.Dqk, k_row(wrong_row, top));
+    EXPECT_FALSE(
+        reference::compare("wrong k row", oracle,
+                           reference::run_kernel(wrong_row, {MemoryLayout::kBSHD, 2, true}))
+            .pass())
+        << "case " << c;
   }
 }
 
