@@ -27,10 +27,12 @@ bool judged(const VerifyResult& r, size_t t) {
 }
 
 std::string rule_text() {
-  char buf[160];
+  char buf[200];
   std::snprintf(buf, sizeof(buf),
-                "err <= %g * err_fp32 + %g (+ %g ulp(fp32) * magnitude for dq, dk, dv, dsink)",
-                reference::kTolFactor, reference::kTolAbs, reference::kTolUlps);
+                "err <= %g * err_fp32 + %g + %g ulp(fp32) * magnitude (+ %g ulp(fp32) of max |lse| "
+                "* magnitude for dq, dk, dv, dsink)",
+                reference::kTolFactor, reference::kTolAbs, reference::kTolUlps,
+                reference::kTolLseUlps);
   return buf;
 }
 }  // namespace

@@ -1,5 +1,5 @@
 // The naive attention oracle: one score row at a time, explicit masks, explicit dropout mask from
-// its own Philox. Clarity over speed; only the dot products are unrolled so sweeps stay quick.
+// its own Philox. Clarity over speed.
 #include "verify/reference.h"
 
 #include <cmath>

@@ -225,12 +225,16 @@ inline constexpr double kTolUlps16 = 2.0;
 /// forward stored in fp32, m_i + ln l_i rounded once (<= 2^-24 |lse_i|) after ln l_i's own few
 /// ulps of a value far smaller than |lse_i| where |lse_i| is large: so each P_ij carries a
 /// relative error of about 2^-24 |lse_i|, and each gradient, a sum of P times its other factors,
-/// at most that times its magnitude. The plain implementation normalises by its own row sum and
-/// never reads an lse, so without the term the rule would charge the fp32 lse of the design's
-/// forward-to-backward contract (FlashAttention's too) as the kernel's error: where scores are in
-/// the hundreds (|lse| ~ 250-1000), dv measured 3-13x the other terms. One ulp (2^-23) of |lse|
-/// keeps ~2x margin over the lse's rounding; at the sweep's |lse| of 5-8 the term is a few ulps of
-/// the magnitude, like kTolUlps's.
+/// at most that times its magnitude. The plain implementation normalises the keys' probabilities
+/// by its own row sum (only its sink's reads its lse), so without the term the rule would charge
+/// the fp32 lse of the design's forward-to-backward contract (FlashAttention's too) as the
+/// kernel's error: where scores are in the hundreds (|lse| ~ 250-1000), dv measured 3-13x the
+/// other terms. One ulp (2^-23) of |lse| is 2x the lse's rounding; at the sweep's |lse| of 5-8
+/// the term is a few ulps of the magnitude, like kTolUlps's. The bound is coarse: it takes the
+/// call's largest |lse| and largest magnitude for every element, so one head with a large |lse|
+/// (a sink logit of 1000) loosens every head's gradients, and dq, whose error is about
+/// 2^-24 |lse_i| |dq_i|, gets the bound of its magnitude (measured in the integer cases of
+/// KernelAdversarial.LargeScoresWithinTheRule: dq 0.01 of its tolerance, dv 0.1-0.25).
 inline constexpr double kTolLseUlps = 1.0;
 /// For bf16 out and gradients one more term, kTolProducts16 * u * max(magnitude_t): a bf16
 /// kernel may run its products on bf16 operands, rounding each fp32 value it multiplies once
