@@ -149,9 +149,9 @@ double abs_dot(const T* a, const T* b, int64_t n) {
 // sum_d a[d] * b[d], one sum in order: each element of a plain implementation's products is
 // accumulated this way (a GEMM's inner loop keeps one accumulator per element over the whole
 // head dim), and the accuracy rule (reference_case.h) measures the kernel against such a one.
-// Partial sums would make large scores about 2x more accurate than that (measured: four of them
-// put the kernel's out at 2-5x the plain error for scores in the tens), and the rule tighter than
-// "within 2x of a plain implementation".
+// Partial sums would make large scores about 2x more accurate than that (measured: with four of
+// them the kernel's out was up to 5x the plain error for scores in the tens), and the rule
+// tighter than "within 2x of a plain implementation".
 template <typename T>
 T dot(const T* a, const T* b, int64_t n) {
   T sum = 0;
