@@ -69,9 +69,16 @@ def run_processes(world, fn, *args, timeout=240.0, expect_errors=False, start="f
     """Runs fn(rank, world, *args) on `world` processes in one gloo group; returns the results
     by rank (picklable values: use numpy or lists, not tensors). With expect_errors the per-rank
     outcomes ("ok" or "error", value) are returned instead of raising. start: "fork" (fast), or
-    "spawn" for a test module whose process has run autograd already (autograd's threads do not
-    survive a fork); spawned ranks import fn's module afresh."""
+    "forkserver" for a test module whose process has run autograd already (autograd's threads do
+    not survive a fork): the ranks fork from a server process that imported torch, cpattn and fn's
+    module once and never ran autograd, so each rank starts about as fast as a fork and as clean
+    as a spawned process (spawn imports torch, cpattn and transformers again in every rank,
+    seconds each)."""
     ctx = mp.get_context(start)
+    if start == "forkserver":
+        # Read when the server starts, at its first use in this process (one test file's calls
+        # all pass functions of that file's module).
+        ctx.set_forkserver_preload(["torch", "cpattn", "helpers", fn.__module__])
     queue = ctx.Queue()
     store = tempfile.mktemp(prefix="cpattn-test-store-")
     procs = [ctx.Process(target=_worker, args=(r, world, store, fn, args, queue))

@@ -108,5 +108,5 @@ def _compiled_ring(rank, world, recompute):
 
 @pytest.mark.parametrize("recompute", [False, True])
 def test_compiled_block_with_ring_attention_on_two_processes_is_bitwise_eager(recompute):
-    results = run_processes(2, _compiled_ring, recompute, timeout=600, start="spawn")
+    results = run_processes(2, _compiled_ring, recompute, timeout=600, start="forkserver")
     assert len(results) == 2

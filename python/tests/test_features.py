@@ -111,7 +111,7 @@ def test_a_row_that_sees_no_key_has_the_sink_as_lse():
 
 def _ring_features(rank, world, name, Hq, Hkv, kw, layout):
     """Every strategy's gathered out, dq, dk, dv and this rank's dsink share, one after the other
-    in one group (spawned processes are slow to start)."""
+    in one group (a group's processes are slow to start)."""
     S = 97
     q, k, v, dout = _problem(S, Hq, Hkv, 16)
     results = []
@@ -132,7 +132,7 @@ def _ring_features(rank, world, name, Hq, Hkv, kw, layout):
 @pytest.mark.parametrize("name,Hq,Hkv,kw", [FEATURES[4], FEATURES[5], FEATURES[6]],
                          ids=[FEATURES[i][0] for i in (4, 5, 6)])
 def test_every_strategy_equals_one_rank(name, Hq, Hkv, kw):
-    by_rank = run_processes(P, _ring_features, name, Hq, Hkv, kw, "zigzag", start="spawn")
+    by_rank = run_processes(P, _ring_features, name, Hq, Hkv, kw, "zigzag", start="forkserver")
     q, k, v, dout = _problem(97, Hq, Hkv, 16)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     kws = _kwargs(kw, Hq)
@@ -250,6 +250,6 @@ def _one_rank_differs(rank, world, what):
                                         ("alibi", "alibi_slopes digest"),
                                         ("slices", "slices digest")])
 def test_ranks_that_differ_all_raise_naming_the_field(what, label):
-    got = run_processes(2, _one_rank_differs, what, start="spawn")
+    got = run_processes(2, _one_rank_differs, what, start="forkserver")
     for code, message in got:
         assert code == "rank_disagreement" and label in message, message

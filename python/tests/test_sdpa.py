@@ -293,7 +293,7 @@ def drop_in():
 
     def run(world):
         if world not in runs:
-            runs[world] = run_processes(world, _drop_in, timeout=240, start="spawn")
+            runs[world] = run_processes(world, _drop_in, timeout=240, start="forkserver")
         return runs[world]
 
     return run
@@ -365,7 +365,7 @@ def test_a_group_of_one_and_none_run_on_one_rank_as_the_one_process_run(monkeypa
     without a context (torch's SDPA) within CP_TOL; with dropout it is cpattn.sdpa's run (the
     model's SDPA replaced by cpattn.sdpa): bitwise for None, within CP_TOL for the group of
     one (another process)."""
-    (one,) = run_processes(1, _group_of_one, timeout=120, start="spawn")
+    (one,) = run_processes(1, _group_of_one, timeout=120, start="forkserver")
     for dropout_p in (0.0, 0.1):
         assert one[dropout_p]["untouched"] == [True] * 3
         assert one[dropout_p]["restored"] == [True] * 3
@@ -438,7 +438,7 @@ def _run_misuse(rank, world, cases):
 def misuse():
     """misuse(case, *args): the outcomes by rank of case(rank, world, *args) on 2 processes.
     Every case of MISUSE_CASES runs in one launch, shared by the tests."""
-    results = run_processes(2, _run_misuse, MISUSE_CASES, timeout=240, start="spawn")
+    results = run_processes(2, _run_misuse, MISUSE_CASES, timeout=240, start="forkserver")
     return lambda case, *args: [r[(case.__name__,) + args] for r in results]
 
 
@@ -573,7 +573,7 @@ def _outside_case(rank, world, how):
 def test_a_rank_that_never_enters_makes_the_other_raise_within_the_deadline():
     """Rank 1 runs the model without the context (torch's SDPA on the whole sequence): rank 0
     raises timeout at the context's deadline instead of hanging."""
-    rank0, rank1 = run_processes(2, _outside_case, "never enters", timeout=60, start="spawn")
+    rank0, rank1 = run_processes(2, _outside_case, "never enters", timeout=60, start="forkserver")
     assert rank1["code"] is None  # it never called cpattn: nothing to raise
     # Rank 0 waits at the context's entry agreement until its deadline (rank 1 is alive).
     assert rank0["code"] == "timeout", rank0

@@ -96,7 +96,7 @@ def _opcheck_varlen_group(rank, world):
 
 
 def test_opcheck_varlen_two_gloo_processes():
-    assert run_processes(2, _opcheck_varlen_group, start="spawn") == [True, True]
+    assert run_processes(2, _opcheck_varlen_group, start="forkserver") == [True, True]
 
 
 def _opcheck_group(rank, world, layout, strategy):
@@ -112,13 +112,13 @@ def _opcheck_group(rank, world, layout, strategy):
 
 
 def test_opcheck_process_group_of_one():
-    assert run_processes(1, _opcheck_group, "contiguous", "ring", start="spawn") == [True]
+    assert run_processes(1, _opcheck_group, "contiguous", "ring", start="forkserver") == [True]
 
 
 @pytest.mark.parametrize("layout,strategy", [("zigzag", "ring"), ("contiguous", "ring"),
                                              ("zigzag", "allgather")])
 def test_opcheck_two_gloo_processes(layout, strategy):
-    assert run_processes(2, _opcheck_group, layout, strategy, start="spawn") == [True, True]
+    assert run_processes(2, _opcheck_group, layout, strategy, start="forkserver") == [True, True]
 
 
 def test_fake_forward_gives_the_real_shapes_dtypes_and_strides():

@@ -173,7 +173,7 @@ def test_cp_training_with_dropout_and_checkpointing_matches_one_process(name, wo
     """Two SGD steps at CP=world (zigzag shards, attention dropout 0.1, gradient checkpointing)
     give one process's losses, summed gradients and weights within 1e-5: the same dropout masks
     for every CP size, also in the recompute; qwen2's second layer slides (window 8 of 48)."""
-    results = run_processes(world, _train, name, None, timeout=300, start="spawn")
+    results = run_processes(world, _train, name, None, timeout=300, start="forkserver")
     _assert_matches(results, _reference(name, None), CP_TOL)
 
 
@@ -192,7 +192,7 @@ def test_cp_training_of_packed_sequences_matches_one_process(packing, world):
     """Packed documents (4 per sequence) under CP, as restarting position ids (a buffer of the
     context, the whole sequence's documents) or as the whole sequence's cu_seq_lens: two SGD
     steps with dropout and checkpointing give one process's numbers within 1e-5."""
-    results = run_processes(world, _train, "llama", packing, timeout=300, start="spawn")
+    results = run_processes(world, _train, "llama", packing, timeout=300, start="forkserver")
     _assert_matches(results, _reference("llama", packing), CP_TOL)
 
 
@@ -314,7 +314,7 @@ def test_softcap_and_sinks_equal_eager(name):
 def test_cp_training_with_softcap_and_sinks_matches_one_process(name):
     """Two SGD steps at CP=2 with dropout and checkpointing: one process's numbers within 1e-5,
     the sinks' gradients (each rank's share, summed with the other parameters') included."""
-    results = run_processes(2, _train, name, None, timeout=300, start="spawn")
+    results = run_processes(2, _train, name, None, timeout=300, start="forkserver")
     _assert_matches(results, _reference(name, None), CP_TOL)
 
 
@@ -382,7 +382,7 @@ def test_under_cp_position_ids_must_be_a_buffer(case):
     """Under CP, position ids that are not among the context's buffers (none: the model gives
     this rank's tokens the positions 0..S_r-1; or this rank's shard of them, whose documents
     the integration cannot see): every rank raises invalid_argument naming the buffers."""
-    for outcome in run_processes(2, _cp_refusal, case, start="spawn"):
+    for outcome in run_processes(2, _cp_refusal, case, start="forkserver"):
         assert outcome[:2] == ("error", "invalid_argument")
         assert "buffers" in outcome[2]
 
@@ -391,7 +391,7 @@ def test_under_cp_a_rank_refusing_alone_fails_every_rank_at_once():
     """Padding in one rank's shard only: that rank refuses the call (invalid_argument,
     padding), the other raises rank_disagreement quoting it, both long before the deadline
     (the refusing rank joins the call agreement instead of leaving the other waiting)."""
-    outcomes = run_processes(2, _cp_refusal, "padding_in_one_shard", start="spawn")
+    outcomes = run_processes(2, _cp_refusal, "padding_in_one_shard", start="forkserver")
     assert outcomes[1][:2] == ("error", "invalid_argument") and "padding" in outcomes[1][2]
     assert outcomes[0][:2] == ("error", "rank_disagreement") and "padding" in outcomes[0][2]
     assert all(outcome[3] < CP_TIMEOUT / 4 for outcome in outcomes)

@@ -96,3 +96,17 @@ foreach(np 1 3)
   set_tests_properties(python.torch_communicator_deadline_np${np} PROPERTIES
                        LABELS "python;comm" TIMEOUT 90 PROCESSORS ${np})
 endforeach()
+
+# ctest -j starts the tests in descending COST. A fresh build tree has no measured times yet
+# (Testing/Temporary/CTestCostData.txt), so these, the longest of the suite and declared last,
+# would start last and the run would end with one of them alone on the machine. Their COST is
+# about their seconds under `ctest -j2` on a 2-core machine (AMD Zen 3), so they start first.
+foreach(test_cost python.wheel:140 python.test_compile:120 python.test_transformers:70
+                  python.test_varlen:45 python.test_faults:36 python.test_features:30
+                  python.test_torch_library:30 python.test_checkpoint:29
+                  python.example_hf_train:27 python.test_sdpa:25)
+  string(REPLACE ":" ";" test_cost ${test_cost})
+  list(GET test_cost 0 test)
+  list(GET test_cost 1 cost)
+  set_tests_properties(${test} PROPERTIES COST ${cost})
+endforeach()

@@ -5,7 +5,8 @@
 # Usage: run.sh BUILD_DIR WORK_DIR      install an existing build of cpattn
 #        run.sh --shared SRC_DIR WORK_DIR
 #                                       configure and build cpattn from SRC_DIR as shared libraries
-#                                       (library only), then install that
+#                                       (the C++ libraries only: no CLI, tests, benchmarks or
+#                                       PyTorch package), then install that
 # MPIRUN (environment, optional): the mpirun command line; with it the MPI consumer runs too.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,7 +15,8 @@ if [[ $1 == --shared ]]; then
   rm -rf "$work" && mkdir -p "$work"
   echo "consumer: building cpattn as shared libraries"
   cmake -S "$src" -B "$work/cpattn-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
-    -DCPATTN_BUILD_CLI=OFF -DCPATTN_BUILD_TESTS=OFF -DCPATTN_BUILD_BENCHMARKS=OFF >/dev/null
+    -DCPATTN_BUILD_CLI=OFF -DCPATTN_BUILD_TESTS=OFF -DCPATTN_BUILD_BENCHMARKS=OFF \
+    -DCPATTN_TORCH=OFF >/dev/null
   cmake --build "$work/cpattn-build" >/dev/null
   build=$work/cpattn-build
 else

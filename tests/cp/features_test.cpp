@@ -170,12 +170,14 @@ TEST(CpFeatures, DsinkIsTheSameBitsOnEveryRankOrEachRanksShare) {
   s.seed = 77;
   const reference::Problem p = reference::make_problem(s);
   const ProblemTensors whole(p);
-  for (const auto& [strategy, P] :
+  for (const std::pair<Strategy, int>& strategy_ranks :
        std::vector<std::pair<Strategy, int>>{{Strategy::ring(), 3},
                                              {Strategy::allgather(), 4},
                                              {Strategy::ulysses(), 4},
                                              {Strategy::hybrid(2, 2), 4},
                                              {Strategy::hybrid(4, 2), 8}}) {
+    const Strategy& strategy = strategy_ranks.first;
+    const int P = strategy_ranks.second;
     SCOPED_TRACE(strategy_name(strategy));
     const auto run = [&](bool reduce) {
       std::mutex mu;

@@ -245,8 +245,8 @@ TEST(Plan, ModelsThatWouldMakeTimesInfiniteAreRefused) {
       {{1e9, 1e-5, 1}, {tiny, 0, 1e9}}, {{1e9, inf, 1}, {20e9, 0, 1e9}},
       {{nan, 1e-5, 1}, {20e9, 0, 1e9}}, {{1e9, 1e-5, 1}, {20e9, 0, 0.5}},
       {{1e9, -1, 1}, {20e9, 0, 1e9}},   {{1e9, 1e-5, 1}, {20e9, -1, 1e9}}};
-  for (const auto& [link, kernel] : bad) {
-    const Error e = error_of([&] { plan_strategies(p, link, kernel); });
+  for (const std::pair<LinkModel, KernelModel>& models : bad) {
+    const Error e = error_of([&] { plan_strategies(p, models.first, models.second); });
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_THAT(e.what(), ::testing::HasSubstr("plan: the link and kernel models need rates"));
   }

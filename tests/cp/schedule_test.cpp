@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "cpattn/detail/cp.h"
@@ -10,8 +9,6 @@
 
 namespace cpattn::detail {
 namespace {
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 TEST(RingStep, MatchesTheWorkedExampleOfRingH) {
   // P = 4, rank 1 (cpattn/detail/cp.h and docs/ring.md). Fields: kv_block, kv_send_to,

@@ -132,7 +132,9 @@ TEST(CallAgreement, EachFieldIsCompared) {
              p.slices = {{0, 37, 0, 37, SliceType::kFull}};
            }},
       };
-  for (const auto& [needle, change] : variants) {
+  for (const auto& variant : variants) {
+    const std::string& needle = variant.first;
+    const auto& change = variant.second;
     const RankOutcomes o = run_all(2, [&](Communicator& comm) {
       const Tensor x = c.p.shard(c.p.x, 2, comm.rank(), &comm.memory());
       AttentionParams params = c.params;

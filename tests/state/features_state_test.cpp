@@ -179,7 +179,9 @@ const std::vector<std::pair<std::string, std::function<void(AttentionParams&)>>>
 // any message, naming the field, on every rank.
 TEST(SafeApiFeatures, BackwardOrRecomputeWithOtherFeaturesIsRefusedNamingTheField) {
   const Whole w(51);
-  for (const auto& [label, change] : kChanges) {
+  for (const auto& labelled_change : kChanges) {
+    const std::string& label = labelled_change.first;
+    const std::function<void(AttentionParams&)>& change = labelled_change.second;
     for (const bool recompute : {false, true}) {
       SCOPED_TRACE(label + (recompute ? " recompute" : " backward"));
       const RankOutcomes o = run_all(2, [&](Communicator& comm) {
@@ -214,7 +216,9 @@ TEST(SafeApiFeatures, BackwardOrRecomputeWithOtherFeaturesIsRefusedNamingTheFiel
 // kRankDisagreement naming the field and that rank.
 TEST(SafeApiFeatures, ARankWithOtherFeaturesFailsEveryRankNamingTheField) {
   const Whole w(61);
-  for (const auto& [label, change] : kChanges) {
+  for (const auto& labelled_change : kChanges) {
+    const std::string& label = labelled_change.first;
+    const std::function<void(AttentionParams&)>& change = labelled_change.second;
     SCOPED_TRACE(label);
     const RankOutcomes o = run_all(4, [&](Communicator& comm) {
       const int r = comm.rank();

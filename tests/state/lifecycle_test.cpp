@@ -71,7 +71,9 @@ class MicrobatchOrder
     : public ::testing::TestWithParam<std::tuple<std::vector<int>, bool, Strategy>> {};
 
 TEST_P(MicrobatchOrder, EveryMicrobatchGetsItsOwnGradients) {
-  const auto& [order, recompute, strategy] = GetParam();
+  const std::vector<int>& order = std::get<0>(GetParam());
+  const bool recompute = std::get<1>(GetParam());
+  const Strategy& strategy = std::get<2>(GetParam());
   constexpr int kCp = 2;
   StackConfig config = causal_dropout_config(3);
   config.cp.strategy = strategy;

@@ -78,7 +78,9 @@ void expect_refused_everywhere(const RankOutcomes& o, int refusing, const BadArg
 
 TEST(Refusal, AForwardRefusedByAnyRankFailsEveryRankForEveryStrategy) {
   const Case c;
-  for (const auto& [strategy_name, strategy] : strategies()) {
+  for (const auto& named_strategy : strategies()) {
+    const char* strategy_name = named_strategy.first;
+    const Strategy& strategy = named_strategy.second;
     for (const BadArgument& bad : bad_arguments()) {
       for (int refusing = 0; refusing < kRanks; ++refusing) {
         const RankOutcomes o = run_all(kRanks, [&](Communicator& comm) {
