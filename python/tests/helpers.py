@@ -70,14 +70,22 @@ def run_processes(world, fn, *args, timeout=240.0, expect_errors=False, start="f
     by rank (picklable values: use numpy or lists, not tensors). With expect_errors the per-rank
     outcomes ("ok" or "error", value) are returned instead of raising. start: "fork" (fast), or
     "forkserver" for a test module whose process has run autograd already (autograd's threads do
-    not survive a fork): the ranks fork from a server process that imported torch, cpattn and fn's
-    module once and never ran autograd, so each rank starts about as fast as a fork and as clean
-    as a spawned process (spawn imports torch, cpattn and transformers again in every rank,
-    seconds each)."""
+    not survive a fork): the ranks fork from a server process that imported torch, cpattn,
+    helpers and fn's module once and never ran autograd, so each rank starts about as fast as a
+    fork and as clean as a spawned process (spawn imports torch, cpattn and transformers again in
+    every rank, seconds each)."""
     ctx = mp.get_context(start)
     if start == "forkserver":
-        # Read when the server starts, at its first use in this process (one test file's calls
-        # all pass functions of that file's module).
+        # The server starts once per process, at its first use here, with this process's
+        # environment and this preload list (one test file's calls all pass functions of that
+        # file's module), so the test modules must stay inert to import: no autograd, threads or
+        # process groups. Python before 3.12.8 does not give the server this process's sys.path
+        # (CPython issue 117378) and skips a preload it cannot import without a word: the tests'
+        # folder goes on its PYTHONPATH so that helpers and the test module load there.
+        tests_dir = os.path.dirname(os.path.abspath(__file__))
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if tests_dir not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([tests_dir] + paths)
         ctx.set_forkserver_preload(["torch", "cpattn", "helpers", fn.__module__])
     queue = ctx.Queue()
     store = tempfile.mktemp(prefix="cpattn-test-store-")

@@ -111,7 +111,7 @@ def test_a_row_that_sees_no_key_has_the_sink_as_lse():
 
 def _ring_features(rank, world, name, Hq, Hkv, kw, layout):
     """Every strategy's gathered out, dq, dk, dv and this rank's dsink share, one after the other
-    in one group (a group's processes are slow to start)."""
+    in one group (each launch costs a group's start-up)."""
     S = 97
     q, k, v, dout = _problem(S, Hq, Hkv, 16)
     results = []

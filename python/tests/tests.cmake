@@ -100,11 +100,12 @@ endforeach()
 # ctest -j starts the tests in descending COST. A fresh build tree has no measured times yet
 # (Testing/Temporary/CTestCostData.txt), so these, the longest of the suite and declared last,
 # would start last and the run would end with one of them alone on the machine. Their COST is
-# about their seconds under `ctest -j2` on a 2-core machine (AMD Zen 3), so they start first.
-foreach(test_cost python.wheel:140 python.test_compile:120 python.test_transformers:70
-                  python.test_varlen:45 python.test_faults:36 python.test_features:30
-                  python.test_torch_library:30 python.test_checkpoint:29
-                  python.example_hf_train:27 python.test_sdpa:25)
+# their seconds under `ctest -j2` in a fresh clone on a 2-core AMD Zen 3 (scripts/test.sh), so
+# they start first. A fixed COST also takes the place of the times a reused tree measured.
+foreach(test_cost python.wheel:231 python.test_compile:118 python.test_transformers:72
+                  python.test_faults:42 python.test_varlen:37 python.test_torch_library:35
+                  python.test_sdpa:33 python.example_hf_train:25 python.test_checkpoint:23
+                  python.test_features:19)
   string(REPLACE ":" ";" test_cost ${test_cost})
   list(GET test_cost 0 test)
   list(GET test_cost 1 cost)

@@ -38,7 +38,7 @@ TEST_P(RmsNormTest, ForwardMatchesDoubleReference) {
 }
 
 TEST_P(RmsNormTest, BackwardMatchesFiniteDifferences) {
-  const auto [n, d] = GetParam();
+  const int64_t n = GetParam().n, d = GetParam().d;
   auto x = random_vector(static_cast<size_t>(n * d), 3, -2.0f, 2.0f);
   auto g = random_vector(static_cast<size_t>(d), 4, 0.5f, 1.5f);
   const auto w = random_vector(x.size(), 5);

@@ -89,8 +89,7 @@ TEST_P(RopeTest, BackwardIsTheInverseAndMatchesFiniteDifferences) {
 }
 
 TEST_P(RopeTest, DotProductDependsOnlyOnRelativePosition) {
-  const auto [n, heads, hd] = GetParam();
-  (void)n;
+  const int64_t heads = GetParam().heads, hd = GetParam().head_dim;
   const auto q = random_vector(static_cast<size_t>(heads * hd), 3);
   const auto k = random_vector(static_cast<size_t>(heads * hd), 4);
   auto dot_at = [&](int64_t pq, int64_t pk) {
