@@ -1,4 +1,4 @@
-// Cross-entropy forward/backward with log-sum-exp in double, one exp per logit.
+// Cross-entropy forward/backward: log-sum-exp with float exps (one per logit) summed in double.
 #include "train/cross_entropy.h"
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 
 #include "cpattn/error.h"
 #include "train/check.h"
+#include "train/vector_math.h"
 
 namespace cpattn::train {
 
@@ -26,20 +27,24 @@ void check_args(const char* op, int64_t vocab, size_t logits_size, std::span<con
   }
 }
 
-// Fills e[v] = exp(l[v] - m), m = max_v l[v], in double and returns (m, sum_v e[v]): the terms
-// of one row's log-sum-exp, shared by the forward and the backward (one exp per logit).
+// Fills e[v] = exp(l[v] - m), m = max_v l[v], and returns (m, sum_v e[v]): the terms of one
+// row's log-sum-exp, shared by the forward and the backward (one exp per logit). l[v] - m and its
+// exp are float, so the loop vectorizes (libm's double exp was a call per logit); the sum and the
+// log are double, the sum in ordered_sum's fixed order. The error bound is in cross_entropy.h.
 struct RowExps {
   double max;
   double sum;
   double lse() const { return max + std::log(sum); }
 };
-RowExps row_exps(const float* l, int64_t vocab, double* e) {
-  const double m = *std::max_element(l, l + vocab);
-  double s = 0.0;
-  for (int64_t v = 0; v < vocab; ++v) {
-    e[v] = std::exp(static_cast<double>(l[v]) - m);
-    s += e[v];
-  }
+CPATTN_TRAIN_VECTOR_CLONES
+void shifted_exps(const float* l, int64_t vocab, float m, float* e) {
+  for (int64_t v = 0; v < vocab; ++v) e[v] = detail::exp_vectorizable(l[v] - m);
+}
+RowExps row_exps(const float* l, int64_t vocab, float* e) {
+  const float m = *std::max_element(l, l + vocab);
+  shifted_exps(l, vocab, m, e);
+  const double s =
+      detail::ordered_sum(static_cast<size_t>(vocab), [e](size_t v) { return double{e[v]}; });
   return {m, s};
 }
 }  // namespace
@@ -47,7 +52,7 @@ RowExps row_exps(const float* l, int64_t vocab, double* e) {
 double cross_entropy_forward(int64_t vocab, std::span<const float> logits,
                              std::span<const int32_t> targets, int64_t total_count) {
   check_args("cross_entropy_forward", vocab, logits.size(), targets, total_count);
-  std::vector<double> e(static_cast<size_t>(vocab));
+  std::vector<float> e(static_cast<size_t>(vocab));
   double sum = 0.0;
   for (size_t r = 0; r < targets.size(); ++r) {
     const float* l = logits.data() + static_cast<int64_t>(r) * vocab;
@@ -65,7 +70,7 @@ double cross_entropy_backward(int64_t vocab, std::span<const float> logits,
   detail::check_matrix(kOp, "dlogits", "[N, vocab]", dlogits.size(),
                        static_cast<int64_t>(targets.size()), vocab);
   const double scale = static_cast<double>(dloss) / static_cast<double>(total_count);
-  std::vector<double> e(static_cast<size_t>(vocab));
+  std::vector<float> e(static_cast<size_t>(vocab));
   double sum = 0.0;
   for (size_t r = 0; r < targets.size(); ++r) {
     const float* l = logits.data() + static_cast<int64_t>(r) * vocab;
