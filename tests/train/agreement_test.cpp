@@ -70,7 +70,7 @@ TEST(AgreeOnFields, OneRankWithAnotherValueFailsEveryRankNamingIt) {
       "test: the ranks were started with different settings: ranks 0, 2 have --dropout 0.1, "
       "rank 1 has 0.2; ranks 0-1 have --steps 200, rank 2 has 7";
   for (const std::string& m : messages) EXPECT_EQ(m, want);
-  EXPECT_LT(watch.seconds(), 1.0);  // one collective, not a deadline
+  EXPECT_LT(watch.seconds(), 2.5);  // one collective, well before the 5 s deadline
 }
 
 TEST(AgreeOnFields, NotesAreShownButNotCompared) {
