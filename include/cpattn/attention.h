@@ -160,7 +160,9 @@ enum class RefusedCall { kForward, kBackward };
 /// name it does not know): takes part in that call's agreement as a rank that refuses it, with
 /// `reason` (its code and the start of its message), and takes the call's number, so the other
 /// ranks of the group throw Error(kRankDisagreement) quoting it at once instead of waiting for a
-/// call that never comes. Then throws `reason`. The call site is options.call_site, or `caller`.
+/// call that never comes. Then throws `reason`; but a `reason` of code kRankDisagreement (the
+/// caller learned before the call that another rank refuses it) throws the agreement's error,
+/// which quotes that rank's reason. The call site is options.call_site, or `caller`.
 /// Throws the communicator's errors when a rank does not take part.
 [[noreturn]] void refuse_attention_call(Communicator& comm, const Error& reason, RefusedCall kind,
                                         const CpOptions& options = {},

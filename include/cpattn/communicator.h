@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <typeindex>
 #include <typeinfo>
@@ -19,6 +20,16 @@ namespace cpattn {
 
 /// Default deadline of every wait.
 inline constexpr std::chrono::milliseconds kDefaultCommTimeout{300'000};
+
+/// The range of a deadline a user sets in seconds: 1 ms to 1e6 s (11.6 days).
+inline constexpr double kMinTimeoutSeconds = 1e-3;
+inline constexpr double kMaxTimeoutSeconds = 1e6;
+
+/// The deadline of a user's setting of `seconds` (the CLI's --timeout, the Python package's
+/// timeout=), rounded to whole milliseconds. Every wait has a deadline, so infinity is refused
+/// like 0, a negative value, NaN or anything outside [kMinTimeoutSeconds, kMaxTimeoutSeconds]:
+/// throws Error(kInvalidArgument) naming the setting as `name`.
+std::chrono::milliseconds timeout_of_seconds(double seconds, std::string_view name);
 
 namespace detail {
 /// Backend-specific state of one pending operation.

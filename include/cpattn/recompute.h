@@ -20,13 +20,11 @@ struct AttentionCheckpoint {
 /// Records the checkpoint of a first forward. The caller uses state.out, then drops `state`.
 AttentionCheckpoint make_checkpoint(const ForwardResult& state);
 
-/// Strict mode (compare the recomputed output digest with the first one) is on by default in
-/// debug builds; release builds check the RngState and the inputs only.
-#ifdef NDEBUG
-inline constexpr bool kStrictRecomputeDefault = false;
-#else
-inline constexpr bool kStrictRecomputeDefault = true;
-#endif
+/// Strict mode (compare the recomputed output digest with the first one) is on by default when
+/// the library is a debug build (compiled without NDEBUG); a release library checks the RngState
+/// and the inputs only. The library's build decides, not the caller's NDEBUG, so every
+/// translation unit sees one RecomputeOptions.
+extern const bool kStrictRecomputeDefault;
 
 struct RecomputeOptions {
   bool strict = kStrictRecomputeDefault;

@@ -85,8 +85,9 @@ std::vector<int64_t> storage_shape(const std::array<int64_t, 4>& shape, MemoryLa
 /// "[2, 1024, 8, 64]": the one format of shapes in messages.
 std::string shape_string(std::span<const int64_t> dims);
 
-/// Checks an operand that will be read: every dim and stride >= 0 (Error(kShapeMismatch)), data
-/// present when it has elements (Error(kInvalidArgument)); messages start with `name`.
+/// Checks an operand that will be read: every dim and stride >= 0, and, when it has elements, an
+/// element count and a last element's byte offset that fit in int64 (Error(kShapeMismatch)), and
+/// data present (Error(kInvalidArgument)); messages start with `name`.
 void check_readable(StridedView<const float> view, std::string_view name);
 /// check_readable plus view.shape == expected: Error(kShapeMismatch) "<name> must have shape
 /// <dims> = [..], got [..]", e.g. dims = "[B, Sq, Hq, Dqk]".

@@ -31,6 +31,7 @@ was computed with (other dropout masks, other inputs, another softcap, scale, ma
 is refused by the C++ side instead of giving wrong gradients.
 """
 
+import math
 import operator
 import os
 import sys
@@ -46,7 +47,6 @@ from . import _cpattn
 from ._checkpoint import active_record
 from ._errors import Error, error
 from ._groups import group_name_of, process_group, resolve_group
-from ._sharding import count_tokens
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -150,6 +150,40 @@ _CALL_ARGS = ("group_name", "layout", "seq_len", "kv_seq_len", "softmax_scale", 
 _PARAM_TENSORS = ("sink", "alibi_slopes", "slices")
 
 
+def _deadline(timeout):
+    """(seconds, None) for a valid `timeout` (timeout_of_seconds' range), else (the default
+    deadline, the error that refuses it): what a rank that refuses a call waits for the group."""
+    try:
+        _cpattn.check_timeout(float(timeout))
+        return float(timeout), None
+    except (Error, TypeError, ValueError) as e:
+        return DEFAULT_TIMEOUT_S, e
+
+
+def count_tokens(q_tokens, k_tokens, group, timeout):
+    """The whole sequence's (q, k) token counts of a call whose rank holds q_tokens queries and
+    k_tokens keys: the sums over the group (cpattn's all-reduce, under the call's deadline of
+    `timeout` seconds: a rank that never joins raises cpattn.Error). Every call over a group
+    makes this one exchange first. q_tokens None: this rank refuses the call before it; it
+    adds NaN, which tells every other rank so (it gets None back): they raise cpattn.Error
+    rank_disagreement, which, passed on to their refusal (_refuse), makes the call agreement
+    quote the refusing rank's reason. A `timeout` that is itself refused (not in
+    timeout_of_seconds' range) makes this rank count as refusing, under the default deadline,
+    and raise that error."""
+    deadline, bad_timeout = _deadline(timeout)
+    refusing = q_tokens is None or bad_timeout is not None
+    total = torch.tensor([float("nan")] * 2 if refusing else [float(q_tokens), float(k_tokens)],
+                         dtype=torch.float64)  # exact below 2^53 tokens
+    _cpattn.allreduce_sum(group, total, deadline)
+    if q_tokens is None:
+        return None
+    if bad_timeout is not None:
+        raise bad_timeout
+    if math.isnan(total[0]):
+        raise error("rank_disagreement", "another rank refuses this call before making it")
+    return int(total[0]), int(total[1])
+
+
 def _call_of(call_number, q, k, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi_slopes, slices,
              group_name, layout, seq_len, kv_seq_len, softmax_scale, causal, window_left,
              window_right, dropout_p, softcap, timeout, strategy, workspace_id, call_site,
@@ -191,27 +225,23 @@ def _call_of(call_number, q, k, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi
         _refuse(group, timeout, reason, call_site, int(call_number[0]), backward)
 
 
-def refuse_grouped_call(group, timeout, reason, call_site, local_tokens, local_kv_tokens=None):
+def refuse_grouped_call(group, timeout, reason, call_site):
     """Raises `reason` for a forward call over `group` that this rank refuses before the op
     (the package's own argument checks), after joining what the other ranks' op does first:
-    the token count (with this rank's `local_tokens` and `local_kv_tokens`, default the same;
-    0 when it cannot tell) and the call agreement as a rank that refuses, so the others raise
-    at once, quoting it."""
-    count_tokens(local_tokens, local_tokens if local_kv_tokens is None else local_kv_tokens,
-                 group, timeout)
+    the token count, as a rank that refuses (count_tokens), and the call agreement as a rank
+    that refuses, so the others raise at once, quoting it."""
+    count_tokens(None, None, group, timeout)
     _refuse(group, timeout, reason, call_site, _next_number(group_name_of(group)))
 
 
 def _refuse(group, timeout, reason, call_site, call_number, backward=False):
     """Raises `reason` (a cpattn.Error, or the TypeError / ValueError of an argument that is not
     even of its type) after taking part in the group's call agreement as a rank that refuses the
-    call: the other ranks raise rank_disagreement quoting it at once instead of waiting."""
+    call: the other ranks raise rank_disagreement quoting it at once instead of waiting. Under
+    the deadline `timeout`, or the default when the timeout is itself what is refused."""
     code = getattr(reason, "code", "invalid_argument")
-    try:
-        deadline = float(timeout) if float(timeout) > 0 else DEFAULT_TIMEOUT_S
-    except (TypeError, ValueError):
-        deadline = DEFAULT_TIMEOUT_S
-    _cpattn.refuse(group, deadline, call_number, code, str(reason), call_site, backward)
+    _cpattn.refuse(group, _deadline(timeout)[0], call_number, code, str(reason), call_site,
+                   backward)
 
 
 @torch.library.custom_op("cpattn::attention_forward", mutates_args=(), device_types="cpu")
@@ -356,12 +386,6 @@ def _window(window_size):
     return left, right
 
 
-def _local_tokens(x):
-    """The tokens of a [B, S_r, H, D] tensor this rank holds (0 for anything else): what a
-    refusing rank contributes to the group's token count."""
-    return x.shape[1] if isinstance(x, torch.Tensor) and x.dim() == 4 else 0
-
-
 def _rng_for(q, dropout_p):
     """The call's RngState tensor: drawn by the op when there is dropout (no random numbers
     are consumed without)."""
@@ -441,6 +465,15 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
     (max_seqlen_q, max_seqlen_k), ints (the op checks them against each other)."""
     name = group_name_of(group)
     try:
+        for arg, t in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(t, torch.Tensor):
+                raise error("invalid_argument", f"{arg} must be a torch.Tensor, got "
+                            f"{type(t).__name__}")
+        if not isinstance(causal, bool):
+            raise error("invalid_argument", f"causal must be a bool, got {causal!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise error("invalid_argument", f"timeout must be a number of seconds, got "
+                        f"{timeout!r}")
         left, right = _window(window_size)
         _check_doc_ids_type(doc_ids)
         dropout_p = float(dropout_p)
@@ -453,8 +486,7 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
     except (Error, TypeError, ValueError) as reason:
         if group is None:
             raise
-        refuse_grouped_call(group, timeout, reason, call_site, _local_tokens(q),
-                            _local_tokens(k))
+        refuse_grouped_call(group, timeout, reason, call_site)
     rng = _rng_for(q, dropout_p)
     call_number = take_call_number(q, name)
     out, lse, _ = attention_forward(q, k, v, rng, call_number, doc_ids, cu_seqlens[0],
@@ -558,8 +590,7 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
             raise error("invalid_argument", f"seq_len must be None or a whole length >= 0, "
                         f"got {seq_len!r}")
     except Error as reason:
-        local = q.shape[1] if isinstance(q, torch.Tensor) and q.dim() == 4 else 0
-        refuse_grouped_call(group, timeout, reason, site, local)
+        refuse_grouped_call(group, timeout, reason, site)
     if doc_ids is not None:
         total = doc_ids.numel()
     elif seq_len is not None:
@@ -568,7 +599,7 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
         total = -1  # the op sums the ranks' local lengths
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         reason = error("shape_mismatch", "q must be a 4-dimensional tensor [B, S_r, Hq, Dqk]")
-        refuse_grouped_call(group, timeout, reason, site, 0)
+        refuse_grouped_call(group, timeout, reason, site)
     return _apply(q, k, v, group=group, layout=layout, seq_len=total, kv_seq_len=-1,
                   dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                   window_size=window_size, doc_ids=doc_ids, softcap=softcap,
@@ -663,9 +694,7 @@ def varlen_ring_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
         q4, k4, v4, cu_q, cu_k = _varlen_args(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                               max_seqlen_k)
     except (Error, TypeError, ValueError) as reason:
-        def local(x):
-            return x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 3 else 0
-        refuse_grouped_call(group, timeout, reason, site, local(q), local(k))
+        refuse_grouped_call(group, timeout, reason, site)
     out, lse = _apply(q4, k4, v4, group=group, layout=layout, seq_len=-1, kv_seq_len=-1,
                       dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, doc_ids=None, softcap=softcap,

@@ -15,6 +15,7 @@ from ._errors import Error, error
 from ._groups import resolve_group
 from ._ops import (DEFAULT_TIMEOUT_S, _caller_site, attention, refuse_grouped_call,
                    ring_attention)
+from ._agreement import agree, site_text
 from ._sharding import token_indices
 
 
@@ -62,25 +63,24 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
                      causal=is_causal).transpose(1, 2)
 
 
-def _agree(group, timeout, site, disagreement):
-    """The context's agreement point named `site` (the entry with its sequence length, the exit
-    with its SDPA call count): a tiny ring_attention call (one token per rank, no dropout, no
-    autograd) whose call site is `site`, so cpattn's call agreement compares it on every rank.
-    Ranks whose sites differ, or a rank that is at an SDPA call meanwhile, exchange the same
-    fixed-size records as any call and all raise cpattn.Error rank_disagreement, its message
-    `disagreement` followed by the agreement's (which names each rank's site); a collective of
-    its own would cross the call's messages (gloo aborts the process on a message of another
-    size). Under the deadline `timeout`."""
-    x = torch.zeros(1, 1, 1, 1)
-    try:
-        with torch.no_grad():
-            ring_attention(x, x, x, group=group, layout="contiguous", seq_len=group.size(),
-                           timeout=timeout, strategy="ring", call_site=site)
-    except Error as e:
-        if getattr(e, "code", None) != "rank_disagreement":
-            raise
-        raise error("rank_disagreement", f"context_parallel: {disagreement} (each rank's call "
-                    f"site says where it is): {e}") from None
+def _check_buffers(buffers, seq_dims, layout):
+    """The buffers' common length along their seq_dims entries (-1 for no buffers), after
+    checking the layout (_check_layout) and the buffers: distinct tensors, each with that
+    dimension, none requiring grad (a buffer is replaced by its shard in place: inputs such as
+    ids and labels, not parameters or activations, whose .grad would take the shard's shape),
+    none already this rank's shard of an enclosing context_parallel (it would be sharded
+    twice; a one-rank context would run its SDPA calls on the shard alone)."""
+    _check_layout(layout)
+    outer = active_context()
+    for i, buf in enumerate(buffers):
+        if outer is not None and outer.whole_of(buf) is not None:
+            raise error("invalid_argument", f"context_parallel: buffers[{i}] is already this "
+                        f"rank's shard of an enclosing context_parallel")
+        if isinstance(buf, torch.Tensor) and buf.requires_grad:
+            raise error("invalid_argument", f"context_parallel: buffers[{i}] requires grad; the "
+                        f"context replaces its buffers by their shards in place, so they are "
+                        f"inputs (ids, positions, labels), not parameters or activations")
+    return _whole_length(buffers, seq_dims)
 
 
 def _whole_length(buffers, seq_dims):
@@ -227,8 +227,7 @@ class _SdpaMode(TorchFunctionMode):
         try:
             q, k, v = _bshd(query, key, value, attn_mask, is_causal, enable_gqa)
         except Error as reason:
-            local = query.shape[2] if isinstance(query, torch.Tensor) and query.dim() == 4 else 0
-            refuse_grouped_call(self.group, self.timeout, reason, site, local)
+            refuse_grouped_call(self.group, self.timeout, reason, site)
         out = ring_attention(q, k, v, group=self.group, layout=self.layout, dropout_p=dropout_p,
                              softmax_scale=scale, causal=is_causal, seq_len=self.seq_len,
                              timeout=self.timeout, strategy=self.strategy,
@@ -275,40 +274,41 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
 
     group: a ProcessGroup or a DeviceMesh (as ring_attention takes, 2-D for the hybrid), or
     None or a group of one: one rank, the buffers untouched (but checked as below), SDPA on
-    cpattn.sdpa, so the same training code serves cp=1. The buffers must be distinct tensors of
-    one length along their seq_dims entries (cpattn.Error otherwise). Agreement (cpattn.Error
-    code "rank_disagreement" on every rank, never a hang): on entry the ranks compare the
-    buffers' sequence lengths, on a normal exit the number of SDPA calls each made (a rank that
+    cpattn.sdpa, so the same training code serves cp=1 (nested inside a CP context, such a
+    context runs its SDPA calls on this rank's tensors alone: for a sub-model whose inputs are
+    not sharded). The buffers must be distinct tensors of one length along their seq_dims
+    entries, none requiring grad (cpattn.Error otherwise). Agreement (cpattn.Error code
+    "rank_disagreement" on every rank, never a hang): on entry the ranks compare the buffers'
+    sequence lengths, seq_dims and the layout, on a normal exit the number of SDPA calls each
+    made (a rank that
     ran a different model or skipped a layer), both in cpattn's call agreement (a tiny
     attention call named for them), so a rank that meanwhile is at an SDPA call, or whose
     buffers are refused, fails every rank at once too. Every wait has the deadline `timeout`
     (seconds). workspace: a cpattn.Workspace every call borrows its scratch from. The backward
     must run inside the block (a graph that saved a buffer refuses once it is whole again);
     only F.scaled_dot_product_attention is intercepted (not torch.ops.aten's SDPA ops); a
-    buffer an enclosing context already sharded is refused."""
+    buffer an enclosing context already sharded is refused, by a one-rank context too."""
     buffers, seq_dims = list(buffers), list(seq_dims)
     if group is not None:
         group, strategy = resolve_group(group, strategy)
     if group is None or group.size() == 1:
-        _check_layout(layout)
-        _whole_length(buffers, seq_dims)  # checked as under CP: the same code serves cp=1
+        _check_buffers(buffers, seq_dims, layout)  # as under CP: the same code serves cp=1
         with _SdpaMode(timeout=timeout, workspace=workspace).active():
             yield
         return
 
     try:  # a rank whose buffers are refused still joins the entry agreement, as refusing
-        outer = active_context()
-        if outer is not None and any(outer.whole_of(b) is not None for b in buffers):
-            raise error("invalid_argument", "context_parallel: a buffer is already this rank's "
-                        "shard of an enclosing context_parallel (it would be sharded twice)")
-        _check_layout(layout)
-        seq_len = _whole_length(buffers, seq_dims)
+        seq_len = _check_buffers(buffers, seq_dims, layout)
         idx = token_indices(layout, seq_len, group) if buffers else None
-    except (Error, TypeError, ValueError) as reason:  # _agree's call holds one token per rank
-        refuse_grouped_call(group, timeout, reason, "context_parallel entry", 1)
-    _agree(group, timeout, f"context_parallel entry: {seq_len} tokens" if seq_len >= 0
-           else "context_parallel entry: no buffers", "the ranks do not enter the context "
-           "alike (their buffers hold sequences of different lengths, or a rank is elsewhere)")
+    except (Error, TypeError, ValueError) as reason:
+        refuse_grouped_call(group, timeout, reason, "context entry")
+    dims = ",".join(str(d % buf.dim()) for buf, d in zip(buffers, seq_dims))
+    agree(group, timeout, site_text(
+        f"context entry: {seq_len} tokens, {layout}, seq_dims {dims}" if buffers
+        else f"context entry: no buffers, {layout}"),
+        "context_parallel: the ranks do not enter the context alike (their buffers hold "
+        "sequences of different lengths or along other dims, their layouts differ, or a rank "
+        "is elsewhere)")
     wholes = []  # aliases of each buffer's whole tensor (its storage, sizes and strides)
     with torch.no_grad():
         for buf, dim in zip(buffers, seq_dims):
@@ -324,6 +324,6 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
             for buf, whole in zip(buffers, wholes):
                 buf.set_(whole)
     n = mode.calls
-    _agree(group, timeout, f"context_parallel exit after {n} SDPA call" +
-           ("" if n == 1 else "s"), "the ranks leave the context after different numbers of "
-           "scaled_dot_product_attention calls, or a rank is still in one")
+    agree(group, timeout, f"context_parallel exit after {n} SDPA call" +
+          ("" if n == 1 else "s"), "context_parallel: the ranks leave the context after "
+          "different numbers of scaled_dot_product_attention calls, or a rank is still in one")

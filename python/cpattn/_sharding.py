@@ -1,11 +1,14 @@
 """cpattn.shard / cpattn.unshard: a whole tensor to this rank's piece of a CP layout and back."""
 
+import zlib
+
 import torch
-import torch.distributed as dist
 
 from . import _cpattn
-from ._errors import error
+from ._agreement import agree, site_text
+from ._errors import Error, error
 from ._groups import resolve_group
+from ._ops import DEFAULT_TIMEOUT_S, refuse_grouped_call
 
 
 def token_indices(layout, seq_len, group, doc_ids=None, cu_seqlens=None):
@@ -14,16 +17,6 @@ def token_indices(layout, seq_len, group, doc_ids=None, cu_seqlens=None):
     they matter to "doc_zigzag" only)."""
     return _cpattn.shard_token_indices(layout, int(seq_len), group.size(), group.rank(),
                                        doc_ids=doc_ids, cu_seqlens=cu_seqlens)
-
-
-def count_tokens(q_tokens, k_tokens, group, timeout):
-    """The whole sequence's (q, k) token counts of a call whose rank holds q_tokens queries and
-    k_tokens keys: the sums over the group (cpattn's all-reduce, under the call's deadline of
-    `timeout` seconds: a rank that never joins raises cpattn.Error). Every call over a group
-    makes this one exchange first."""
-    total = torch.tensor([float(q_tokens), float(k_tokens)], dtype=torch.float64)  # exact < 2^53
-    _cpattn.allreduce_sum(group, total, float(timeout))
-    return int(total[0]), int(total[1])
 
 
 def shard(x, dim=1, *, group=None, layout="zigzag", doc_ids=None, cu_seqlens=None):
@@ -38,22 +31,44 @@ def shard(x, dim=1, *, group=None, layout="zigzag", doc_ids=None, cu_seqlens=Non
     return x.index_select(dim, idx)
 
 
-def unshard(x_local, dim=1, *, group=None, layout="zigzag", doc_ids=None, cu_seqlens=None):
+def unshard(x_local, dim=1, *, group=None, layout="zigzag", doc_ids=None, cu_seqlens=None,
+            timeout=DEFAULT_TIMEOUT_S):
     """The whole tensor from every rank's piece (the inverse of shard, with the same layout and
-    documents): all-gathers the pieces over `group` (padded to the longest, since pieces of an
+    documents): gathers the pieces over `group` (padded to the longest, since pieces of an
     uneven split differ in length) and puts each token back at its global index. Not
-    differentiable."""
+    differentiable. First the ranks agree (cpattn.Error rank_disagreement on every rank
+    otherwise, naming each rank's view): the same layout, dim, dtype, sizes outside `dim` and
+    documents. Every wait has the deadline `timeout` (seconds). A rank whose arguments are
+    refused (x_local not a tensor, dim not one of its dimensions) joins the agreement as
+    refusing, so the others raise at once too."""
     group, _ = resolve_group(group)
+    site = "unshard"
+    try:
+        if not isinstance(x_local, torch.Tensor):
+            raise error("invalid_argument", f"unshard: x_local must be a tensor, got "
+                        f"{type(x_local).__name__}")
+        if isinstance(dim, bool) or not isinstance(dim, int) or \
+                not -x_local.dim() <= dim < x_local.dim():
+            raise error("invalid_argument", f"unshard: dim {dim!r} is not a dimension of "
+                        f"x_local (shape {tuple(x_local.shape)})")
+        dim %= x_local.dim()
+        sizes = ",".join("*" if d == dim else str(n) for d, n in enumerate(x_local.shape))
+        docs = doc_ids if doc_ids is not None else cu_seqlens
+        docs_crc = "" if docs is None else \
+            f" docs #{zlib.crc32(docs.detach().cpu().contiguous().numpy().tobytes()):08x}"
+        site = site_text(f"unshard {layout} {str(x_local.dtype).removeprefix('torch.')} "
+                         f"[{sizes}]{docs_crc}")
+    except (Error, TypeError, ValueError) as reason:
+        refuse_grouped_call(group, timeout, reason, site)
+    agree(group, timeout, site, "unshard: the ranks' pieces, layouts or documents differ")
     p = group.size()
-    lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(p)]
-    dist.all_gather(lengths, torch.tensor([x_local.shape[dim]], dtype=torch.int64), group=group)
+    lengths = _cpattn.all_gather(group, torch.tensor([x_local.shape[dim]]), float(timeout))
     lengths = [int(n) for n in lengths]
     longest = max(lengths)
     pad_shape = list(x_local.shape)
     pad_shape[dim] = longest - x_local.shape[dim]
-    padded = torch.cat([x_local, x_local.new_zeros(pad_shape)], dim=dim).contiguous()
-    pieces = [torch.empty_like(padded) for _ in range(p)]
-    dist.all_gather(pieces, padded, group=group)
+    padded = torch.cat([x_local.detach(), x_local.new_zeros(pad_shape)], dim=dim).contiguous()
+    pieces = _cpattn.all_gather(group, padded, float(timeout))
     total = sum(lengths)
     whole_shape = list(x_local.shape)
     whole_shape[dim] = total

@@ -11,8 +11,10 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <tuple>
@@ -117,12 +119,11 @@ ErrorCode error_code_of(const std::string& name) {
   return ErrorCode::kInvalidArgument;
 }
 
-// The CP group a call runs on: the ProcessGroup, or one rank of its own.
+// The CP group a call runs on: the ProcessGroup, or one rank of its own, with the deadline
+// timeout_s (checked: timeout_of_seconds).
 std::unique_ptr<Communicator> group_of(const std::optional<ProcessGroupPtr>& group,
                                        double timeout_s, uint64_t call_number) {
-  CPATTN_CHECK(timeout_s > 0, ErrorCode::kInvalidArgument, "timeout must be > 0 s, got ",
-               timeout_s);
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+  const std::chrono::milliseconds timeout = timeout_of_seconds(timeout_s, "timeout");
   std::unique_ptr<Communicator> comm;
   if (group.has_value() && *group) {
     comm = std::make_unique<ProcessGroupCommunicator>(*group, timeout);
@@ -457,6 +458,11 @@ PYBIND11_MODULE(_cpattn, m) {
       "refuse_attention_call: this rank's wrapper refuses a call (code: an error code's name); "
       "raises cpattn.Error with that code and message after the group's agreement");
   m.def(
+      "check_timeout", [](double timeout_s) { cpattn::timeout_of_seconds(timeout_s, "timeout"); },
+      py::arg("timeout"),
+      "raises cpattn.Error (invalid_argument) unless `timeout` is a deadline every call takes "
+      "(timeout_of_seconds: finite, in [0.001, 1e6] s)");
+  m.def(
       "shard_token_indices",
       [](const std::string& layout, int64_t seq_len, int cp_size, int rank,
          std::optional<at::Tensor> doc_ids, std::optional<at::Tensor> cu_seqlens) {
@@ -517,4 +523,26 @@ PYBIND11_MODULE(_cpattn, m) {
       },
       py::arg("group"), py::arg("x"), py::arg("timeout"),
       "cpattn's fixed-order sum over the group, in place (bitwise equal on every rank)");
+  m.def(
+      "all_gather",
+      [](tb::ProcessGroupPtr group, const at::Tensor& x, double timeout_s) {
+        CPATTN_CHECK(x.is_contiguous() && x.device().is_cpu(), cpattn::ErrorCode::kInvalidArgument,
+                     "all_gather takes a contiguous CPU tensor");
+        const auto comm = tb::group_of(group, timeout_s, 0);
+        const auto p = static_cast<size_t>(comm->size());
+        std::vector<int64_t> shape{comm->size()};
+        shape.insert(shape.end(), x.sizes().begin(), x.sizes().end());
+        at::Tensor all = at::empty(shape, x.options());
+        const auto* mine = static_cast<const std::byte*>(x.data_ptr());
+        const size_t bytes = x.nbytes();
+        std::vector<std::byte> send(bytes * p);
+        for (size_t r = 0; r < p; ++r) std::copy(mine, mine + bytes, send.data() + r * bytes);
+        const py::gil_scoped_release released;
+        comm->all_to_all(send,
+                         std::span<std::byte>(static_cast<std::byte*>(all.data_ptr()), bytes * p));
+        return all;
+      },
+      py::arg("group"), py::arg("x"), py::arg("timeout"),
+      "every rank's x (the same shape and dtype on every rank), stacked in rank order: "
+      "[P, *x.shape], under the deadline `timeout` (s)");
 }

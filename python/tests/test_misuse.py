@@ -44,6 +44,37 @@ def test_bad_parameters():
         cpattn.attention(q, k, v, softmax_scale=float("inf"))
     with pytest.raises(cpattn.Error, match="doc_ids must be an int64 tensor of the whole"):
         cpattn.attention(q, k, v, doc_ids=torch.zeros(15, dtype=torch.int64))
+    with pytest.raises(cpattn.Error, match="causal must be a bool, got 'no'"):
+        cpattn.attention(q, k, v, causal="no")  # bool("no") would be a causal mask
+    with pytest.raises(cpattn.Error, match="k must be a 4-dimensional tensor"):
+        cpattn.attention(q, None, v)
+
+
+_BAD_TIMEOUTS = (float("inf"), 1e300, 1.5e6, 0.0, -1.0, float("nan"), None, True, "30")
+
+
+def _bad_timeouts(rank, world):
+    q = torch.randn(1, 4, 2, 8)
+    outcomes = []
+    for timeout in _BAD_TIMEOUTS:
+        try:
+            cpattn.ring_attention(q, q, q, timeout=timeout)
+            outcomes.append((None, ""))
+        except cpattn.Error as e:
+            outcomes.append((e.code, str(e)))
+    return outcomes
+
+
+def test_every_call_has_a_deadline():
+    # Infinity is refused like 0: every wait on another rank has a deadline, in [1 ms, 1e6 s]
+    # (1e300 s once overflowed the deadline's clock arithmetic into a timeout at once).
+    outcomes, = run_processes(1, _bad_timeouts)
+    for timeout, (code, message) in zip(_BAD_TIMEOUTS, outcomes):
+        assert code == "invalid_argument", (timeout, code, message)
+        if isinstance(timeout, float):
+            assert "timeout must be in [0.001, 1e+06] seconds" in message, (timeout, message)
+        else:
+            assert f"timeout must be a number of seconds, got {timeout!r}" in message, message
 
 
 def test_ring_attention_without_a_group():
@@ -105,9 +136,16 @@ def _one_rank_fails_the_wrappers_checks(rank, world, bad):
         kwargs["doc_ids"] = torch.zeros(16, dtype=torch.int64)
     if bad == "q rank":
         kwargs["seq_len"] = 16
+    k = kv
     if rank == 1:
         if bad == "window_size":
             kwargs["window_size"] = "wide"
+        elif bad == "k None":
+            k = None
+        elif bad == "causal":
+            kwargs["causal"] = "yes"
+        elif bad == "timeout":  # rank 0's is 30 s: rank 1 refuses under the default deadline
+            kwargs["timeout"] = float("inf")
         elif bad == "doc_ids":  # rank 0 passes them as a tensor
             kwargs["doc_ids"] = [0] * 16
         elif bad == "layout":
@@ -117,13 +155,14 @@ def _one_rank_fails_the_wrappers_checks(rank, world, bad):
         elif bad == "q dtype":
             q = kv.to(torch.int32)
     try:
-        cpattn.ring_attention(q, kv, kv, **kwargs)
+        cpattn.ring_attention(q, k, kv, **kwargs)
     except cpattn.Error as e:
         return {"code": e.code, "message": str(e)}
     return {"code": None, "message": ""}
 
 
-@pytest.mark.parametrize("bad", ["window_size", "doc_ids", "layout", "q rank", "q dtype"])
+@pytest.mark.parametrize("bad", ["window_size", "doc_ids", "layout", "q rank", "q dtype", "k None",
+                                 "causal", "timeout"])
 def test_a_rank_that_fails_the_wrappers_checks_fails_every_rank_at_once(bad):
     start = time.monotonic()
     outcomes = run_processes(2, _one_rank_fails_the_wrappers_checks, bad)
@@ -134,13 +173,17 @@ def test_a_rank_that_fails_the_wrappers_checks_fails_every_rank_at_once(bad):
 
 
 def test_a_rank_without_a_length_to_count_still_counts_and_refuses():
-    # Without seq_len the ranks first count the tokens; rank 1 (q not 4-d) counts 0 and refuses,
-    # so rank 0 sees a whole length that its own shard does not fit and refuses too, at once.
+    # Without seq_len the ranks first count the tokens; rank 1 (q not 4-d) counts as refusing,
+    # so rank 0 learns from the count that a rank refuses and raises the agreement's error,
+    # which quotes rank 1's reason (not an error about its own shard, which is fine).
     start = time.monotonic()
     outcomes = run_processes(2, _one_rank_fails_the_wrappers_checks, "q rank (lengths counted)")
     assert time.monotonic() - start < 25, "rank 0 waited for the deadline"
     assert outcomes[1]["code"] == "shape_mismatch", outcomes[1]
-    assert outcomes[0]["code"] in ("shape_mismatch", "rank_disagreement"), outcomes[0]
+    assert outcomes[0]["code"] == "rank_disagreement", outcomes[0]
+    assert "rank 1 refuses the call (shape_mismatch: q must be a 4-dimensional tensor" in \
+        outcomes[0]["message"], outcomes[0]
+    assert "rank 0 refuses" not in outcomes[0]["message"], outcomes[0]
 
 
 def _skips_a_call(rank, world, where):

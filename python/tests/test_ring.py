@@ -3,6 +3,8 @@
 (cpattn.attention) and the float64 reference, dropout masks bit-identical to cp=1 and to the
 documented contract, shard/unshard round trips, and the cross-rank call agreement."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -129,6 +131,49 @@ def test_shard_unshard_round_trip_uneven():
     # zigzag of 10 over 4 ranks: 8 chunks of 2,2,1,1,1,1,1,1 (the first 10 % 8 get the extra
     # token); rank r holds chunks r and 7 - r: 3, 3, 2, 2 tokens
     assert [lengths["zigzag"] for _, lengths in results] == [3, 3, 2, 2]
+
+
+def _unshard_misuse(rank, world, bad):
+    x = torch.arange(16 * 3, dtype=torch.float32).reshape(1, 16, 3)
+    layout = "striped" if bad == "layouts" and rank == 1 else "zigzag"
+    piece = cpattn.shard(x, layout=layout)
+    if bad == "sizes outside the sequence dim" and rank == 1:
+        piece = piece[:, :, :2]
+    elif bad == "not a tensor" and rank == 1:
+        piece = piece.tolist()
+    start = time.monotonic()
+    try:
+        if bad == "a rank that never calls" and rank == 1:
+            time.sleep(8)  # alive, past rank 0's deadline, but not in the call
+        else:
+            cpattn.unshard(piece, layout=layout, timeout=5)
+        return None, "", time.monotonic() - start
+    except cpattn.Error as e:
+        return e.code, str(e), time.monotonic() - start
+
+
+@pytest.mark.parametrize("bad,codes,needles", [
+    ("layouts", ("rank_disagreement",) * 2,
+     ("unshard zigzag float32 [1,*,3]", "unshard striped float32 [1,*,3]")),
+    ("sizes outside the sequence dim", ("rank_disagreement",) * 2,
+     ("unshard zigzag float32 [1,*,3]", "unshard zigzag float32 [1,*,2]")),
+    ("not a tensor", ("rank_disagreement", "invalid_argument"),
+     ("unshard: x_local must be a tensor, got list",)),
+])
+def test_unshard_agrees_before_it_gathers(bad, codes, needles):
+    """Pieces the ranks cannot put together alike (other layouts, other sizes): every rank
+    raises at once, naming each rank's view, instead of a scrambled tensor or a gloo abort."""
+    for rank, (code, message, seconds) in enumerate(run_processes(2, _unshard_misuse, bad)):
+        assert code == codes[rank], (rank, code, message)
+        for needle in needles:
+            assert needle in message, (rank, needle, message)
+        assert seconds < 3, (rank, seconds)
+
+
+def test_unshard_waits_for_a_missing_rank_no_longer_than_its_deadline():
+    (code, message, seconds), _ = run_processes(2, _unshard_misuse, "a rank that never calls")
+    assert code == "timeout", message
+    assert 4 < seconds < 20, seconds
 
 
 def _disagree_case(rank, world, field):

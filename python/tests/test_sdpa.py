@@ -503,11 +503,16 @@ def _buffers_case(rank, world, bad):
         buffers[1] = ids
     elif bad == "a seq_dim beyond the buffer on rank 1" and rank == 1:
         seq_dims[1] = 2
-    whole = [b.clone() for b in buffers]
+    elif bad == "seq_dims across ranks":  # a [16, 16] buffer: sharded along 0 or along 1
+        buffers[1], seq_dims[1] = torch.zeros(S, S), rank
+    elif bad == "a buffer that requires grad":
+        buffers[1] = torch.zeros(1, S, requires_grad=True)
+    layout = "striped" if bad == "layouts across ranks" and rank == 1 else "zigzag"
+    whole = [b.detach().clone() for b in buffers]
 
     def body():
         with cpattn.context_parallel(dist.group.WORLD, buffers=buffers, seq_dims=seq_dims,
-                                     timeout=DEADLINE_S):
+                                     layout=layout, timeout=DEADLINE_S):
             _attend(torch.randn(1, 2, ids.shape[1], 8))
 
     failure = _failure(body)
@@ -517,7 +522,8 @@ def _buffers_case(rank, world, bad):
 
 BUFFER_CASES = ["sequence lengths across ranks", "lengths between buffers on every rank",
                 "lengths between buffers on rank 1", "the same buffer twice",
-                "a seq_dim beyond the buffer on rank 1"]
+                "a seq_dim beyond the buffer on rank 1", "seq_dims across ranks",
+                "layouts across ranks", "a buffer that requires grad"]
 
 
 @pytest.mark.parametrize("bad,codes,needles", [
@@ -533,6 +539,13 @@ BUFFER_CASES = ["sequence lengths across ranks", "lengths between buffers on eve
      ("buffers[1] is buffers[0] again",)),
     ("a seq_dim beyond the buffer on rank 1", ("rank_disagreement", "invalid_argument"),
      ("seq_dims[1] = 2 is not a dimension of buffers[1] (shape (1, 16))",)),
+    # Each rank's buffers are fine alone, but they would be sharded differently.
+    ("seq_dims across ranks", ("rank_disagreement", "rank_disagreement"),
+     ("entry: 16 tokens, zigzag, seq_dims 1,0", "entry: 16 tokens, zigzag, seq_dims 1,1")),
+    ("layouts across ranks", ("rank_disagreement", "rank_disagreement"),
+     ("entry: 16 tokens, zigzag, seq_dims 1,1", "entry: 16 tokens, striped, seq_dims 1,1")),
+    ("a buffer that requires grad", ("invalid_argument", "invalid_argument"),
+     ("buffers[1] requires grad",)),
 ])
 def test_buffers_that_disagree_fail_every_rank_at_once(misuse, bad, codes, needles):
     """Buffers the context cannot shard alike on every rank: each rank raises (its own error,
@@ -664,12 +677,21 @@ def _nested_over_the_same_buffers(rank, world):
             inner = (None, "")
         except cpattn.Error as e:
             inner = (e.code, str(e))
+        try:  # a one-rank context would run its SDPA calls on the shard alone
+            with cpattn.context_parallel(None, buffers=[ids], seq_dims=[1]):
+                pass
+            one_rank = (None, "")
+        except cpattn.Error as e:
+            one_rank = (e.code, str(e))
         shard = ids.tolist()
-    return inner, shard, ids.tolist()
+    return inner, one_rank, shard, ids.tolist()
 
 
 def test_a_nested_context_over_an_already_sharded_buffer_is_refused():
-    for rank, (inner, shard, after) in enumerate(run_processes(2, _nested_over_the_same_buffers)):
+    for rank, (inner, one_rank, shard, after) in enumerate(
+            run_processes(2, _nested_over_the_same_buffers)):
         assert inner[0] in ("invalid_argument", "rank_disagreement"), inner
         assert "already this rank's shard" in inner[1], inner
+        assert one_rank[0] == "invalid_argument", one_rank
+        assert "buffers[0] is already this rank's shard" in one_rank[1], one_rank
         assert len(shard[0]) == 4 and after == [list(range(8))], (rank, shard, after)

@@ -65,7 +65,7 @@ Command generate_command() {
             ->capture_default_str();
         cmd->add_option("--top-k", s.top_k, "Draw among the k most likely bytes (0: all)")
             ->capture_default_str();
-        cmd->add_option("--seed", s.seed, "Seed of the draws")->capture_default_str();
+        add_seed_option(cmd, s.seed, "Seed of the draws");
         CLI::Option* context =
             cmd->add_option("--context", s.context,
                             "Feed at most this many trailing bytes (default: the training --seq)");

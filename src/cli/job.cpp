@@ -2,9 +2,10 @@
 #include "cli/job.h"
 
 #include <algorithm>
-#include <cmath>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <system_error>
 
 #include "cpattn/isa.h"
 #include "cpattn/memory.h"
@@ -68,11 +69,23 @@ void add_timeout_option(CLI::App* cmd, double& seconds) {
       ->capture_default_str();
 }
 
+CLI::Option* add_seed_option(CLI::App* cmd, uint64_t& seed, const std::string& description) {
+  const CLI::Validator whole_number(
+      [](std::string& text) -> std::string {
+        uint64_t value = 0;
+        const char* end = text.data() + text.size();
+        const auto [stop, status] = std::from_chars(text.data(), end, value);
+        if (text.empty() || status != std::errc() || stop != end) {
+          return "must be a whole number in [0, 2^64 - 1], got '" + text + "'";
+        }
+        return {};
+      },
+      "UINT64");
+  return cmd->add_option("--seed", seed, description)->check(whole_number)->capture_default_str();
+}
+
 std::chrono::milliseconds deadline(double seconds) {
-  CPATTN_CHECK(std::isfinite(seconds) && seconds >= 1e-3 && seconds <= 1e6,
-               ErrorCode::kInvalidArgument, "--timeout must be in [0.001, 1e6] seconds, got ",
-               seconds);
-  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000.0)));
+  return timeout_of_seconds(seconds, "--timeout");
 }
 
 std::string isa_summary() {

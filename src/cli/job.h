@@ -39,8 +39,13 @@ void print_error(const Error& e);
 /// deadline of every wait on another rank. `seconds` receives the value.
 void add_timeout_option(CLI::App* cmd, double& seconds);
 
-/// The deadline of `seconds`. Throws Error(kInvalidArgument) unless 0 < seconds <= 10^6 (finite;
-/// at least 1 ms).
+/// Registers --seed N on `cmd` with `description`: a whole number in [0, 2^64 - 1], checked as
+/// text (CLI11 would read "-1" or "1e30" into a uint64_t as its largest value). `seed` receives
+/// the value. Returns the option.
+CLI::Option* add_seed_option(CLI::App* cmd, uint64_t& seed, const std::string& description);
+
+/// The deadline of the --timeout option's `seconds` (timeout_of_seconds: throws
+/// Error(kInvalidArgument) outside [0.001, 1e6] seconds).
 std::chrono::milliseconds deadline(double seconds);
 
 /// "kernel ISA avx512 (available: generic avx2 avx512; AMX-BF16 not exposed by this CPU)", with

@@ -80,8 +80,7 @@ Command train_command() {
             ->capture_default_str();
         cmd->add_flag("--recompute,!--no-recompute", c.recompute,
                       "Checkpoint every layer (recompute its forward in backward); default on");
-        cmd->add_option("--seed", c.seed, "Seed of init, batches and dropout")
-            ->capture_default_str();
+        add_seed_option(cmd, c.seed, "Seed of init, batches and dropout");
         cmd->add_option("--threads", c.threads, "Attention kernel threads per rank")
             ->capture_default_str();
         cmd->add_option("--eval-every", c.eval_every,

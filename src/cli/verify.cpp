@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <system_error>
 
 #include "cli/commands.h"
@@ -19,6 +20,7 @@
 #include "cli/verify_ring.h"
 #include "cpattn/digest.h"
 #include "cpattn/error.h"
+#include "cpattn/isa.h"
 #include "cpattn/stopwatch.h"
 #include "train/agreement.h"
 #include "train/files.h"
@@ -115,8 +117,10 @@ std::string slices_field(const std::vector<MaskSlice>& slices) {
          digest_hex(Digest().string(text).finish());
 }
 
-// The settings every rank of `verify --backend mpi` must share (the features resolved).
-std::vector<train::ConfigField> verify_fields(const VerifyOptions& o) {
+// The settings every rank of `verify --backend mpi` must share (the features resolved), and
+// `numerics`, the kernel arithmetic of the path this rank runs (ranks on other arithmetic would
+// pass each against the reference, but not run one problem).
+std::vector<train::ConfigField> verify_fields(const VerifyOptions& o, const std::string& numerics) {
   const RingShape& s = o.shape;
   const auto num = [](auto v) { return std::to_string(v); };
   return {{"--cp", num(o.cp), ""},
@@ -142,7 +146,8 @@ std::vector<train::ConfigField> verify_fields(const VerifyOptions& o) {
           {"--alibi", o.features.alibi ? "on" : "off", ""},
           {"--slices", slices_field(o.features.slices), ""},
           {"--json", o.json ? "on" : "off", ""},
-          {"--timeout", train::format_value(o.timeout_s), ""}};
+          {"--timeout", train::format_value(o.timeout_s), ""},
+          {"kernel.numerics", numerics, ""}};
 }
 #endif
 
@@ -273,17 +278,20 @@ int run_verify(const VerifyOptions& given) {
     // Every process parsed its own command line: agree on it first (a rank started with another
     // --causal or --dropout would otherwise verify another problem).
     std::optional<Error> failed;
+    std::string numerics;
     try {
       // Under mpirun the ring is the MPI world: --cp, when given, must agree with -n.
       CPATTN_CHECK(o.cp == 0 || o.cp == world.size(), ErrorCode::kInvalidArgument, "--cp ", o.cp,
                    " differs from the ", world.size(),
                    " MPI processes (--backend mpi uses one rank per process)");
       o.features = resolve_features(given);  // a rank that cannot read --slices fails them all
+      numerics = kernel_numerics_name(       // a rank with a bad CPATTN_ISA fails them all too
+          kernel_numerics(resolve_isa(Isa::kAuto), parse_dtype(o.dtype.c_str())));
     } catch (const Error& e) {
       failed = e;
     }
     train::share_startup_errors(world, failed);
-    train::agree_on_fields(world, verify_fields(o), "cpattn verify");
+    train::agree_on_fields(world, verify_fields(o, numerics), "cpattn verify");
     return run_ring_cases(o, world.size(), &world);
   });
 #else
@@ -429,8 +437,7 @@ Command verify_command() {
                 sub->add_option("--dv", s.dims.Dv, "Ring: head dim of v")
                     ->check(CLI::Range(int64_t{1}, int64_t{1024}))
                     ->capture_default_str(),
-                sub->add_option("--seed", s.seed, "Ring: seed of the inputs and dropout")
-                    ->capture_default_str(),
+                add_seed_option(sub, s.seed, "Ring: seed of the inputs and dropout"),
             };
             return [o, cp, varlen, shape_options, sub] {
               for (CLI::Option* opt : shape_options) o->shape_given |= opt->count() > 0;

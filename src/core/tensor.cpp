@@ -1,6 +1,7 @@
 // Tensor storage and view helpers.
 #include "cpattn/tensor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -61,8 +62,25 @@ void check_readable(ConstView view, std::string_view name) {
     CPATTN_CHECK(view.stride[i] >= 0, ErrorCode::kShapeMismatch, name,
                  " strides must be >= 0, got ", shape_string(view.stride));
   }
-  CPATTN_CHECK(view.data != nullptr || view.numel() == 0, ErrorCode::kInvalidArgument, name,
-               " has shape ", shape_string(view.shape), " but a null data pointer");
+  if (std::find(view.shape.begin(), view.shape.end(), 0) != view.shape.end()) return;  // empty
+  // Its element count and the byte offset of its last element must fit in int64: offsets that
+  // wrap around would read other memory (or fault) instead of failing here.
+  int64_t count = 1;
+  int64_t last = 0;
+  bool overflows = false;
+  for (int i = 0; i < 4; ++i) {
+    int64_t step = 0;
+    overflows |= __builtin_mul_overflow(count, view.shape[i], &count);
+    overflows |= __builtin_mul_overflow(view.shape[i] - 1, view.stride[i], &step);
+    overflows |= __builtin_add_overflow(last, step, &last);
+  }
+  overflows |= __builtin_add_overflow(last, 1, &last);  // the elements up to the last one
+  overflows |= __builtin_mul_overflow(last, static_cast<int64_t>(dtype_size(view.dtype)), &last);
+  CPATTN_CHECK(!overflows, ErrorCode::kShapeMismatch, name, " has shape ", shape_string(view.shape),
+               " and strides ", shape_string(view.stride),
+               ": its extent overflows a 64-bit byte offset");
+  CPATTN_CHECK(view.data != nullptr, ErrorCode::kInvalidArgument, name, " has shape ",
+               shape_string(view.shape), " but a null data pointer");
 }
 
 void check_view(ConstView view, std::string_view name, std::string_view dims,

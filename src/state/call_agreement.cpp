@@ -172,12 +172,20 @@ Error call_disagreement(const std::vector<CallRecord>& all) {
   // A refusal is the reason, and the others quote it; where every record describes its call, the
   // first field that differs follows (a refusing rank's record may describe it: a state of
   // another call, say).
+  // A refusal of code rank_disagreement is a rank that learned before the call that another
+  // refuses it (agree_or_throw): it is named only when no rank gives a reason of its own.
+  const auto deferring = [](const CallRecord& rec) {
+    return rec.refusal_code == static_cast<int32_t>(ErrorCode::kRankDisagreement);
+  };
+  const bool any_reason = std::any_of(all.begin(), all.end(), [&](const CallRecord& rec) {
+    return !rec.local_check_passed && !deferring(rec);
+  });
   std::string refusals;
   bool all_described = true;
   for (size_t r = 0; r < all.size(); ++r) {
     const CallRecord& rec = all[r];
     all_described = all_described && rec.described;
-    if (rec.local_check_passed) continue;
+    if (rec.local_check_passed || (any_reason && deferring(rec))) continue;
     const std::string text(rec.refusal, strnlen(rec.refusal, sizeof rec.refusal));
     refusals += str_cat(refusals.empty() ? "" : "; ", "rank ", r, " refuses the call (",
                         error_code_name(static_cast<ErrorCode>(rec.refusal_code)), ": ", text, ")");
@@ -277,7 +285,10 @@ uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint* fp,
   try {
     agree_on_call(comm, record);
   } catch (const Error&) {
-    if (local_error) throw *local_error;  // this rank's own, more precise reason
+    // This rank's own, more precise reason; unless that reason is only that another rank
+    // refuses the call (a wrapper can learn so before it: the Python package's token count),
+    // which the agreement's error names, with its reason.
+    if (local_error && local_error->code() != ErrorCode::kRankDisagreement) throw *local_error;
     throw;
   }
   if (local_error) throw *local_error;  // every rank refused the call, each for its own reason

@@ -99,7 +99,9 @@ uint64_t take_call_number(Communicator& comm);
 /// call_site_text of the public call), and agrees on it. When
 /// this rank has a reason of its own to refuse the call (`local_error`), it takes part in the
 /// agreement anyway, marked as refusing, and then throws that error, so the other ranks throw
-/// at once too (their error names it) instead of waiting for it. Returns the call number.
+/// at once too (their error names it) instead of waiting for it; a local_error of code
+/// kRankDisagreement (this rank learned before the call that another refuses it) throws the
+/// agreement's error instead, which quotes that rank's reason. Returns the call number.
 uint64_t agree_or_throw(Communicator& comm, CallOp op, const Fingerprint* fp,
                         const CpOptions& options, std::string_view call_site,
                         std::optional<uint64_t> forward_number,

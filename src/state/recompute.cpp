@@ -11,6 +11,12 @@
 
 namespace cpattn {
 
+#ifdef NDEBUG
+const bool kStrictRecomputeDefault = false;
+#else
+const bool kStrictRecomputeDefault = true;
+#endif
+
 namespace {
 uint64_t output_digest(const ForwardResult& state) {
   return Digest().view(state.out.view()).values(state.lse.span()).finish();

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 
 #include "cpattn/digest.h"
 #include "cpattn/error.h"
+#include "cpattn/isa.h"
 #include "cpattn/params.h"
 #include "train/model.h"
 
@@ -105,6 +107,13 @@ std::vector<ConfigField> config_fields(const TrainConfig& c, std::span<const uin
   if (c.dtype != DType::kF32) {
     // After --layout; absent for fp32, as in runs before 16-bit activations existed.
     f.insert(f.begin() + 4, {"--dtype", dtype_name(c.dtype), "", true, dtype_name(DType::kF32)});
+  }
+  const char* numerics = kernel_numerics_name(kernel_numerics(resolve_isa(Isa::kAuto), c.dtype));
+  if (numerics != std::string_view(kernel_numerics_name(KernelNumerics::kFma))) {
+    // The attention kernel's arithmetic (CPATTN_ISA, the CPU): a resume on other arithmetic
+    // would not continue bitwise. Absent for the fma class, as in runs before it was listed.
+    f.push_back(
+        {"kernel.numerics", numerics, "", true, kernel_numerics_name(KernelNumerics::kFma)});
   }
   if (c.strategy != Strategy::ring()) {
     // After --layout; absent for the ring, as in runs before strategies existed.

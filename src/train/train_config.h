@@ -81,7 +81,9 @@ void validate_train_config(TrainConfig& config, std::span<const uint8_t> text);
 /// "--warmup", "adamw.beta1", "adamw.beta2", "adamw.eps", "adamw.weight_decay",
 /// "adamw.min_lr_ratio", "grad_clip", "--dropout", "--seed", "--threads" (training fields: they
 /// shape the weights), then "--recompute" (bitwise the same weights either way), "--eval-every" and
-/// "--on-nonfinite" (training = false).
+/// "--on-nonfinite" (training = false), then "kernel.numerics" (a training field: the attention
+/// kernel's arithmetic for config.dtype on the path CPATTN_ISA or this CPU resolves to, listed
+/// only when not "fma", so that fma runs resume the checkpoints of earlier versions).
 std::vector<ConfigField> config_fields(const TrainConfig& config, std::span<const uint8_t> text,
                                        const std::string& text_path);
 

@@ -138,6 +138,23 @@ TEST(StridedView, ChecksNameTheOperand) {
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   null.shape[0] = 0;  // no elements: no data needed
   check_readable(null, "v");
+  // Views whose offsets would wrap around (a count or a last offset beyond int64) are refused
+  // before anything reads them; the largest view that fits is accepted.
+  ConstView huge = v;
+  huge.shape = {int64_t{1} << 40, 8, 4, int64_t{1} << 40};
+  e = error_of([&] { check_readable(huge, "q"); });
+  EXPECT_EQ(e.code(), ErrorCode::kShapeMismatch);
+  EXPECT_THAT(e.what(), HasSubstr("its extent overflows a 64-bit byte offset"));
+  ConstView wrapping = v;  // 3 rows 2^62 floats apart: the last one 2^64.6 bytes in
+  wrapping.stride[1] = int64_t{1} << 62;
+  wrapping.shape[1] = 3;
+  EXPECT_THROW(check_readable(wrapping, "q"), Error);
+  wrapping.shape[1] = 2;  // 2^62 floats = 2^64 bytes: still wraps
+  EXPECT_THROW(check_readable(wrapping, "q"), Error);
+  wrapping.stride[1] = int64_t{1} << 59;  // 2^61 bytes: fits (never read here)
+  check_readable(wrapping, "q");
+  huge.shape = {0, int64_t{1} << 40, int64_t{1} << 40, 8};  // empty, whatever the rest
+  check_readable(huge, "q");
 }
 
 TEST(StridedView, CopyViewBetweenStridesAndShapeMismatch) {

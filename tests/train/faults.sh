@@ -401,6 +401,12 @@ EOF
     run out3.txt "$cpattn" train --cp 2 $tiny --steps 5 --lr 0.01 --resume ck
     expect_status 11
     expect_output out3.txt "^cpattn: error \(invalid_argument\): --resume 'ck': the checkpoint was written by a run with other settings: --lr 0.003 in the checkpoint, 0.01 now$"
+    # Another kernel arithmetic (CPATTN_ISA=generic: no fused multiply-adds) would not continue
+    # the run bitwise.
+    # shellcheck disable=SC2086
+    run out4.txt env CPATTN_ISA=generic "$cpattn" train --cp 2 $tiny --steps 5 --resume ck
+    expect_status 11
+    expect_output out4.txt "^cpattn: error \(invalid_argument\): --resume 'ck': the checkpoint was written by a run with other settings: kernel.numerics not in the checkpoint, no-fma now$"
     status=18
     row "$elapsed s (start-up)" "the good checkpoint untouched"
     ;;

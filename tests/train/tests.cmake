@@ -92,6 +92,20 @@ set_tests_properties(train.cli_generate PROPERTIES LABELS "train;cli" TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "generate_run: OK")
 add_test(NAME train.cli_bad_timeout
          COMMAND ${CPATTN_EXPECT_FAILURE} --status 11 --one-line
-                 "^cpattn: error \\(invalid_argument\\): --timeout must be in \\[0.001, 1e6\\] seconds, got 0$"
+                 "^cpattn: error \\(invalid_argument\\): --timeout must be in \\[0.001, 1e\\+06\\] seconds \\(every wait on another rank has a deadline\\), got 0$"
                  ${CPATTN_TRAIN_CLI} --timeout 0)
 set_tests_properties(train.cli_bad_timeout PROPERTIES LABELS "train;cli" TIMEOUT 30)
+# --seed is read as text: CLI11 alone reads "-1" and values past 2^64 - 1 as 2^64 - 1.
+foreach(seed_case "neg;-1" "big;18446744073709551616" "empty;")
+  list(GET seed_case 0 name)
+  list(LENGTH seed_case n)
+  set(seed_text "")
+  if(n GREATER 1)
+    list(GET seed_case 1 seed_text)
+  endif()
+  add_test(NAME train.cli_bad_seed_${name}
+           COMMAND ${CPATTN_EXPECT_FAILURE} --status 11 --one-line
+                   "^cpattn: error \\(invalid_argument\\): --seed: must be a whole number in \\[0, 2\\^64 - 1\\], got '${seed_text}'"
+                   ${CPATTN_TRAIN_CLI} --seed "${seed_text}")
+  set_tests_properties(train.cli_bad_seed_${name} PROPERTIES LABELS "train;cli" TIMEOUT 30)
+endforeach()

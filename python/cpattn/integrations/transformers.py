@@ -155,7 +155,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
             raise
         # As ring_attention's own refusals: join the group's call agreement as refusing, so
         # that a rank refusing alone (a padding mask in its shard only) fails every rank now.
-        refuse_grouped_call(cp.group, cp.timeout, reason, site, query.shape[2])
+        refuse_grouped_call(cp.group, cp.timeout, reason, site)
     if grouped:
         out = ring_attention(q, k, v, group=cp.group, layout=cp.layout, strategy=cp.strategy,
                              dropout_p=dropout, softmax_scale=scaling, causal=causal,
