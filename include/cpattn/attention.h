@@ -118,7 +118,11 @@ inline ForwardResult attention_forward(Communicator& comm, ConstView q, ConstVie
 /// Backward of the forward that produced `state`, given dout [B, Sq_r, Hq, Dv], the same q, k, v,
 /// shardings and params, and `rng`: the RngState of the forward this backward is for (the one
 /// the caller drew, e.g. from its Generator). Uses state.out, state.lse and state.rng (never
-/// anything global). Returns this rank's dq, dk, dv (dense BSHD) and, with sinks, dsink fp32 [Hq]
+/// anything global); out and lse must be as the forward returned them: they are read, not
+/// compared with the forward's (the fingerprint covers q, k and v, not the results), so an
+/// in-place change to them (a residual added into out) gives the gradients of the changed
+/// values (the Python package refuses such a backward through autograd's version counters).
+/// Returns this rank's dq, dk, dv (dense BSHD) and, with sinks, dsink fp32 [Hq]
 /// summed over every rank's rows, the same bits on every rank (one allreduce over the group:
 /// docs/design.md section 5.6). Throws Error(kStateMismatch) listing every field of
 /// state.fingerprint that differs from this call's arguments (shape, strides, positions, inputs,
