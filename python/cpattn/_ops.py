@@ -156,7 +156,7 @@ def _deadline(timeout):
     try:
         _cpattn.check_timeout(float(timeout))
         return float(timeout), None
-    except (Error, TypeError, ValueError) as e:
+    except Exception as e:  # Error, or float() refusing the value (TypeError, OverflowError...)
         return DEFAULT_TIMEOUT_S, e
 
 
@@ -196,13 +196,16 @@ def _call_of(call_number, q, k, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi
     once instead of waiting for it."""
     group = process_group(group_name)
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    counted = False
     try:
         if group is not None:
             # Every call over a group counts the ranks' tokens first, with or without a seq_len,
             # so every rank makes the same exchanges in the same order even when the ranks were
             # given different arguments (seq_len or doc_ids on one rank only): they then meet
             # in the call agreement, which names what differs, and the group stays usable.
-            counted_q, counted_k = count_tokens(q.shape[1], k.shape[1], group, timeout)
+            local = (q.shape[1], k.shape[1])
+            counted = True  # count_tokens is this rank's part of the exchange, whatever it raises
+            counted_q, counted_k = count_tokens(*local, group, timeout)
             if seq_len < 0:
                 seq_len = counted_q
             if kv_seq_len < 0 and varlen:
@@ -219,9 +222,11 @@ def _call_of(call_number, q, k, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi
                             sink=sink, slices=slices, timeout=timeout,
                             num_threads=torch.get_num_threads(), strategy=strategy,
                             workspace=_workspace_of(workspace_id), call_site=call_site)
-    except (Error, TypeError, ValueError) as reason:
+    except Exception as reason:  # whatever a bad argument raises: the rank still takes part
         if group is None:
             raise
+        if not counted:
+            count_tokens(None, None, group, timeout)
         _refuse(group, timeout, reason, call_site, int(call_number[0]), backward)
 
 
@@ -240,7 +245,9 @@ def _refuse(group, timeout, reason, call_site, call_number, backward=False):
     call: the other ranks raise rank_disagreement quoting it at once instead of waiting. Under
     the deadline `timeout`, or the default when the timeout is itself what is refused."""
     code = getattr(reason, "code", "invalid_argument")
-    _cpattn.refuse(group, _deadline(timeout)[0], call_number, code, str(reason), call_site,
+    message = str(reason) if isinstance(reason, (Error, TypeError, ValueError)) else \
+        f"{type(reason).__name__}: {reason}"
+    _cpattn.refuse(group, _deadline(timeout)[0], call_number, code, message, call_site,
                    backward)
 
 
@@ -380,7 +387,7 @@ def _caller_site():
 def _window(window_size):
     try:
         left, right = (int(w) for w in window_size)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise error("invalid_argument",
                     f"window_size must be a pair (left, right), got {window_size!r}") from None
     return left, right
@@ -474,7 +481,13 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise error("invalid_argument", f"timeout must be a number of seconds, got "
                         f"{timeout!r}")
+        timeout = float(timeout)  # OverflowError past float's range: refused here
         left, right = _window(window_size)
+        for arg, value in (("seq_len", seq_len), ("kv_seq_len", kv_seq_len),
+                           ("window_size", left), ("window_size", right),
+                           ("max_seqlen", max_seqlen[0]), ("max_seqlen", max_seqlen[1])):
+            if not -2**63 <= value < 2**63:  # the op's int arguments are int64
+                raise error("invalid_argument", f"{arg} {value} is outside int64")
         _check_doc_ids_type(doc_ids)
         dropout_p = float(dropout_p)
         softcap = float(softcap)
@@ -483,7 +496,7 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
         sink = _per_head(sink, "sink", differentiable=True)
         slices = _slices_tensor(slices)
         workspace_id = _workspace_id(workspace)
-    except (Error, TypeError, ValueError) as reason:
+    except Exception as reason:  # whatever a bad argument raises: the rank still takes part
         if group is None:
             raise
         refuse_grouped_call(group, timeout, reason, call_site)
@@ -492,7 +505,7 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
     out, lse, _ = attention_forward(q, k, v, rng, call_number, doc_ids, cu_seqlens[0],
                                     cu_seqlens[1], sink, alibi_slopes, slices, name, str(layout),
                                     seq_len, kv_seq_len, scale, bool(causal), left, right,
-                                    dropout_p, softcap, float(timeout), str(strategy),
+                                    dropout_p, softcap, timeout, str(strategy),
                                     workspace_id, call_site, max_seqlen[0], max_seqlen[1],
                                     for_backward=torch.is_grad_enabled())
     return (out, lse) if return_lse else out
@@ -589,7 +602,7 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
                                     or seq_len < 0):
             raise error("invalid_argument", f"seq_len must be None or a whole length >= 0, "
                         f"got {seq_len!r}")
-    except Error as reason:
+    except Exception as reason:
         refuse_grouped_call(group, timeout, reason, site)
     if doc_ids is not None:
         total = doc_ids.numel()
@@ -693,7 +706,7 @@ def varlen_ring_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
     try:
         q4, k4, v4, cu_q, cu_k = _varlen_args(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                               max_seqlen_k)
-    except (Error, TypeError, ValueError) as reason:
+    except Exception as reason:
         refuse_grouped_call(group, timeout, reason, site)
     out, lse = _apply(q4, k4, v4, group=group, layout=layout, seq_len=-1, kv_seq_len=-1,
                       dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,

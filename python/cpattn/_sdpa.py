@@ -11,7 +11,7 @@ import torch
 from torch.autograd.variable import Variable
 from torch.overrides import TorchFunctionMode
 
-from ._errors import Error, error
+from ._errors import error
 from ._groups import resolve_group
 from ._ops import (DEFAULT_TIMEOUT_S, _caller_site, attention, refuse_grouped_call,
                    ring_attention)
@@ -226,7 +226,7 @@ class _SdpaMode(TorchFunctionMode):
         site = _caller_site()
         try:
             q, k, v = _bshd(query, key, value, attn_mask, is_causal, enable_gqa)
-        except Error as reason:
+        except Exception as reason:
             refuse_grouped_call(self.group, self.timeout, reason, site)
         out = ring_attention(q, k, v, group=self.group, layout=self.layout, dropout_p=dropout_p,
                              softmax_scale=scale, causal=is_causal, seq_len=self.seq_len,
@@ -300,7 +300,7 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
     try:  # a rank whose buffers are refused still joins the entry agreement, as refusing
         seq_len = _check_buffers(buffers, seq_dims, layout)
         idx = token_indices(layout, seq_len, group) if buffers else None
-    except (Error, TypeError, ValueError) as reason:
+    except Exception as reason:
         refuse_grouped_call(group, timeout, reason, "context entry")
     dims = ",".join(str(d % buf.dim()) for buf, d in zip(buffers, seq_dims))
     agree(group, timeout, site_text(

@@ -6,7 +6,7 @@ import torch
 
 from . import _cpattn
 from ._agreement import agree, site_text
-from ._errors import Error, error
+from ._errors import error
 from ._groups import resolve_group
 from ._ops import DEFAULT_TIMEOUT_S, refuse_grouped_call
 
@@ -55,10 +55,10 @@ def unshard(x_local, dim=1, *, group=None, layout="zigzag", doc_ids=None, cu_seq
         sizes = ",".join("*" if d == dim else str(n) for d, n in enumerate(x_local.shape))
         docs = doc_ids if doc_ids is not None else cu_seqlens
         docs_crc = "" if docs is None else \
-            f" docs #{zlib.crc32(docs.detach().cpu().contiguous().numpy().tobytes()):08x}"
+            f" docs #{zlib.crc32(docs.detach().to(torch.int64).cpu().numpy().tobytes()):08x}"
         site = site_text(f"unshard {layout} {str(x_local.dtype).removeprefix('torch.')} "
                          f"[{sizes}]{docs_crc}")
-    except (Error, TypeError, ValueError) as reason:
+    except Exception as reason:
         refuse_grouped_call(group, timeout, reason, site)
     agree(group, timeout, site, "unshard: the ranks' pieces, layouts or documents differ")
     p = group.size()

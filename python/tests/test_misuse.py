@@ -146,6 +146,14 @@ def _one_rank_fails_the_wrappers_checks(rank, world, bad):
             kwargs["causal"] = "yes"
         elif bad == "timeout":  # rank 0's is 30 s: rank 1 refuses under the default deadline
             kwargs["timeout"] = float("inf")
+        elif bad == "timeout past float":  # float() raises OverflowError
+            kwargs["timeout"] = 10**400
+        elif bad == "window past int":  # int() raises OverflowError
+            kwargs["window_size"] = (float("inf"), 1)
+        elif bad == "seq_len past int64":  # the op's schema would raise before the op
+            kwargs["seq_len"] = 2**70
+        elif bad == "k 1-D":  # k.shape[1] raises IndexError inside the op, before the count
+            k = torch.randn(8)
         elif bad == "doc_ids":  # rank 0 passes them as a tensor
             kwargs["doc_ids"] = [0] * 16
         elif bad == "layout":
@@ -162,7 +170,8 @@ def _one_rank_fails_the_wrappers_checks(rank, world, bad):
 
 
 @pytest.mark.parametrize("bad", ["window_size", "doc_ids", "layout", "q rank", "q dtype", "k None",
-                                 "causal", "timeout"])
+                                 "causal", "timeout", "timeout past float", "window past int",
+                                 "seq_len past int64", "k 1-D"])
 def test_a_rank_that_fails_the_wrappers_checks_fails_every_rank_at_once(bad):
     start = time.monotonic()
     outcomes = run_processes(2, _one_rank_fails_the_wrappers_checks, bad)

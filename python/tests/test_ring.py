@@ -137,16 +137,25 @@ def _unshard_misuse(rank, world, bad):
     x = torch.arange(16 * 3, dtype=torch.float32).reshape(1, 16, 3)
     layout = "striped" if bad == "layouts" and rank == 1 else "zigzag"
     piece = cpattn.shard(x, layout=layout)
+    docs = {}
     if bad == "sizes outside the sequence dim" and rank == 1:
         piece = piece[:, :, :2]
     elif bad == "not a tensor" and rank == 1:
         piece = piece.tolist()
+    elif bad.startswith("documents"):  # 3 documents of 16 tokens, split in doc_zigzag
+        layout = "doc_zigzag"
+        cu = torch.tensor([0, 5, 9, 16])
+        piece = cpattn.shard(x, layout=layout, cu_seqlens=cu)
+        # The same documents as int32 on rank 1 (equal: not a disagreement), or as a list
+        docs["cu_seqlens"] = cu if rank == 0 else \
+            (cu.to(torch.int32) if bad == "documents as int32 and int64" else cu.tolist())
     start = time.monotonic()
     try:
         if bad == "a rank that never calls" and rank == 1:
             time.sleep(8)  # alive, past rank 0's deadline, but not in the call
         else:
-            cpattn.unshard(piece, layout=layout, timeout=5)
+            whole = cpattn.unshard(piece, layout=layout, timeout=5, **docs)
+            assert torch.equal(whole, x), "unshard is not the whole tensor"
         return None, "", time.monotonic() - start
     except cpattn.Error as e:
         return e.code, str(e), time.monotonic() - start
@@ -159,6 +168,9 @@ def _unshard_misuse(rank, world, bad):
      ("unshard zigzag float32 [1,*,3]", "unshard zigzag float32 [1,*,2]")),
     ("not a tensor", ("rank_disagreement", "invalid_argument"),
      ("unshard: x_local must be a tensor, got list",)),
+    ("documents as int32 and int64", (None, None), ()),
+    ("documents as a list", ("rank_disagreement", "invalid_argument"),
+     ("AttributeError: 'list' object has no attribute",)),
 ])
 def test_unshard_agrees_before_it_gathers(bad, codes, needles):
     """Pieces the ranks cannot put together alike (other layouts, other sizes): every rank

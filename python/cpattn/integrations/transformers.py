@@ -37,7 +37,7 @@ import inspect
 
 import torch
 
-from .._errors import Error, error
+from .._errors import error
 from .._ops import attention, refuse_grouped_call, ring_attention
 from .._sdpa import active_context
 
@@ -150,7 +150,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
             module, query, key, value, attention_mask, dropout, scaling, is_causal,
             sliding_window, softcap, position_ids, cu_seq_lens_q, cu_seq_lens_k,
             output_attentions, kwargs, cp, grouped)
-    except (Error, TypeError, ValueError) as reason:
+    except Exception as reason:  # whatever a bad argument raises: the rank still takes part
         if not grouped:
             raise
         # As ring_attention's own refusals: join the group's call agreement as refusing, so
