@@ -118,16 +118,16 @@ inline ForwardResult attention_forward(Communicator& comm, ConstView q, ConstVie
 /// Backward of the forward that produced `state`, given dout [B, Sq_r, Hq, Dv], the same q, k, v,
 /// shardings and params, and `rng`: the RngState of the forward this backward is for (the one
 /// the caller drew, e.g. from its Generator). Uses state.out, state.lse and state.rng (never
-/// anything global); out and lse must be as the forward returned them: they are read, not
-/// compared with the forward's (the fingerprint covers q, k and v, not the results), so an
-/// in-place change to them (a residual added into out) gives the gradients of the changed
-/// values (the Python package refuses such a backward through autograd's version counters).
+/// anything global); out and lse must be as the forward returned them: backward digests them
+/// (one pass, as over q, k and v) and refuses them changed in any bit since the forward (a
+/// residual added into out would give the gradients of the changed values).
 /// Returns this rank's dq, dk, dv (dense BSHD) and, with sinks, dsink fp32 [Hq]
 /// summed over every rank's rows, the same bits on every rank (one allreduce over the group:
 /// docs/design.md section 5.6). Throws Error(kStateMismatch) listing every field of
 /// state.fingerprint that differs from this call's arguments (shape, strides, positions, inputs,
 /// params: the sink logits, softcap, ALiBi slopes and slices among them, cp_rank/cp_size,
-/// strategy, and rng: the ForwardResult of another forward on the same inputs is refused)
+/// strategy, and rng: the ForwardResult of another forward on the same inputs is refused), or
+/// "the ForwardResult's out or lse changed after its forward" (Fingerprint::outputs_digest),
 /// before any computation; the other ranks, which learn of it in the call agreement, throw
 /// Error(kRankDisagreement) at once. Otherwise throws like attention_forward.
 AttentionGradients attention_backward(Communicator& comm, ConstView dout, ConstView q, ConstView k,

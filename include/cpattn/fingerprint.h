@@ -42,9 +42,11 @@ enum class FingerprintRole {
   /// rank's own sequence length).
   kSharedButLength,
   kOwn,  ///< this rank's own (its rank, strides, data): backward compares it, the agreement not
-  /// The forward's call number: set by the forward, compared by neither (backward's own
-  /// arguments have no number; the call agreement's record carries the call numbers itself).
-  kCallNumber,
+  /// What the forward records of its own run, not of its arguments (its call number, the digest
+  /// of its out and lse): differences() and the call agreement do not compare it, since a
+  /// backward's arguments have neither (the call agreement's record carries the call numbers
+  /// itself; attention_backward digests the state's out and lse and compares that).
+  kSetByForward,
 };
 
 /// The Fingerprint's fields, one row each: X(type, name, default, label, role) declares the
@@ -92,8 +94,11 @@ enum class FingerprintRole {
   X(KernelNumerics, numerics,         KernelNumerics::kFma, "kernel numerics",           kShared) \
   /* the dropout stream */                                                                        \
   X(RngState,       rng,              {},                  "rng",                        kShared) \
+  /* Digest of the forward's out and lse (outputs_digest; kInputsNotDigested when q/k/v were */   \
+  /* not digested either): backward refuses a state whose out or lse changed since */             \
+  X(uint64_t,       outputs_digest,   0,                   "out/lse digest",       kSetByForward) \
   /* the forward's number among the group's checked calls (set_next_call_number, attention.h) */ \
-  X(uint64_t,       call_number,      0,                   "call number",            kCallNumber)
+  X(uint64_t,       call_number,      0,                   "call number",          kSetByForward)
 // clang-format on
 
 /// Fingerprint::inputs_digest of a forward made with CpOptions::for_backward false: q, k and v
@@ -106,17 +111,19 @@ inline constexpr uint64_t kInputsNotDigested = 0;
 /// holds). Digests are 64-bit content hashes (cpattn/digest.h). A state from another strategy, or
 /// computed with other kernel arithmetic, is refused like one of another shape. call_number is
 /// the same on every rank, so a backward that uses another forward's state than the other ranks'
-/// is caught by the call agreement; differences() does not compare it.
+/// is caught by the call agreement; outputs_digest lets attention_backward refuse out or lse
+/// changed after the forward; differences() compares neither.
 struct Fingerprint {
 #define CPATTN_FINGERPRINT_MEMBER(type, name, init, label, role) type name = init;
   CPATTN_FINGERPRINT_FIELDS(CPATTN_FINGERPRINT_MEMBER)
 #undef CPATTN_FINGERPRINT_MEMBER
 
-  /// One human-readable sentence per differing field (every field but call_number), in the
-  /// list's order, phrased "ForwardResult was produced with <label>=<this>, backward called with
-  /// <label>=<other>" ("ForwardResult was produced for cp_rank 0 of 4, backward called on cp_rank
-  /// 1 of 4" for the rank; a recorded inputs_digest of kInputsNotDigested is said to come from a
-  /// forward with CpOptions::for_backward false). Empty when equal.
+  /// One human-readable sentence per differing field (every field but those of role
+  /// kSetByForward), in the list's order, phrased "ForwardResult was produced with
+  /// <label>=<this>, backward called with <label>=<other>" ("ForwardResult was produced for
+  /// cp_rank 0 of 4, backward called on cp_rank 1 of 4" for the rank; a recorded inputs_digest of
+  /// kInputsNotDigested is said to come from a forward with CpOptions::for_backward false). Empty
+  /// when equal.
   std::vector<std::string> differences(const Fingerprint& called) const;
 };
 

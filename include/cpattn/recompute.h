@@ -10,11 +10,12 @@
 
 namespace cpattn {
 
-/// What survives a checkpointed attention forward: no tensors, ~200 bytes. The training loop keeps
-/// the layer input itself (from which it recomputes q, k, v).
+/// What survives a checkpointed attention forward: no tensors, about 350 bytes. The training loop
+/// keeps the layer input itself (from which it recomputes q, k, v).
 struct AttentionCheckpoint {
-  Fingerprint fingerprint;     ///< of the first forward (includes its RngState and input digest)
-  uint64_t output_digest = 0;  ///< Digest of the first forward's out (strict mode compares it)
+  /// Of the first forward: its RngState, its q/k/v digest and its out/lse digest (strict mode
+  /// compares the recomputed forward's with it) among the rest.
+  Fingerprint fingerprint;
 };
 
 /// Records the checkpoint of a first forward. The caller uses state.out, then drops `state`.

@@ -50,6 +50,24 @@ def test_bad_parameters():
         cpattn.attention(q, None, v)
 
 
+def test_out_changed_after_the_forward_is_refused_by_backward():
+    """An in-place change to out before backward would give the gradients of the changed values:
+    autograd refuses one it sees (the version counter), and cpattn refuses the ones autograd
+    cannot see (through .data), by the digest of out and lse its forward recorded."""
+    q, k, v = (t.requires_grad_() for t in _qkv())
+    out = cpattn.attention(q, k, v, causal=True)
+    out.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+    for change in (lambda o: o.data.add_(1e-3), lambda o: o.data[0, 3, 1, 5].neg_()):
+        out = cpattn.attention(q, k, v, causal=True)
+        change(out)
+        with pytest.raises(cpattn.Error, match="out or lse changed after its forward") as info:
+            out.sum().backward()
+        assert info.value.code == "state_mismatch"
+    cpattn.attention(q, k, v, causal=True).sum().backward()  # an unchanged out still runs
+
+
 _BAD_TIMEOUTS = (float("inf"), 1e300, 1.5e6, 0.0, -1.0, float("nan"), None, True, "30")
 
 

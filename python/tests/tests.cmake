@@ -3,12 +3,17 @@
 # build tree.
 #
 # torch.compile's caches do not notice a custom op's changed autograd formula (pytorch/pytorch
-# issue 144344): a compiled backward traced from an older python/cpattn/_ops.py would be reused,
-# calling the ops with their old arguments. The tests' inductor cache therefore lives in the build
-# tree under the hash of _ops.py (a change to it re-runs the configure step).
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
-             ${PROJECT_SOURCE_DIR}/python/cpattn/_ops.py)
-file(SHA256 ${PROJECT_SOURCE_DIR}/python/cpattn/_ops.py cpattn_ops_hash)
+# issue 144344) or the changed output size of its fake: a compiled backward traced from an older
+# python/cpattn/_ops.py would be reused, calling the ops with their old arguments, and a graph
+# traced with another FINGERPRINT_BYTES (include/cpattn/fingerprint.h's field list) asserts the
+# old size of the forward's fingerprint output. The tests' inductor cache therefore lives in the
+# build tree under a hash of both files (a change to either re-runs the configure step).
+set(cpattn_ops_hash "")
+foreach(f python/cpattn/_ops.py include/cpattn/fingerprint.h)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${f})
+  file(SHA256 ${PROJECT_SOURCE_DIR}/${f} file_hash)
+  string(SHA256 cpattn_ops_hash "${cpattn_ops_hash}${file_hash}")
+endforeach()
 string(SUBSTRING ${cpattn_ops_hash} 0 16 cpattn_ops_hash)
 set(cpattn_pytest_env "PYTHONPATH=${CPATTN_PYTHON_DIR}"
     "TORCHINDUCTOR_CACHE_DIR=${CMAKE_BINARY_DIR}/torchinductor/${cpattn_ops_hash}")

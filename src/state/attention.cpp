@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "cpattn/detail/cp.h"
+#include "cpattn/digest.h"
 #include "cpattn/error.h"
 #include "state/call_agreement.h"
 #include "state/state_detail.h"
@@ -58,6 +59,10 @@ void set_next_call_number(Communicator& comm, uint64_t next) {
 
 namespace detail {
 
+uint64_t outputs_digest(ConstView out, std::span<const float> lse, int num_threads) {
+  return Digest().view(out, num_threads).values(lse).finish();
+}
+
 std::string join_differences(std::string_view prefix, const std::vector<std::string>& diffs) {
   std::string message(prefix);
   for (size_t i = 0; i < diffs.size(); ++i) message += (i ? "; " : "") + diffs[i];
@@ -105,6 +110,9 @@ ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstV
                "a checked forward without a fingerprint or a validated call");
   fp->call_number = number;
   CpForwardResult r = cp_forward(*call);
+  if (fp->inputs_digest != kInputsNotDigested) {
+    fp->outputs_digest = outputs_digest(r.out.view(), r.lse.span(), options.num_threads);
+  }
   return ForwardResult(std::move(r.out), std::move(r.lse), r.rng, std::move(*fp), comm.memory());
 }
 
@@ -148,8 +156,10 @@ ForwardResult attention_forward(Communicator& comm, ConstView q, ConstView k, Co
 namespace {
 
 // Everything that makes `state` unusable for this backward, as one message (nullopt: nothing).
+// Digests state.out and state.lse on up to `num_threads` threads when all else matches.
 std::optional<Error> state_error(ConstView dout, ConstView q, ConstView k, ConstView v,
-                                 const ForwardStateView& state, const Fingerprint& called) {
+                                 const ForwardStateView& state, const Fingerprint& called,
+                                 int num_threads) {
   std::vector<std::string> diffs = state.fingerprint.differences(called);
   if (state.rng != state.fingerprint.rng) {
     diffs.push_back(detail::str_cat("its out/lse were computed with rng=", to_string(state.rng),
@@ -170,10 +180,20 @@ std::optional<Error> state_error(ConstView dout, ConstView q, ConstView k, Const
   if (diffs.empty()) {
     try {
       check_view(dout, "dout", "[B, Sq_local, Hq, Dv]", out_shape);
+      check_view(state.out, "out", "[B, Sq_local, Hq, Dv]", out_shape);  // before it is read
     } catch (const Error& e) {
       return e;
     }
-    return std::nullopt;
+    // The fingerprint matched, so the forward digested its inputs and recorded outputs_digest.
+    const uint64_t now = detail::outputs_digest(state.out, state.lse, num_threads);
+    if (now == state.fingerprint.outputs_digest) return std::nullopt;
+    return Error(ErrorCode::kStateMismatch,
+                 detail::str_cat("attention_backward: the ForwardResult's out or lse changed "
+                                 "after its forward (out/lse digest ",
+                                 digest_hex(now), ", the forward's ",
+                                 digest_hex(state.fingerprint.outputs_digest),
+                                 "): backward needs them as the forward returned them (add a "
+                                 "residual into a copy of out, not into out)"));
   }
   return Error(ErrorCode::kStateMismatch,
                detail::join_differences(
@@ -193,7 +213,7 @@ AttentionGradients backward_with_refusal(Communicator& comm, ConstView dout, Con
   // `rng` is the caller's: a state from another forward on the same inputs differs in it.
   const std::optional<Fingerprint> called = detail::fingerprint_or_refusal(
       comm, q, k, v, q_seq, kv_seq, params, rng, options, true, refusal);
-  if (!refusal) refusal = state_error(dout, q, k, v, state, *called);
+  if (!refusal) refusal = state_error(dout, q, k, v, state, *called, options.num_threads);
   return detail::checked_backward(comm, dout, q, k, v, state, q_seq, kv_seq, params, options,
                                   call_site, called ? &*called : nullptr, std::move(refusal));
 }

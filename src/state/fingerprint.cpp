@@ -98,7 +98,7 @@ Fingerprint read_bytes(std::span<const uint8_t, kFingerprintBytes> bytes, bool c
 std::vector<std::string> Fingerprint::differences(const Fingerprint& called) const {
   std::vector<std::string> d;
   detail::for_each_fingerprint_field([&](const auto& field) {
-    if (field.role == FingerprintRole::kCallNumber) return;
+    if (field.role == FingerprintRole::kSetByForward) return;
     const auto& recorded = this->*field.member;
     if (recorded == called.*field.member) return;
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(recorded)>, uint64_t>) {
@@ -155,7 +155,7 @@ Fingerprint shared_part(const Fingerprint& fp) noexcept {
         }
         break;
       case FingerprintRole::kOwn:
-      case FingerprintRole::kCallNumber:
+      case FingerprintRole::kSetByForward:
         shared.*field.member = defaults.*field.member;
         break;
     }

@@ -57,7 +57,7 @@ std::string field_text(const T& x) {
   }
 }
 
-/// The part of `fp` every rank of a group must agree on: `fp` with its kOwn and kCallNumber
+/// The part of `fp` every rank of a group must agree on: `fp` with its kOwn and kSetByForward
 /// fields at their defaults and the S_r of its kSharedButLength shapes 0.
 Fingerprint shared_part(const Fingerprint& fp) noexcept;
 

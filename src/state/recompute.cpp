@@ -18,9 +18,6 @@ const bool kStrictRecomputeDefault = true;
 #endif
 
 namespace {
-uint64_t output_digest(const ForwardResult& state) {
-  return Digest().view(state.out.view()).values(state.lse.span()).finish();
-}
 
 // Why a recompute with fingerprint `called` and RngState `replayed` does not replay the forward
 // `recorded` (nullopt: it does).
@@ -41,20 +38,21 @@ std::optional<Error> replay_error(const Fingerprint& recorded, const Fingerprint
   }
   return std::nullopt;
 }
-// Strict mode: every rank compares its recomputed out/lse with its first forward's digest, and
+// Strict mode: every rank compares its recomputed out/lse digest with its first forward's, and
 // all of them learn which ranks differ (one allreduce of P flags), so a rank never throws alone
 // while the others go on to wait for it. The differing ranks throw kRecomputeDiverged, the
 // others kRankDisagreement naming them.
 void check_output_on_every_rank(Communicator& comm, const ForwardResult& state,
                                 const AttentionCheckpoint& checkpoint) {
-  const uint64_t again = output_digest(state);
-  const bool differs = again != checkpoint.output_digest;
+  const uint64_t again = state.fingerprint.outputs_digest;
+  const uint64_t first = checkpoint.fingerprint.outputs_digest;
+  const bool differs = again != first;
   std::vector<double> flags(static_cast<size_t>(comm.size()), 0.0);
   flags[static_cast<size_t>(comm.rank())] = differs ? 1.0 : 0.0;
   comm.allreduce_sum(std::span<double>(flags));
   CPATTN_CHECK(!differs, ErrorCode::kRecomputeDiverged,
                "recompute diverged: recomputed out/lse digest ", digest_hex(again),
-               " differs from the first forward's ", digest_hex(checkpoint.output_digest),
+               " differs from the first forward's ", digest_hex(first),
                " although inputs, RngState and kernel numerics match (a kernel that is not "
                "deterministic: please report it)");
   std::string ranks;
@@ -68,9 +66,7 @@ void check_output_on_every_rank(Communicator& comm, const ForwardResult& state,
 
 }  // namespace
 
-AttentionCheckpoint make_checkpoint(const ForwardResult& state) {
-  return {state.fingerprint, output_digest(state)};
-}
+AttentionCheckpoint make_checkpoint(const ForwardResult& state) { return {state.fingerprint}; }
 
 ForwardResult recompute_forward(Communicator& comm, const AttentionCheckpoint& checkpoint,
                                 RngState replayed, ConstView q, ConstView k, ConstView v,

@@ -3,7 +3,9 @@
 // messages they share.
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +15,12 @@
 #include "state/call_agreement.h"
 
 namespace cpattn::detail {
+
+/// Fingerprint::outputs_digest of a forward's out [B, Sq_r, Hq, Dv] (any strides, its dtype) and
+/// lse (fp32 [B, Hq, Sq_r]): Digest::view of out on up to `num_threads` threads, then lse's
+/// floats. The forward records it, attention_backward compares its state's with it, and a strict
+/// recompute compares the recomputed forward's with the first one's.
+uint64_t outputs_digest(ConstView out, std::span<const float> lse, int num_threads);
 
 /// "<prefix><diff 1>; <diff 2>; ..." for an error message.
 std::string join_differences(std::string_view prefix, const std::vector<std::string>& diffs);
@@ -43,7 +51,8 @@ std::optional<Fingerprint> fingerprint_or_refusal(
 /// `local_error` is this rank's own reason to refuse it, see agree_or_throw), runs the strategy's
 /// forward and wraps its result in a ForwardResult carrying `fp`, which the caller computed for
 /// exactly these arguments (fingerprint_or_refusal; nullopt only with a local_error); the result's
-/// fingerprint gets the call's number. `call_site`: call_site_text of the public call.
+/// fingerprint gets the call's number and, when fp digested q/k/v, the outputs_digest of out and
+/// lse. `call_site`: call_site_text of the public call.
 ForwardResult checked_forward(Communicator& comm, CallOp op, ConstView q, ConstView k, ConstView v,
                               const SequenceSharding& q_seq, const SequenceSharding& kv_seq,
                               const AttentionParams& params, RngState rng, const CpOptions& options,

@@ -1,6 +1,7 @@
 // Misuse of forward state must fail loudly (cpattn::Error naming what differs), never return
 // numbers: a state from another layer, shape, dropout_p, rank or CP size; a recompute that
-// replays another RngState or other inputs; a recompute whose output diverges.
+// replays another RngState or other inputs; a recompute whose output diverges; out or lse changed
+// after the forward.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -157,7 +158,7 @@ TEST(Misuse, StrictRecomputeDetectsADivergedOutput) {
         const SequenceSharding seq = f.p.sharding(1, 0);
         AttentionCheckpoint ckpt =
             make_checkpoint(attention_forward(comm, x, x, x, seq, f.params, {3, 0}));
-        ckpt.output_digest ^= 1;  // as if the first forward had produced other numbers
+        ckpt.fingerprint.outputs_digest ^= 1;  // as if the first forward had produced other numbers
         RecomputeOptions options;
         options.strict = strict;
         recompute_forward(comm, ckpt, {3, 0}, x, x, x, seq, f.params, options);
@@ -173,6 +174,57 @@ TEST(Misuse, StrictRecomputeDetectsADivergedOutput) {
   }
 }
 
+// out or lse changed in place after the forward (a residual added into out) would give the
+// gradients of the changed values, so backward refuses such a state: on the rank that holds it
+// (naming out/lse), and on the others at once, which learn of it in the call agreement. One flipped
+// bit is enough, in an fp32 or a bf16 out, in lse, or in a ForwardStateView over another copy of
+// out.
+TEST(Misuse, OutOrLseChangedAfterTheForwardIsRefusedOnEveryRank) {
+  Fixture f;
+  enum class Change { kOut, kBf16Out, kLse, kViewOfAnotherOut };
+  for (const Change change :
+       {Change::kOut, Change::kBf16Out, Change::kLse, Change::kViewOfAnotherOut}) {
+    const RankOutcomes o = run_all(2, [&](Communicator& comm) {
+      const SequenceSharding seq = f.p.sharding(2, comm.rank());
+      const DType dtype = change == Change::kBf16Out ? DType::kBF16 : DType::kF32;
+      const Tensor x = f.p.shard(f.p.x, 2, comm.rank(), &comm.memory());
+      const Tensor xd = dense_copy(x.view(), dtype, MemoryLayout::kBSHD, &comm.memory());
+      const ConstView in = xd.view();
+      ForwardResult state = attention_forward(comm, in, in, in, seq, f.params, {5, 0});
+      Tensor copy_of_out = state.out.clone();
+      ForwardStateView view = state.view();
+      if (comm.rank() == 1) {
+        switch (change) {
+          case Change::kOut:
+          case Change::kBf16Out:
+            state.out.bytes()[2] ^= std::byte{1};
+            break;
+          case Change::kLse:
+            state.lse.bytes()[0] ^= std::byte{1};
+            break;
+          case Change::kViewOfAnotherOut:
+            copy_of_out.bytes()[0] ^= std::byte{1};
+            view.out = copy_of_out.view();
+            break;
+        }
+      }
+      if (change == Change::kViewOfAnotherOut) {
+        attention_backward(comm, in, in, in, in, view, seq, seq, f.params, {5, 0});
+      } else {
+        attention_backward(comm, in, in, in, in, state, seq, f.params, {5, 0});
+      }
+    });
+    const std::string what = "the ForwardResult's out or lse changed after its forward";
+    EXPECT_EQ(o.codes[1], ErrorCode::kStateMismatch) << int(change);
+    EXPECT_THAT(o.messages[1], HasSubstr(what)) << int(change);
+    EXPECT_EQ(o.codes[0], ErrorCode::kRankDisagreement) << int(change);
+    EXPECT_THAT(o.messages[0], HasSubstr("rank 1 refuses the call (state_mismatch: "
+                                         "attention_backward: " +
+                                         what))
+        << int(change);
+  }
+}
+
 // Under CP a strict check that fails on one rank fails every rank (the others name it), and
 // ranks that differ in strictness fail the call agreement instead of one waiting for a message.
 TEST(Misuse, StrictRecomputeFailsEveryRankWhenOneDiverges) {
@@ -182,7 +234,7 @@ TEST(Misuse, StrictRecomputeFailsEveryRankWhenOneDiverges) {
     const SequenceSharding seq = f.p.sharding(2, comm.rank());
     AttentionCheckpoint ckpt = make_checkpoint(
         attention_forward(comm, x.view(), x.view(), x.view(), seq, f.params, {3, 0}));
-    if (comm.rank() == 1) ckpt.output_digest ^= 1;
+    if (comm.rank() == 1) ckpt.fingerprint.outputs_digest ^= 1;
     RecomputeOptions options;
     options.strict = true;
     recompute_forward(comm, ckpt, {3, 0}, x.view(), x.view(), x.view(), seq, f.params, options);
@@ -223,6 +275,8 @@ TEST(Misuse, StateOfAForwardNotForBackward) {
         attention_forward(comm, x.view(), x.view(), x.view(), seq, f.params, {7, 1});
     EXPECT_EQ(state.fingerprint.inputs_digest, kInputsNotDigested);
     EXPECT_NE(kept.fingerprint.inputs_digest, kInputsNotDigested);
+    EXPECT_EQ(state.fingerprint.outputs_digest, kInputsNotDigested);  // out/lse not digested
+    EXPECT_NE(kept.fingerprint.outputs_digest, kInputsNotDigested);
     EXPECT_TRUE(bitwise_equal(state.out.span(), kept.out.span()));
     EXPECT_TRUE(bitwise_equal(state.lse.span(), kept.lse.span()));
     use(state);
