@@ -385,11 +385,13 @@ def _caller_site():
 
 
 def _window(window_size):
+    """(left, right) of a window_size pair of integers: operator.index refuses a float (a window
+    of -0.5 or 2.9 is refused, not cut to 0 or 2) and a string."""
     try:
-        left, right = (int(w) for w in window_size)
-    except (TypeError, ValueError, OverflowError):
-        raise error("invalid_argument",
-                    f"window_size must be a pair (left, right), got {window_size!r}") from None
+        left, right = (operator.index(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise error("invalid_argument", f"window_size must be a pair of integers (left, right), "
+                    f"got {window_size!r}") from None
     return left, right
 
 

@@ -38,8 +38,9 @@ def test_bad_parameters():
         cpattn.attention(q, k, v, dropout_p=1.0)
     with pytest.raises(cpattn.Error, match="window_left must be >= -1"):
         cpattn.attention(q, k, v, window_size=(-2, 0))
-    with pytest.raises(cpattn.Error, match="window_size must be a pair"):
-        cpattn.attention(q, k, v, window_size=3)
+    for window in (3, (-0.5, -1), (2.9, -1), ("3", -1), (1, 2, 3)):
+        with pytest.raises(cpattn.Error, match="window_size must be a pair of integers"):
+            cpattn.attention(q, k, v, window_size=window)
     with pytest.raises(cpattn.Error, match="softmax_scale must be finite"):
         cpattn.attention(q, k, v, softmax_scale=float("inf"))
     with pytest.raises(cpattn.Error, match="doc_ids must be an int64 tensor of the whole"):

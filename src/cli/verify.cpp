@@ -416,7 +416,7 @@ Command verify_command() {
                 sub->add_option("--window-right", s.window_right,
                                 "Ring: sliding window, keys at most N after the query (-1: none)")
                     ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40)),
-                sub->add_option("--dropout", s.dropout_p, "Ring: dropout probability in [0, 1)")
+                sub->add_option("--dropout", s.dropout_p, "Ring: dropout probability in [0, 0.999]")
                     ->check(CLI::Range(0.0f, 0.999f)),
                 sub->add_flag("--docs", s.docs, "Ring: packed documents (block-diagonal mask)"),
                 sub->add_option("--seq", s.dims.Sq, "Ring: sequence length S")
