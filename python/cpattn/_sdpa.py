@@ -5,6 +5,7 @@ globals: the state of each call flows through autograd (cpattn/_ops.py)."""
 
 import contextlib
 import contextvars
+import sys
 import threading
 
 import torch
@@ -285,12 +286,19 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
     attention call named for them), so a rank that meanwhile is at an SDPA call, or whose
     buffers are refused, fails every rank at once too. Every wait has the deadline `timeout`
     (seconds). workspace: a cpattn.Workspace every call borrows its scratch from. The backward
-    must run inside the block (a graph that saved a buffer refuses once it is whole again);
+    must run inside the block (a graph that saved a buffer refuses once it is whole again;
+    with use_reentrant=True checkpointing and no saved buffer, a backward after the block
+    recomputes with torch's SDPA on this rank's tokens, unseen by cpattn); a transformers model
+    with transformers' own attn_implementation="sdpa" is refused under a group (it decides its
+    masks from this rank's shard: use attn_implementation="cpattn");
     only F.scaled_dot_product_attention is intercepted (not torch.ops.aten's SDPA ops); a
     buffer an enclosing context already sharded is refused, by a one-rank context too."""
     buffers, seq_dims = list(buffers), list(seq_dims)
     if group is not None:
         group, strategy = resolve_group(group, strategy)
+    if group is not None and group.size() > 1 and "transformers.modeling_utils" in sys.modules:
+        from .integrations.transformers import guard_sdpa
+        guard_sdpa()  # transformers' sdpa attention would take this rank's shard for the whole
     if group is None or group.size() == 1:
         _check_buffers(buffers, seq_dims, layout)  # as under CP: the same code serves cp=1
         with _SdpaMode(timeout=timeout, workspace=workspace).active():

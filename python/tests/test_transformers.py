@@ -285,14 +285,46 @@ def test_a_kv_cache_with_past_tokens_is_refused():
 
 
 def test_packed_positions_that_differ_between_rows_are_refused():
-    """Packed position ids must be alike in every batch row (cpattn's documents are per
-    sequence position): other rows are refused, not packed like row 0."""
+    """Packed position ids must have their documents at the same positions in every batch row
+    (cpattn's documents are per sequence position): other rows are refused, not packed like row
+    0."""
     ids, pos, _ = _batch(0)
     pos = _packed_positions()
     pos[1] = torch.arange(SEQ)
     with pytest.raises(cpattn.Error, match="every batch row") as info:
         _model("llama")(ids, position_ids=pos, use_cache=False)
     assert info.value.code == "invalid_argument"
+
+
+def test_rows_numbered_from_different_offsets_are_alike():
+    """Rows whose position ids differ by an offset have their documents at the same positions
+    (one each here): accepted, transformers' eager attention's loss and gradients."""
+    ids, _, labels = _batch(0)
+    pos = torch.stack([torch.arange(SEQ), torch.arange(SEQ) + 5])
+    results = []
+    for impl in ("cpattn", "eager"):
+        model = _model("llama", impl)
+        logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits
+        F.cross_entropy(logits.flatten(0, 1), labels.flatten()).backward()
+        results.append([p.grad for p in model.parameters()])
+    assert max(max_rel(g.numpy(), w.numpy()) for g, w in zip(*results)) <= IMPL_TOL
+
+
+@pytest.mark.parametrize("packing", [None, "positions"])
+def test_compiled_with_fullgraph_equals_eager(packing):
+    """torch.compile(fullgraph=True) of a model with attn_implementation="cpattn" compiles
+    without a graph break (the documents of the position ids take no data-dependent branch) and
+    gives eager's loss and gradients within 1e-5 (inductor fuses the other layers' arithmetic
+    in another order)."""
+    loss, grads = _loss_and_grads(_model("qwen2"), packing)
+    model = _model("qwen2")
+    compiled = torch.compile(lambda **kw: model(**kw).logits, fullgraph=True)
+    ids, pos, labels = _batch(0, packing)
+    logits = compiled(input_ids=ids, position_ids=pos, use_cache=False)
+    got = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+    got.backward()
+    assert abs(float(got.detach()) - loss) / abs(loss) <= IMPL_TOL
+    assert max(max_rel(p.grad.numpy(), w) for p, w in zip(model.parameters(), grads)) <= IMPL_TOL
 
 
 @pytest.mark.parametrize("name", ["gemma2", "gpt_oss"])
@@ -366,6 +398,13 @@ def _cp_refusal(rank, world, case):
             with cpattn.context_parallel(dist.group.WORLD, buffers=[ids], seq_dims=[1],
                                          timeout=CP_TIMEOUT):
                 model(ids, position_ids=cpattn.shard(pos), use_cache=False)
+        elif case == "backward_after_the_block":  # reentrant checkpointing recomputes there
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": True})
+            with cpattn.context_parallel(dist.group.WORLD, buffers=[ids, pos], seq_dims=[1, 1],
+                                         timeout=CP_TIMEOUT):
+                logits = model(ids, position_ids=pos, use_cache=False).logits
+            logits.sum().backward()
         else:  # padding in the shard of the last rank only (zigzag: the middle of the sequence)
             mask = torch.ones(BATCH, SEQ, dtype=torch.int64)
             mask[0, SEQ // 2] = 0
@@ -385,6 +424,47 @@ def test_under_cp_position_ids_must_be_a_buffer(case):
     for outcome in run_processes(2, _cp_refusal, case, start="forkserver"):
         assert outcome[:2] == ("error", "invalid_argument")
         assert "buffers" in outcome[2]
+
+
+def test_a_backward_after_the_block_is_refused():
+    """With use_reentrant=True checkpointing, a backward after the context_parallel block
+    recomputes each layer of this rank's shard outside the context, where the position ids
+    buffer is the whole sequence again: refused on every rank (invalid_argument, naming the
+    block), never one rank's attention of its own shard."""
+    for outcome in run_processes(2, _cp_refusal, "backward_after_the_block", start="forkserver"):
+        assert outcome[:2] == ("error", "invalid_argument")
+        assert "run the backward inside the block" in outcome[2]
+
+
+def _sdpa_model_under_cp(rank, world):
+    """qwen2 with transformers' own sdpa attention: under CP (its sliding window of 8 keys is
+    more than each rank's 24 keys would need masked, so transformers would drop the window)
+    the refusal's (code, message); then, outside the context, its logits against eager's."""
+    model = _model("qwen2", "sdpa")
+    ids, pos, _ = _batch(0)
+    try:
+        with cpattn.context_parallel(dist.group.WORLD, buffers=[ids, pos], seq_dims=[1, 1],
+                                     timeout=CP_TIMEOUT):
+            model(ids, position_ids=pos, use_cache=False)
+        refusal = None
+    except cpattn.Error as e:
+        refusal = (e.code, str(e))
+    ids, pos, _ = _batch(0)
+    with torch.no_grad():
+        got = model(ids, position_ids=pos, use_cache=False).logits
+        want = _model("qwen2", "eager")(ids, position_ids=pos, use_cache=False).logits
+    return refusal, max_rel(got.numpy(), want.numpy())
+
+
+def test_transformers_sdpa_attention_is_refused_under_cp():
+    """transformers' "sdpa" attention decides its masks from the shard it sees (here it would
+    drop qwen2's sliding window): under a context_parallel over a group it raises
+    invalid_argument on every rank, naming attn_implementation="cpattn"; outside the context it
+    is transformers' own again (eager's logits within 1e-5)."""
+    for refusal, outside in run_processes(2, _sdpa_model_under_cp, start="forkserver"):
+        assert refusal is not None and refusal[0] == "invalid_argument"
+        assert 'attn_implementation="cpattn"' in refusal[1]
+        assert outside <= IMPL_TOL
 
 
 def test_under_cp_a_rank_refusing_alone_fails_every_rank_at_once():

@@ -27,13 +27,18 @@ pattern that is not causal / bidirectional, sliding window or packed documents (
 or_mask_function / and_mask_function, chunked or blockwise attention), a position_bias, sparse
 attention indices, output_attentions, keys of another
 length than the queries (a KV cache with past tokens: training only; cross-attention), packed
-position_ids that differ between batch rows, and under CP position_ids that are not a buffer of
-the context (the model would number this rank's tokens from 0: wrong RoPE positions). Under CP
+position_ids whose documents sit at other positions in another batch row, under CP
+position_ids that are not a buffer of the context (the model would number this rank's tokens
+from 0: wrong RoPE positions), and outside a context position_ids longer than the queries (a
+backward after the block, recomputing a checkpointed layer of this rank's shard). Under CP
 a rank that refuses a call still joins the group's call agreement as refusing, so the other
 ranks raise cpattn.Error (rank_disagreement, quoting the reason) at once instead of waiting.
+Inside a context_parallel over a group, transformers' own "sdpa" attention is refused
+(guard_sdpa): it decides its masks from this rank's shard.
 """
 
 import inspect
+import threading
 
 import torch
 
@@ -61,16 +66,24 @@ def _doc_ids_from_positions(position_ids):
     """Document ids of the whole sequence, int64 [S], from position ids [B or 1, S] that restart
     for each document (a new document wherever a position is not its predecessor's + 1, the
     rule of transformers' find_packed_sequence_indices); None when the sequence is one
-    document. Every row must be alike (cpattn's document ids are one per sequence position)."""
+    document. Every row must have its documents at the same positions (cpattn's document ids
+    are one per sequence position; rows numbered from different offsets are alike). Under
+    torch.compile the ids are returned also for one document (all 0: the same mask), and rows
+    that differ fail torch's runtime assertion, so that no branch depends on the values."""
     if position_ids.dim() == 1:
         position_ids = position_ids.unsqueeze(0)
-    if position_ids.shape[0] > 1 and not bool((position_ids == position_ids[:1]).all()):
-        raise error("invalid_argument", "cpattn (transformers): packed sequences need the same "
-                    "position_ids in every batch row (document ids are per sequence position)")
-    row = position_ids[0].to(torch.int64)
-    starts = torch.ones_like(row, dtype=torch.bool)
-    starts[1:] = row[1:] != row[:-1] + 1
-    docs = torch.cumsum(starts.to(torch.int64), 0) - 1
+    rows = position_ids.to(torch.int64)
+    starts = torch.ones_like(rows, dtype=torch.bool)
+    starts[:, 1:] = rows[:, 1:] != rows[:, :-1] + 1
+    alike = (starts == starts[:1]).all()
+    message = ("cpattn (transformers): packed sequences need their documents at the same "
+               "positions in every batch row (document ids are per sequence position)")
+    docs = torch.cumsum(starts[0].to(torch.int64), 0) - 1
+    if torch.compiler.is_compiling():
+        torch._assert_async(alike, message)
+        return docs
+    if not bool(alike):
+        raise error("invalid_argument", message)
     return docs if int(docs[-1]) > 0 else None
 
 
@@ -120,6 +133,12 @@ def _call(module, query, key, value, attention_mask, dropout, scaling, is_causal
                                            int(cu_seq_lens_q[-1]) if whole_len is None
                                            else whole_len)
     elif position_ids is not None:
+        if not grouped and position_ids.shape[-1] != query.shape[2]:
+            raise error("invalid_argument", f"cpattn (transformers): position_ids hold "
+                        f"{position_ids.shape[-1]} positions for {query.shape[2]} queries (a "
+                        "backward outside cpattn.context_parallel recomputing a checkpointed "
+                        "layer of this rank's shard with the buffers whole again? run the "
+                        "backward inside the block)")
         whole = cp.whole_of(position_ids) if grouped else position_ids
         if whole is None:
             raise error("invalid_argument", "cpattn (transformers): under context_parallel the "
@@ -224,6 +243,36 @@ def attention_mask(*args, attention_mask=None, mask_function=None, use_vmap=Fals
     if attention_mask is not None and not bool(attention_mask.all()):
         return attention_mask
     return None
+
+
+_SDPA_UNDER_CP = (
+    "transformers' sdpa attention under cpattn.context_parallel over a group: transformers "
+    "decides its masks from this rank's shard (a sliding window, the causal mask of a one-token "
+    "shard, a document boundary between shards would be lost silently); load the model with "
+    "attn_implementation=\"cpattn\" after cpattn.integrations.transformers.register()")
+_sdpa_lock = threading.Lock()
+_sdpa_original = []  # transformers' "sdpa" attention function, once guard_sdpa replaced it
+
+
+def _sdpa_guarded(module, *args, **kwargs):
+    """transformers' "sdpa" attention, refused (cpattn.Error invalid_argument, on every rank
+    through the call agreement) inside a context_parallel over a group; itself elsewhere."""
+    cp = active_context()
+    if cp is None or cp.group is None:
+        return _sdpa_original[0](module, *args, **kwargs)
+    refuse_grouped_call(cp.group, cp.timeout, error("invalid_argument", _SDPA_UNDER_CP),
+                        f"layer {getattr(module, 'layer_idx', '?')}")
+
+
+def guard_sdpa():
+    """Replaces transformers' "sdpa" attention implementation by _sdpa_guarded (once: a
+    context_parallel over a group calls it on entry when transformers is imported). The
+    replacement is transformers' own function outside such a context, so it stays."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    with _sdpa_lock:
+        if not _sdpa_original and "sdpa" in ALL_ATTENTION_FUNCTIONS:
+            _sdpa_original.append(ALL_ATTENTION_FUNCTIONS["sdpa"])
+            ALL_ATTENTION_FUNCTIONS["sdpa"] = _sdpa_guarded
 
 
 def register(name=NAME):
