@@ -54,7 +54,10 @@ struct MpiOptions {
 /// messages. Waits poll MPI_Test with short sleeps until their deadline, so a dead peer costs at
 /// most the timeout. Messages of any size are split into chunks below 2^31 bytes; a receive
 /// cancelled part-way through a chunked message leaves the rest to be discarded by the next
-/// receive on that (source, tag), never taken as its message. Below MPI_THREAD_SERIALIZED a
+/// receive on that (source, tag), never taken as its message. A send cancelled while unmatched
+/// cannot be taken back (OpenMPI ignores MPI_Cancel on sends): after it, every request on this
+/// communicator throws Error(kCommunication) naming that send (make a new MpiCommunicator to go
+/// on, or end the job), never a later receive of the peer taking it. Below MPI_THREAD_SERIALIZED a
 /// request posted or waited on off the main thread throws Error(kInvalidArgument) instead of
 /// calling MPI (the ring's backward waits from a kernel worker when num_threads > 1).
 class MpiCommunicator final : public Communicator {

@@ -18,6 +18,11 @@ MpiRequest::MpiRequest(std::shared_ptr<MpiState> state, Spec spec)
     : state_(std::move(state)), spec_(std::move(spec)) {
   check_thread();
   MpiLock lock = state_->lock();
+  CPATTN_CHECK(state_->abandoned_send.empty(), ErrorCode::kCommunication, "rank ", state_->rank,
+               ": ", describe(), " refused: an earlier ", state_->abandoned_send,
+               " was given up on unmatched (OpenMPI cannot cancel a send), and a later message "
+               "could be taken for it, so this communicator can no longer be used (end the job "
+               "and resume it, or make a new MpiCommunicator)");
   if (!spec_.is_send) {
     queue().push_back(this);
     return;
@@ -223,6 +228,7 @@ void MpiRequest::cancel() noexcept {
       if (MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag != 0) break;
       if (spec_.is_send && std::chrono::steady_clock::now() > give_up) {
         MPI_Request_free(&r);
+        if (state_->abandoned_send.empty()) state_->abandoned_send = describe();
         break;
       }
       std::this_thread::yield();

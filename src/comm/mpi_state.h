@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <tuple>
 
 namespace cpattn::detail {
@@ -44,6 +45,11 @@ struct MpiState {
   /// was cancelled part-way (a chunked message, progress() or test() having taken its first
   /// chunks): the next receive there discards them before it takes its own message.
   std::set<Key> abandoned;
+  /// What the first send given up on while unmatched was ("isend to rank 1 (tag 4096, ...)";
+  /// empty: none). OpenMPI cannot cancel a send, so it stays in MPI reading the caller's
+  /// buffer, and a later receive of the peer on its (source, tag) would take it for its own
+  /// message: every later request on this communicator is refused.
+  std::string abandoned_send;
 
   MpiState() = default;
   MpiState(const MpiState&) = delete;

@@ -36,8 +36,15 @@ if(CPATTN_HAVE_MPI)
                    "rank [02]: fatal: .*timed out after 2 s waiting for .*rank 1"
                    ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 3
                    $<TARGET_FILE:test_comm_mpi_failure> early-exit)
+  add_test(NAME comm.mpi_failure_abandoned_send
+           COMMAND ${CPATTN_EXPECT_FAILURE} --within 20
+                   "rank 0: fatal: .*isend to rank 1 \\(tag 8, .*refused: an earlier isend to rank 1 \\(tag 7, 4194304 bytes\\) was given up on"
+                   ${CPATTN_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 2
+                   $<TARGET_FILE:test_comm_mpi_failure> abandoned-send)
   set_tests_properties(comm.mpi_failure_throw comm.mpi_failure_early_exit PROPERTIES
                        LABELS "comm;mpi" TIMEOUT 30 PROCESSORS 3)
+  set_tests_properties(comm.mpi_failure_abandoned_send PROPERTIES LABELS "comm;mpi" TIMEOUT 30
+                       PROCESSORS 2)
 
   # Two hosts on one machine: network namespaces joined by a veth pair, one rank in each, MPI
   # over TCP on that link only (ring parity, verify, train --check); skipped (exit 77) where
