@@ -132,8 +132,10 @@ class Communicator {
   /// cannot split (a backend without sub-groups keeps the default hook).
   std::unique_ptr<Communicator> split(int color, int key) { return do_split(color, key); }
 
-  /// Deadline applied to every wait of this communicator (default 300 s).
-  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  /// Deadline applied to every wait of this communicator (default 300 s): from 1 ms to
+  /// kMaxTimeoutSeconds (as timeout_of_seconds); throws Error(kInvalidArgument) for 0, a
+  /// negative value or more (a deadline past the clock's range would expire at once).
+  void set_timeout(std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   /// Cooperative cancellation: throws Error(kPeerFailed) naming the rank when another rank of

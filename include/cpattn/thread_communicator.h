@@ -23,7 +23,8 @@ struct CollectiveChannel;
 
 /// Options of run_ranks.
 struct RunRanksOptions {
-  /// Deadline of every wait of every rank (Communicator::set_timeout can change it per rank).
+  /// Deadline of every wait of every rank (Communicator::set_timeout can change it per rank;
+  /// run_ranks throws Error(kInvalidArgument) for one it refuses).
   std::chrono::milliseconds timeout = kDefaultCommTimeout;
 };
 

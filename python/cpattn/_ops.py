@@ -584,7 +584,8 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     attention of the whole sequence for this rank's queries: cp=N gives cp=1's numbers (to
     rounding) and bit-identical dropout masks, provided every rank is seeded alike
     (torch.manual_seed). doc_ids is int64 [S] for the WHOLE sequence. seq_len is the whole
-    length S (default: len(doc_ids), else the sum of the ranks' local lengths; every call
+    length S (default: len(doc_ids), which a seq_len given too must equal; else the sum of the
+    ranks' local lengths; every call
     over a group sums them first, one small all-reduce inside the op). Before any data moves, the ranks compare their calls (lengths,
     layouts, parameters, RngState, call numbers) and all raise cpattn.Error (code
     "rank_disagreement") naming what differs. Every wait has a deadline of `timeout` seconds: a
@@ -604,6 +605,9 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
                                     or seq_len < 0):
             raise error("invalid_argument", f"seq_len must be None or a whole length >= 0, "
                         f"got {seq_len!r}")
+        if seq_len is not None and doc_ids is not None and seq_len != doc_ids.numel():
+            raise error("invalid_argument", f"seq_len {seq_len} contradicts doc_ids, which "
+                        f"number {doc_ids.numel()} tokens (the whole sequence's documents)")
     except Exception as reason:
         refuse_grouped_call(group, timeout, reason, site)
     if doc_ids is not None:

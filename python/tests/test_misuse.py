@@ -114,7 +114,14 @@ def _group_does_not_match_sharding(rank, world):
     cpattn.ring_attention(q, k, v, seq_len=40, layout="contiguous")
 
 
+def _seq_len_contradicts_doc_ids(rank, world):
+    # doc_ids number the whole sequence's 16 tokens; seq_len says 18.
+    q, k, v = _qkv(S=8)
+    cpattn.ring_attention(q, k, v, doc_ids=torch.zeros(16, dtype=torch.int64), seq_len=18)
+
+
 @pytest.mark.parametrize("fn,needle", [
+    (_seq_len_contradicts_doc_ids, "seq_len 18 contradicts doc_ids, which number 16 tokens"),
     (_wrong_layout, "layout: expected contiguous | zigzag | striped | doc_zigzag, got 'diagonal'"),
     (_group_does_not_match_sharding, "q must have shape [B, Sq_local, Hq, Dqk] = [1, 20, 2, 8], "
                                      "got [1, 8, 2, 8]"),

@@ -136,7 +136,7 @@ class RingBackwardPass {
     const bool direct = plan_.direct(step.kv_block);
     bool received = s == 0 || direct;
     const auto wait_accumulator = [&] {
-      channel_.wait_recv(grad_recv_, floats, "ring backward: floats of the dk/dv accumulator");
+      channel_.wait_recv(grad_recv_, floats, "ring backward: bytes of the dk/dv accumulator");
       received = true;
     };
     if (s > 0) {
@@ -183,10 +183,10 @@ class RingBackwardPass {
   void finish() {
     if (d_.world > 1 && own_reach_ > 0) {
       if (share_steps_.empty()) {
-        channel_.wait_recv(home_recv_, own_floats_, "ring backward: floats of the finished dk/dv");
+        channel_.wait_recv(home_recv_, own_floats_, "ring backward: bytes of the finished dk/dv");
       }
       for (size_t i = 0; i < share_steps_.size(); ++i) {
-        channel_.wait_recv(share_recvs_[i], own_floats_, "ring backward: floats of a dk/dv share");
+        channel_.wait_recv(share_recvs_[i], own_floats_, "ring backward: bytes of a dk/dv share");
         const std::span<const float> part = share(i);
         for (size_t e = 0; e < part.size(); ++e) home_[e] += part[e];
       }

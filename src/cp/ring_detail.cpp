@@ -242,7 +242,7 @@ void KvRelay::advance(const RingStep& step, int s) {
   // next block may still come.
   const bool here = plan_.on_path(rank_, s);
   const size_t floats = static_cast<size_t>(pk_.floats(len_));
-  if (here && s > 0) channel_.wait_recv(recv_, pk_.floats(len_), "ring: floats of the k/v block");
+  if (here && s > 0) channel_.wait_recv(recv_, pk_.floats(len_), "ring: bytes of the k/v block");
   if (step.kv_send_to < 0) return;
   const int tag = stream_tag(stream_, s);
   // The buffer about to receive block s + 1 was relayed at step s - 1: that send must be done.

@@ -218,7 +218,7 @@ void to_heads(CpChannel& channel, WorkspaceLease& lease, int rank, int world, in
   }
   const std::vector<std::span<float>> recv_blocks = cut(recv, recv_sizes);
   exchange(channel, rank, world, TagStream::kHeadsIn, phase, send_blocks, recv_blocks,
-           "heads exchange: floats of a block");
+           "heads exchange: bytes of a block");
   const float* src = recv.data();
   for (int m = 0; m < world; ++m) {
     for (const HeadPart& p : parts) {
@@ -261,7 +261,7 @@ void to_sequence(CpChannel& channel, WorkspaceLease& lease, int rank, int world,
   }
   exchange(channel, rank, world, TagStream::kHeadsOut, phase,
            cut(std::span<const float>(send), send_sizes), cut(recv, recv_sizes),
-           "heads exchange: floats of a block");
+           "heads exchange: bytes of a block");
   for (const HeadPart& p : parts) {
     if (p.sum) zero_view(p.to);
   }

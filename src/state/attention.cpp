@@ -172,6 +172,11 @@ std::optional<Error> state_error(ConstView dout, ConstView q, ConstView k, Const
     diffs.push_back(detail::str_cat("its out has shape ", shape_string(state.out.shape),
                                     ", this call's out is ", shape_string(out_shape)));
   }
+  if (state.out.dtype != q.dtype) {  // the checked forward returns out in q's dtype
+    diffs.push_back(detail::str_cat("its out is ", dtype_name(state.out.dtype),
+                                    ", the forward returned it in q's dtype ",
+                                    dtype_name(q.dtype), " (hand backward that out)"));
+  }
   const int64_t lse_len = d.B * d.Hq * d.Sq;
   if (static_cast<int64_t>(state.lse.size()) != lse_len) {
     diffs.push_back(detail::str_cat("its lse has ", state.lse.size(),

@@ -97,12 +97,14 @@ std::string ranks_text(const std::vector<int>& ranks) {
 std::string first_difference(const std::vector<CallRecord>& all);
 std::string site_difference(const std::vector<CallRecord>& all);
 
-// Copies `text` into the NUL-terminated field `out` of `size` bytes, cut with "..." at the cut
-// when it does not fit.
+// Copies `text` on one line (one_line: a newline or a NUL of a caller's text escaped, so that
+// the errors quoting it stay one line and whole) into the NUL-terminated field `out` of `size`
+// bytes, cut with "..." at the cut when it does not fit.
 void copy_cut(std::string_view text, char* out, size_t size) {
   const size_t room = size - 1;  // the NUL
+  const std::string line = one_line(text);
   const std::string cut =
-      text.size() <= room ? std::string(text) : std::string(text.substr(0, room - 3)) + "...";
+      line.size() <= room ? line : line.substr(0, room - 3) + "...";
   std::memcpy(out, cut.data(), cut.size());
   out[cut.size()] = '\0';
 }

@@ -319,5 +319,24 @@ TEST(ThreadCommunicator, RunRanksRejectsEmptyGroup) {
   EXPECT_THROW(run_ranks(0, [](Communicator&) {}), Error);
 }
 
+// A deadline of 0, a negative one, or one past 1e6 s (milliseconds::max() overflowed the
+// deadline's time point, so every wait timed out at once) is refused; 1 ms and 1e6 s are not.
+TEST(ThreadCommunicator, ADeadlineOutsideItsRangeIsRefused) {
+  for (const milliseconds bad : {milliseconds(0), milliseconds(-1000), milliseconds(1'000'000'001),
+                                 milliseconds::max()}) {
+    ErrorCode code = ErrorCode::kInternal;
+    const std::string what = what_of([&] { run_ranks(1, [](Communicator&) {}, {bad}); }, &code);
+    EXPECT_EQ(code, ErrorCode::kInvalidArgument) << bad.count();
+    EXPECT_TRUE(contains(what, "a deadline must be in [1, 1000000000] ms")) << what;
+  }
+  run_ranks(1, [](Communicator& comm) {
+    comm.set_timeout(milliseconds(1));
+    comm.set_timeout(milliseconds(1'000'000'000));
+    EXPECT_EQ(comm.timeout(), milliseconds(1'000'000'000));
+    EXPECT_THROW(comm.set_timeout(milliseconds::max()), Error);
+    EXPECT_EQ(comm.timeout(), milliseconds(1'000'000'000));  // unchanged
+  });
+}
+
 }  // namespace
 }  // namespace cpattn::testing

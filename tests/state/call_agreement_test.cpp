@@ -72,6 +72,23 @@ TEST(CallAgreement, AWrappersRefusalJoinsTheAgreement) {
   }
 }
 
+// A refusal whose reason has a newline (a wrapper's text) is quoted on one line by the others.
+TEST(CallAgreement, ARefusalIsQuotedOnOneLine) {
+  const Case c;
+  const RankOutcomes o = run_all(2, [&](Communicator& comm) {
+    const Tensor x = c.p.shard(c.p.x, 2, comm.rank(), &comm.memory());
+    if (comm.rank() == 1) {
+      refuse_attention_call(comm, Error(ErrorCode::kInvalidArgument, "my tensor\nis bad"),
+                            RefusedCall::kForward);
+    }
+    attention_forward(comm, x.view(), x.view(), x.view(), c.p.sharding(2, comm.rank()), c.params,
+                      {1, 0});
+  });
+  EXPECT_EQ(o.codes[0], ErrorCode::kRankDisagreement);
+  EXPECT_THAT(o.messages[0], HasSubstr("(invalid_argument: my tensor\\nis bad)"));
+  EXPECT_EQ(o.messages[0].find('\n'), std::string::npos);
+}
+
 // Each communicator numbers its group's checked calls 0, 1, 2, ...; set_next_call_number moves
 // the count (a binding whose communicator lives for one call), and ranks whose counts differ fail
 // the agreement naming the call numbers.

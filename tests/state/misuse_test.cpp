@@ -225,6 +225,25 @@ TEST(Misuse, OutOrLseChangedAfterTheForwardIsRefusedOnEveryRank) {
   }
 }
 
+// A ForwardStateView whose out is an exact fp32 copy of a bf16 forward's out is refused naming
+// the dtypes (the digest is of the out the forward returned), not as an out that changed.
+TEST(Misuse, AnFp32CopyOfA16BitOutIsRefusedNamingTheDtypes) {
+  Fixture f;
+  const Error e = expect_error(1, [&](Communicator& comm) {
+    const SequenceSharding seq = f.p.sharding(1, 0);
+    const Tensor x = dense_copy(f.p.x.view(), DType::kBF16, MemoryLayout::kBSHD, &comm.memory());
+    const ConstView in = x.view();
+    const ForwardResult state = attention_forward(comm, in, in, in, seq, f.params, {5, 0});
+    const Tensor wide = dense_copy(state.out.view(), DType::kF32, MemoryLayout::kBSHD);
+    ForwardStateView view = state.view();
+    view.out = wide.view();
+    attention_backward(comm, in, in, in, in, view, seq, seq, f.params, {5, 0});
+  });
+  EXPECT_EQ(e.code(), ErrorCode::kStateMismatch);
+  EXPECT_THAT(e.what(), HasSubstr("its out is fp32, the forward returned it in q's dtype bf16"));
+  EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("changed after its forward")));
+}
+
 // Under CP a strict check that fails on one rank fails every rank (the others name it), and
 // ranks that differ in strictness fail the call agreement instead of one waiting for a message.
 TEST(Misuse, StrictRecomputeFailsEveryRankWhenOneDiverges) {
