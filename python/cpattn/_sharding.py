@@ -52,6 +52,8 @@ def unshard(x_local, dim=1, *, group=None, layout="zigzag", doc_ids=None, cu_seq
             raise error("invalid_argument", f"unshard: dim {dim!r} is not a dimension of "
                         f"x_local (shape {tuple(x_local.shape)})")
         dim %= x_local.dim()
+        if doc_ids is not None and cu_seqlens is not None:  # refused here, on every rank at once
+            raise error("invalid_argument", "unshard: pass doc_ids or cu_seqlens, not both")
         sizes = ",".join("*" if d == dim else str(n) for d, n in enumerate(x_local.shape))
         docs = doc_ids if doc_ids is not None else cu_seqlens
         docs_crc = "" if docs is None else \

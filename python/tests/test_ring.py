@@ -149,6 +149,10 @@ def _unshard_misuse(rank, world, bad):
         # The same documents as int32 on rank 1 (equal: not a disagreement), or as a list
         docs["cu_seqlens"] = cu if rank == 0 else \
             (cu.to(torch.int32) if bad == "documents as int32 and int64" else cu.tolist())
+        if bad == "documents twice on one rank":
+            docs["cu_seqlens"] = cu
+            if rank == 0:
+                docs["doc_ids"] = torch.tensor([0] * 5 + [1] * 4 + [2] * 7)
     start = time.monotonic()
     try:
         if bad == "a rank that never calls" and rank == 1:
@@ -171,6 +175,8 @@ def _unshard_misuse(rank, world, bad):
     ("documents as int32 and int64", (None, None), ()),
     ("documents as a list", ("rank_disagreement", "invalid_argument"),
      ("AttributeError: 'list' object has no attribute",)),
+    ("documents twice on one rank", ("invalid_argument", "rank_disagreement"),
+     ("unshard: pass doc_ids or cu_seqlens, not both",)),
 ])
 def test_unshard_agrees_before_it_gathers(bad, codes, needles):
     """Pieces the ranks cannot put together alike (other layouts, other sizes): every rank
