@@ -36,6 +36,7 @@ import operator
 import os
 import sys
 import weakref
+import zlib
 from typing import Optional
 
 import torch
@@ -160,20 +161,25 @@ def _deadline(timeout):
         return DEFAULT_TIMEOUT_S, e
 
 
-def count_tokens(q_tokens, k_tokens, group, timeout):
-    """The whole sequence's (q, k) token counts of a call whose rank holds q_tokens queries and
-    k_tokens keys: the sums over the group (cpattn's all-reduce, under the call's deadline of
-    `timeout` seconds: a rank that never joins raises cpattn.Error). Every call over a group
-    makes this one exchange first. q_tokens None: this rank refuses the call before it; it
-    adds NaN, which tells every other rank so (it gets None back): they raise cpattn.Error
-    rank_disagreement, which, passed on to their refusal (_refuse), makes the call agreement
-    quote the refusing rank's reason. A `timeout` that is itself refused (not in
+def count_tokens(q_tokens, k_tokens, group, timeout, site=""):
+    """The whole sequence's (q, k) token counts of a call from call site `site` whose rank holds
+    q_tokens queries and k_tokens keys: the sums over the group (cpattn's all-reduce, under the
+    call's deadline of `timeout` seconds: a rank that never joins raises cpattn.Error). Every
+    call over a group makes this one exchange first. q_tokens None: this rank refuses the call
+    before it; it adds NaN, which tells every other rank so (it gets None back): they raise
+    cpattn.Error rank_disagreement, which, passed on to their refusal (_refuse), makes the call
+    agreement quote the refusing rank's reason. A `timeout` that is itself refused (not in
     timeout_of_seconds' range) makes this rank count as refusing, under the default deadline,
-    and raise that error."""
+    and raise that error. The sums also carry a 16-bit hash h of `site` (h and h^2: all equal
+    only when P * sum(h^2) == sum(h)^2): ranks at calls from different sites (a rank that
+    skipped a call) would count the tokens of different calls, so each raises
+    rank_disagreement naming its own site, which the call agreement then quotes for every
+    rank."""
     deadline, bad_timeout = _deadline(timeout)
     refusing = q_tokens is None or bad_timeout is not None
-    total = torch.tensor([float("nan")] * 2 if refusing else [float(q_tokens), float(k_tokens)],
-                         dtype=torch.float64)  # exact below 2^53 tokens
+    h = float(zlib.crc32(site.encode()) & 0xFFFF)  # P * h^2 < 2^53: the sums are exact
+    total = torch.tensor([float("nan")] * 4 if refusing else
+                         [float(q_tokens), float(k_tokens), h, h * h], dtype=torch.float64)
     _cpattn.allreduce_sum(group, total, deadline)
     if q_tokens is None:
         return None
@@ -181,6 +187,10 @@ def count_tokens(q_tokens, k_tokens, group, timeout):
         raise bad_timeout
     if math.isnan(total[0]):
         raise error("rank_disagreement", "another rank refuses this call before making it")
+    if group.size() * float(total[3]) != float(total[2]) ** 2:
+        raise error("rank_disagreement", f"the calls come from different call sites: rank "
+                    f"{group.rank()} at {site} (did a rank skip a call, or make one the others "
+                    f"did not?)")
     return int(total[0]), int(total[1])
 
 
@@ -205,7 +215,7 @@ def _call_of(call_number, q, k, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi
             # in the call agreement, which names what differs, and the group stays usable.
             local = (q.shape[1], k.shape[1])
             counted = True  # count_tokens is this rank's part of the exchange, whatever it raises
-            counted_q, counted_k = count_tokens(*local, group, timeout)
+            counted_q, counted_k = count_tokens(*local, group, timeout, call_site)
             if seq_len < 0:
                 seq_len = counted_q
             if kv_seq_len < 0 and varlen:

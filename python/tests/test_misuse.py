@@ -238,7 +238,12 @@ def _skips_a_call(rank, world, where):
         return attend(t, "layer 2")
 
     try:
-        if where == "eval forward":  # the default sites: the lines below
+        if where == "an eval of other length":  # the two calls' shards differ too
+            if rank == 1:
+                y = torch.randn(1, 4, 2, 8)
+                cpattn.ring_attention(y, y, y, causal=True, timeout=30, call_site="eval")
+            cpattn.ring_attention(x, x, x, causal=True, timeout=30, call_site="train")
+        elif where == "eval forward":  # the default sites: the lines below
             with torch.no_grad():
                 if rank == 0:
                     cpattn.ring_attention(x, x, x, causal=True, seq_len=16, timeout=30)
@@ -250,8 +255,12 @@ def _skips_a_call(rank, world, where):
     return {"code": None, "message": ""}
 
 
-@pytest.mark.parametrize("where", ["eval forward", "layer in cpattn.checkpoint"])
+@pytest.mark.parametrize("where", ["eval forward", "layer in cpattn.checkpoint",
+                                   "an eval of other length"])
 def test_a_skipped_call_fails_every_rank_at_the_next_call_naming_the_sites(where):
+    """A rank that makes a call the others skip fails every rank at the next call, naming the
+    sites: in the call agreement, or already in the token count that precedes it (where the
+    ranks' shards of two different calls would add up to a wrong whole length)."""
     outcomes = run_processes(2, _skips_a_call, where)
     for o in outcomes:
         assert o["code"] == "rank_disagreement", o
@@ -259,6 +268,9 @@ def test_a_skipped_call_fails_every_rank_at_the_next_call_naming_the_sites(where
     if where == "eval forward":
         # The default sites: the caller's file and line.
         assert "at test_misuse.py:" in outcomes[0]["message"], outcomes[0]
+    elif where == "an eval of other length":
+        for o in outcomes:
+            assert "rank 0 at train" in o["message"] and "rank 1 at eval" in o["message"], o
     else:
         assert "rank 1 at layer 2" in outcomes[0]["message"], outcomes[0]
         assert "rank 0 at layer 1" in outcomes[0]["message"], outcomes[0]
