@@ -174,8 +174,8 @@ std::optional<Error> state_error(ConstView dout, ConstView q, ConstView k, Const
   }
   if (state.out.dtype != q.dtype) {  // the checked forward returns out in q's dtype
     diffs.push_back(detail::str_cat("its out is ", dtype_name(state.out.dtype),
-                                    ", the forward returned it in q's dtype ",
-                                    dtype_name(q.dtype), " (hand backward that out)"));
+                                    ", the forward returned it in q's dtype ", dtype_name(q.dtype),
+                                    " (hand backward that out)"));
   }
   const int64_t lse_len = d.B * d.Hq * d.Sq;
   if (static_cast<int64_t>(state.lse.size()) != lse_len) {

@@ -103,8 +103,7 @@ std::string site_difference(const std::vector<CallRecord>& all);
 void copy_cut(std::string_view text, char* out, size_t size) {
   const size_t room = size - 1;  // the NUL
   const std::string line = one_line(text);
-  const std::string cut =
-      line.size() <= room ? line : line.substr(0, room - 3) + "...";
+  const std::string cut = line.size() <= room ? line : line.substr(0, room - 3) + "...";
   std::memcpy(out, cut.data(), cut.size());
   out[cut.size()] = '\0';
 }

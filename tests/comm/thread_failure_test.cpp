@@ -322,8 +322,8 @@ TEST(ThreadCommunicator, RunRanksRejectsEmptyGroup) {
 // A deadline of 0, a negative one, or one past 1e6 s (milliseconds::max() overflowed the
 // deadline's time point, so every wait timed out at once) is refused; 1 ms and 1e6 s are not.
 TEST(ThreadCommunicator, ADeadlineOutsideItsRangeIsRefused) {
-  for (const milliseconds bad : {milliseconds(0), milliseconds(-1000), milliseconds(1'000'000'001),
-                                 milliseconds::max()}) {
+  for (const milliseconds bad :
+       {milliseconds(0), milliseconds(-1000), milliseconds(1'000'000'001), milliseconds::max()}) {
     ErrorCode code = ErrorCode::kInternal;
     const std::string what = what_of([&] { run_ranks(1, [](Communicator&) {}, {bad}); }, &code);
     EXPECT_EQ(code, ErrorCode::kInvalidArgument) << bad.count();
