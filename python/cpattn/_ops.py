@@ -595,9 +595,9 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     rounding) and bit-identical dropout masks, provided every rank is seeded alike
     (torch.manual_seed). doc_ids is int64 [S] for the WHOLE sequence. seq_len is the whole
     length S (default: len(doc_ids), which a seq_len given too must equal; else the sum of the
-    ranks' local lengths; every call
-    over a group sums them first, one small all-reduce inside the op). Before any data moves, the ranks compare their calls (lengths,
-    layouts, parameters, RngState, call numbers) and all raise cpattn.Error (code
+    ranks' local lengths; every call over a group sums them first, one small all-reduce inside
+    the op, which also compares the call sites). Before any data moves, the ranks compare their
+    calls (lengths, layouts, parameters, RngState, call numbers) and all raise cpattn.Error (code
     "rank_disagreement") naming what differs. Every wait has a deadline of `timeout` seconds: a
     rank that fails or stops makes the others raise cpattn.Error ("timeout" or "peer_failed")
     instead of hanging.
