@@ -82,7 +82,12 @@ def group_name_of(group):
 
 
 def process_group(name):
-    """The ProcessGroup named `name`, or None for ""."""
+    """The ProcessGroup named `name`, or None for "". cpattn.Error invalid_argument when no
+    group has that name any more (destroyed between a forward and its backward)."""
     if not name:
         return None
-    return dist.distributed_c10d._resolve_process_group(name)
+    try:
+        return dist.distributed_c10d._resolve_process_group(name)
+    except RuntimeError:
+        raise error("invalid_argument", f"the process group {name!r} of this call no longer "
+                    "exists (destroyed before the backward of a call made over it?)") from None

@@ -102,6 +102,15 @@ def test_ring_attention_without_a_group():
         cpattn.ring_attention(q, k, v)
 
 
+def _backward_after_the_group_is_destroyed(rank, world):
+    import torch.distributed as dist
+    group = dist.new_group([0, 1])
+    q, k, v = (t.requires_grad_() for t in _qkv(S=8))
+    out = cpattn.ring_attention(q, k, v, group=group, timeout=20)
+    dist.destroy_process_group(group)
+    out.sum().backward()
+
+
 def _wrong_layout(rank, world):
     q, k, v = _qkv(S=8)
     cpattn.ring_attention(q, k, v, layout="diagonal")
@@ -121,6 +130,8 @@ def _seq_len_contradicts_doc_ids(rank, world):
 
 
 @pytest.mark.parametrize("fn,needle", [
+    (_backward_after_the_group_is_destroyed, "of this call no longer exists (destroyed before "
+                                             "the backward"),
     (_seq_len_contradicts_doc_ids, "seq_len 18 contradicts doc_ids, which number 16 tokens"),
     (_wrong_layout, "layout: expected contiguous | zigzag | striped | doc_zigzag, got 'diagonal'"),
     (_group_does_not_match_sharding, "q must have shape [B, Sq_local, Hq, Dqk] = [1, 20, 2, 8], "
