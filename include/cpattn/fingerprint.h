@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -120,11 +121,12 @@ struct Fingerprint {
 
   /// One human-readable sentence per differing field (every field but those of role
   /// kSetByForward), in the list's order, phrased "ForwardResult was produced with
-  /// <label>=<this>, backward called with <label>=<other>" ("ForwardResult was produced for
+  /// <label>=<this>, <caller> called with <label>=<other>" ("ForwardResult was produced for
   /// cp_rank 0 of 4, backward called on cp_rank 1 of 4" for the rank; a recorded inputs_digest of
-  /// kInputsNotDigested is said to come from a forward with CpOptions::for_backward false). Empty
-  /// when equal.
-  std::vector<std::string> differences(const Fingerprint& called) const;
+  /// kInputsNotDigested is said to come from a forward with CpOptions::for_backward false).
+  /// caller names the call that brought `called`: "backward" or "recompute". Empty when equal.
+  std::vector<std::string> differences(const Fingerprint& called,
+                                       std::string_view caller = "backward") const;
 };
 
 namespace detail {

@@ -17,6 +17,15 @@ struct VarlenTokens {
   std::vector<int64_t> q_doc, k_doc;
 };
 
+/// The document id of each of the `total` tokens of one tensor whose documents' cumulative
+/// lengths are cu_seqlens (D + 1 entries, int64): tokens cu_seqlens[d] .. cu_seqlens[d+1]-1 are
+/// document d. `name` and `tensor` name the array and its tensor in errors. Throws
+/// Error(kInvalidArgument) when cu_seqlens is empty, does not start at 0 or decreases, and
+/// Error(kShapeMismatch) when it does not end at `total` ("cu_seqlens_q ends at 300 but q has 301
+/// tokens").
+std::vector<int64_t> varlen_doc_ids(std::span<const int64_t> cu_seqlens, int64_t total,
+                                    const char* name, const char* tensor);
+
 /// The positions and document ids of flash-attn 2.x's `flash_attn_varlen_func` convention.
 /// cu_seqlens_q / cu_seqlens_k: D + 1 cumulative lengths (int64) of D documents; document d's
 /// queries are tokens cu_seqlens_q[d] .. cu_seqlens_q[d+1]-1 of q, its keys tokens

@@ -413,7 +413,7 @@ def _rng_for(q, dropout_p):
     return draw_rng_state(q, dropout_p)
 
 
-def _check_doc_ids_type(doc_ids):
+def check_doc_ids_type(doc_ids):
     """Raises cpattn.Error unless doc_ids is None or an int64 tensor (the op checks its
     length)."""
     if doc_ids is not None and (not isinstance(doc_ids, torch.Tensor) or
@@ -488,6 +488,11 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
             if not isinstance(t, torch.Tensor):
                 raise error("invalid_argument", f"{arg} must be a torch.Tensor, got "
                             f"{type(t).__name__}")
+            # A meta tensor would run the op's shape-only implementation, which sends nothing:
+            # the other ranks would wait for this one until their deadline.
+            if group is not None and t.device.type != "cpu":
+                raise error("invalid_argument", f"{arg} is on {t.device}: a call over a group "
+                            f"runs on CPU tensors")
         if not isinstance(causal, bool):
             raise error("invalid_argument", f"causal must be a bool, got {causal!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
@@ -500,7 +505,7 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
                            ("max_seqlen", max_seqlen[0]), ("max_seqlen", max_seqlen[1])):
             if not -2**63 <= value < 2**63:  # the op's int arguments are int64
                 raise error("invalid_argument", f"{arg} {value} is outside int64")
-        _check_doc_ids_type(doc_ids)
+        check_doc_ids_type(doc_ids)
         dropout_p = float(dropout_p)
         softcap = float(softcap)
         scale = None if softmax_scale is None else float(softmax_scale)
@@ -610,7 +615,7 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
     group, strategy = resolve_group(group, strategy)
     site = _caller_site() if call_site is None else str(call_site)
     try:  # before the length: a rank with doc_ids does not count tokens
-        _check_doc_ids_type(doc_ids)
+        check_doc_ids_type(doc_ids)
         if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
                                     or seq_len < 0):
             raise error("invalid_argument", f"seq_len must be None or a whole length >= 0, "
@@ -639,7 +644,7 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
 # ---------------------------------------------------------------------------------------------
 # Varlen: packed documents in flash-attn's convention (cu_seqlens, thd tensors).
 
-def _cu_seqlens(cu, name):
+def cu_seqlens_int64(cu, name):
     """cu as an int64 CPU tensor; flash-attn passes int32."""
     if not isinstance(cu, torch.Tensor) or cu.dtype not in (torch.int32, torch.int64) or \
             cu.dim() != 1:
@@ -662,8 +667,8 @@ def _varlen_args(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
             got = f"{x.dim()}-D" if isinstance(x, torch.Tensor) else type(x).__name__
             raise error("shape_mismatch", f"{name} must be a 3-dimensional thd tensor {shape}, "
                         f"got {got}")
-    cu_q, cu_k = _cu_seqlens(cu_seqlens_q, "cu_seqlens_q"), _cu_seqlens(cu_seqlens_k,
-                                                                        "cu_seqlens_k")
+    cu_q = cu_seqlens_int64(cu_seqlens_q, "cu_seqlens_q")
+    cu_k = cu_seqlens_int64(cu_seqlens_k, "cu_seqlens_k")
     for name, given in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(given, bool) or not isinstance(given, int) or given < 0:
             raise error("invalid_argument", f"{name} must be a whole number (the longest "

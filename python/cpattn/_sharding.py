@@ -8,13 +8,24 @@ from . import _cpattn
 from ._agreement import agree, site_text
 from ._errors import error
 from ._groups import resolve_group
-from ._ops import DEFAULT_TIMEOUT_S, refuse_grouped_call
+from ._ops import DEFAULT_TIMEOUT_S, check_doc_ids_type, cu_seqlens_int64, refuse_grouped_call
+
+
+def _documents(doc_ids, cu_seqlens):
+    """(doc_ids, cu_seqlens) checked as attention checks them (doc_ids int64; cu_seqlens int32
+    or int64, returned as int64): cpattn.Error invalid_argument otherwise, or when both are
+    given."""
+    if doc_ids is not None and cu_seqlens is not None:
+        raise error("invalid_argument", "pass doc_ids or cu_seqlens (the documents), not both")
+    check_doc_ids_type(doc_ids)
+    return doc_ids, None if cu_seqlens is None else cu_seqlens_int64(cu_seqlens, "cu_seqlens")
 
 
 def token_indices(layout, seq_len, group, doc_ids=None, cu_seqlens=None):
     """Global token indices this rank of `group` holds in `layout`, in local order, for a
     sequence of seq_len tokens whose documents are doc_ids or cu_seqlens (None: one document;
     they matter to "doc_zigzag" only)."""
+    doc_ids, cu_seqlens = _documents(doc_ids, cu_seqlens)
     return _cpattn.shard_token_indices(layout, int(seq_len), group.size(), group.rank(),
                                        doc_ids=doc_ids, cu_seqlens=cu_seqlens)
 
@@ -25,7 +36,9 @@ def shard(x, dim=1, *, group=None, layout="zigzag", doc_ids=None, cu_seqlens=Non
     ProcessGroup, a DeviceMesh or None (the world group), as ring_attention takes. For
     layout="doc_zigzag" (every document balanced over the ranks) pass the whole sequence's
     documents, as doc_ids (int64 [S]) or as flash-attn's cu_seqlens (int32 or int64 [D + 1],
-    e.g. of a thd tensor with dim=0); without them the sequence is one document."""
+    e.g. of a thd tensor with dim=0); without them the sequence is one document. Documents that
+    attention would refuse (another dtype, both forms, cu_seqlens that do not start at 0, end at
+    S or never decrease) raise cpattn.Error naming them."""
     group, _ = resolve_group(group)
     idx = token_indices(layout, x.shape[dim], group, doc_ids, cu_seqlens).to(x.device)
     return x.index_select(dim, idx)
@@ -52,8 +65,7 @@ def unshard(x_local, dim=1, *, group=None, layout="zigzag", doc_ids=None, cu_seq
             raise error("invalid_argument", f"unshard: dim {dim!r} is not a dimension of "
                         f"x_local (shape {tuple(x_local.shape)})")
         dim %= x_local.dim()
-        if doc_ids is not None and cu_seqlens is not None:  # refused here, on every rank at once
-            raise error("invalid_argument", "unshard: pass doc_ids or cu_seqlens, not both")
+        doc_ids, cu_seqlens = _documents(doc_ids, cu_seqlens)  # refused on every rank at once
         sizes = ",".join("*" if d == dim else str(n) for d, n in enumerate(x_local.shape))
         docs = doc_ids if doc_ids is not None else cu_seqlens
         docs_crc = "" if docs is None else \

@@ -253,11 +253,15 @@ py::tuple forward(const Call& call, const at::Tensor& call_number_t, const at::T
                         state->fingerprint.inputs_digest);
 }
 
-// Fingerprint::differences of `recorded` against `called`, '; '-separated ("" when none; call
-// numbers, which a recompute takes anew, are not compared).
-std::string differences_text(const Fingerprint& recorded, const Fingerprint& called) {
+// Fingerprint::differences of `recorded` against `called` (brought by `caller`: "backward" or
+// "recompute"), '; '-separated ("" when none; call numbers, which a recompute takes anew, are
+// not compared).
+std::string differences_text(const Fingerprint& recorded, const Fingerprint& called,
+                             std::string_view caller) {
   std::string text;
-  for (const std::string& d : recorded.differences(called)) text += (text.empty() ? "" : "; ") + d;
+  for (const std::string& d : recorded.differences(called, caller)) {
+    text += (text.empty() ? "" : "; ") + d;
+  }
   return text;
 }
 
@@ -268,7 +272,7 @@ std::string differences_text(const Fingerprint& recorded, const Fingerprint& cal
 // than the loss's: Error(kRecomputeDiverged) naming each difference.
 void check_recompute(const Fingerprint& first, const Fingerprint& computed_by) {
   // The state was produced by the recompute; the backward is called with the first's arguments.
-  const std::string diffs = differences_text(computed_by, first);
+  const std::string diffs = differences_text(computed_by, first, "backward");
   CPATTN_CHECK(diffs.empty(), ErrorCode::kRecomputeDiverged,
                "recompute diverged: out/lse were recomputed (activation checkpointing) by a call "
                "that differs from the forward the loss came from, whose arguments the backward "
@@ -426,7 +430,8 @@ PYBIND11_MODULE(_cpattn, m) {
   m.def(
       "recompute_differences",
       [](const at::Tensor& first, const at::Tensor& recomputed) {
-        return tb::differences_text(tb::fingerprint_of(first), tb::fingerprint_of(recomputed));
+        return tb::differences_text(tb::fingerprint_of(first), tb::fingerprint_of(recomputed),
+                                    "recompute");
       },
       py::arg("first"), py::arg("recomputed"),
       "how the fingerprint tensor of a recomputed forward differs from its first forward's, as "
@@ -469,11 +474,12 @@ PYBIND11_MODULE(_cpattn, m) {
         CPATTN_CHECK(!(doc_ids.has_value() && cu_seqlens.has_value()),
                      cpattn::ErrorCode::kInvalidArgument,
                      "pass doc_ids or cu_seqlens (the documents), not both");
-        const cpattn::SequenceSharding seq =
-            cu_seqlens.has_value() ? tb::varlen_sharding(layout, *cu_seqlens, *cu_seqlens, seq_len,
-                                                         seq_len, cp_size, rank)
-                                         .q
-                                   : tb::sharding(layout, seq_len, cp_size, rank, doc_ids);
+        if (cu_seqlens.has_value()) {
+          doc_ids = at::tensor(cpattn::varlen_doc_ids(tb::int64_values(*cu_seqlens, "cu_seqlens"),
+                                                      seq_len, "cu_seqlens", "the sequence"),
+                               at::kLong);
+        }
+        const cpattn::SequenceSharding seq = tb::sharding(layout, seq_len, cp_size, rank, doc_ids);
         return at::tensor(cpattn::shard_token_indices(seq, rank), at::kLong);
       },
       py::arg("layout"), py::arg("seq_len"), py::arg("cp_size"), py::arg("rank"),

@@ -154,6 +154,32 @@ def _one_rank_refuses(rank, world, strategy):
     return {"code": None, "message": ""}
 
 
+def _one_rank_on_the_meta_device(rank, world, arg):
+    q, k, v = _qkv(S=8)
+    tensors = {"q": q, "k": k, "v": v}
+    if rank == 1:  # a shape-only tensor, as from a model built on the meta device
+        tensors[arg] = tensors[arg].to("meta")
+    start = time.monotonic()
+    try:
+        cpattn.ring_attention(tensors["q"], tensors["k"], tensors["v"], causal=True, timeout=30)
+    except cpattn.Error as e:
+        return e.code, str(e), time.monotonic() - start
+    return None, "", time.monotonic() - start
+
+
+@pytest.mark.parametrize("arg", ["q", "v"])
+def test_a_rank_with_a_meta_tensor_fails_every_rank_at_once(arg):
+    """The op's meta implementation computes shapes only and sends nothing: a rank calling it
+    would leave the others waiting for their deadline. It is refused, on every rank at once."""
+    (code0, message0, seconds0), (code1, message1, seconds1) = \
+        run_processes(2, _one_rank_on_the_meta_device, arg)
+    assert code1 == "invalid_argument", message1
+    assert f"{arg} is on meta: a call over a group runs on CPU tensors" in message1
+    assert code0 == "rank_disagreement", message0
+    assert f"{arg} is on meta" in message0
+    assert max(seconds0, seconds1) < 10, (seconds0, seconds1)
+
+
 @pytest.mark.parametrize("strategy", ["ring", "allgather", "ulysses"])
 def test_a_rank_that_refuses_its_arguments_fails_every_rank_at_once(strategy):
     outcomes = run_processes(2, _one_rank_refuses, strategy)

@@ -174,9 +174,10 @@ def _unshard_misuse(rank, world, bad):
      ("unshard: x_local must be a tensor, got list",)),
     ("documents as int32 and int64", (None, None), ()),
     ("documents as a list", ("rank_disagreement", "invalid_argument"),
-     ("AttributeError: 'list' object has no attribute",)),
+     ("cu_seqlens must be a 1-D int32 or int64 tensor of D + 1 cumulative document lengths, "
+      "got list",)),
     ("documents twice on one rank", ("invalid_argument", "rank_disagreement"),
-     ("unshard: pass doc_ids or cu_seqlens, not both",)),
+     ("pass doc_ids or cu_seqlens (the documents), not both",)),
 ])
 def test_unshard_agrees_before_it_gathers(bad, codes, needles):
     """Pieces the ranks cannot put together alike (other layouts, other sizes): every rank

@@ -168,6 +168,34 @@ def test_shard_and_unshard_take_the_documents():
     assert all(torch.equal(a, b) for a, b in zip(plain, zigzag))  # no documents: the zigzag
 
 
+def _shard_refusals(rank, world):
+    x = torch.randn(1, 16, 2, 4)
+    cu = torch.tensor([0, 5, 9, 16])
+    docs = torch.repeat_interleave(torch.arange(3), torch.tensor([5, 4, 7]))
+    by_int32 = cpattn.shard(x, layout="doc_zigzag", cu_seqlens=cu.to(torch.int32))
+    assert torch.equal(by_int32, cpattn.shard(x, layout="doc_zigzag", doc_ids=docs))
+    with pytest.raises(cpattn.Error, match="doc_ids must be an int64 tensor of the whole "
+                                           "sequence, got torch.int32") as e:
+        cpattn.shard(x, layout="doc_zigzag", doc_ids=docs.to(torch.int32))
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(cpattn.Error, match="not both"):
+        cpattn.shard(x, layout="doc_zigzag", doc_ids=docs, cu_seqlens=cu)
+    with pytest.raises(cpattn.Error, match="cu_seqlens must be a 1-D int32 or int64 tensor"):
+        cpattn.shard(x, layout="doc_zigzag", cu_seqlens=cu.float())
+    with pytest.raises(cpattn.Error, match=r"^cu_seqlens ends at 15 but the sequence has 16 "
+                                           "tokens") as e:
+        cpattn.shard(x, layout="doc_zigzag", cu_seqlens=torch.tensor([0, 5, 9, 15]))
+    assert e.value.code == "shape_mismatch"
+    with pytest.raises(cpattn.Error, match=r"^cu_seqlens must be non-decreasing, got 9 then 5"):
+        cpattn.shard(x, layout="doc_zigzag", cu_seqlens=torch.tensor([0, 9, 5, 16]))
+
+
+def test_shard_refuses_the_documents_attention_refuses():
+    """shard checks the documents as attention does (one rule): int64 doc_ids, int32 or int64
+    cu_seqlens, not both; errors name the argument shard was given."""
+    run_processes(2, _shard_refusals)
+
+
 def _cp_case(rank, world, lq, lk, causal, window, dropout_p, strategy, layout):
     cu_q, cu_k = _cu(lq), _cu(lk)
     q, k, v, dout = _thd(int(cu_q[-1]), int(cu_k[-1]), hq=8, hkv=2, seed=3)

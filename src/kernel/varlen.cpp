@@ -7,53 +7,47 @@
 
 namespace cpattn {
 
-namespace {
-
-// Checks one cu_seqlens array (`name`) against the token count of its tensor (`tensor`).
-void check_cu_seqlens(std::span<const int64_t> cu, int64_t total, const char* name,
-                      const char* tensor) {
-  CPATTN_CHECK(!cu.empty(), ErrorCode::kInvalidArgument, name,
+std::vector<int64_t> varlen_doc_ids(std::span<const int64_t> cu_seqlens, int64_t total,
+                                    const char* name, const char* tensor) {
+  CPATTN_CHECK(!cu_seqlens.empty(), ErrorCode::kInvalidArgument, name,
                " must hold D + 1 cumulative lengths of D >= 0 documents, starting at 0; got "
                "none");
-  CPATTN_CHECK(cu[0] == 0, ErrorCode::kInvalidArgument, name, " must start at 0, got ", cu[0]);
-  for (size_t d = 1; d < cu.size(); ++d) {
-    CPATTN_CHECK(cu[d] >= cu[d - 1], ErrorCode::kInvalidArgument, name,
-                 " must be non-decreasing, got ", cu[d - 1], " then ", cu[d], " at entries ", d - 1,
-                 " and ", d);
+  CPATTN_CHECK(cu_seqlens[0] == 0, ErrorCode::kInvalidArgument, name, " must start at 0, got ",
+               cu_seqlens[0]);
+  for (size_t d = 1; d < cu_seqlens.size(); ++d) {
+    CPATTN_CHECK(cu_seqlens[d] >= cu_seqlens[d - 1], ErrorCode::kInvalidArgument, name,
+                 " must be non-decreasing, got ", cu_seqlens[d - 1], " then ", cu_seqlens[d],
+                 " at entries ", d - 1, " and ", d);
   }
-  CPATTN_CHECK(cu.back() == total, ErrorCode::kShapeMismatch, name, " ends at ", cu.back(), " but ",
-               tensor, " has ", total, " tokens");
+  CPATTN_CHECK(cu_seqlens.back() == total, ErrorCode::kShapeMismatch, name, " ends at ",
+               cu_seqlens.back(), " but ", tensor, " has ", total, " tokens");
+  std::vector<int64_t> docs;
+  docs.reserve(static_cast<size_t>(total));
+  for (size_t d = 0; d + 1 < cu_seqlens.size(); ++d) {
+    docs.insert(docs.end(), static_cast<size_t>(cu_seqlens[d + 1] - cu_seqlens[d]),
+                static_cast<int64_t>(d));
+  }
+  return docs;
 }
-
-}  // namespace
 
 VarlenTokens varlen_tokens(std::span<const int64_t> cu_seqlens_q,
                            std::span<const int64_t> cu_seqlens_k, int64_t total_q,
                            int64_t total_k) {
-  check_cu_seqlens(cu_seqlens_q, total_q, "cu_seqlens_q", "q");
-  check_cu_seqlens(cu_seqlens_k, total_k, "cu_seqlens_k", "k");
+  VarlenTokens t;
+  t.q_doc = varlen_doc_ids(cu_seqlens_q, total_q, "cu_seqlens_q", "q");
+  t.k_doc = varlen_doc_ids(cu_seqlens_k, total_k, "cu_seqlens_k", "k");
   CPATTN_CHECK(cu_seqlens_q.size() == cu_seqlens_k.size(), ErrorCode::kInvalidArgument,
                "cu_seqlens_q lists ", cu_seqlens_q.size() - 1, " documents but cu_seqlens_k ",
                cu_seqlens_k.size() - 1, " (q and k need the same number)");
-  VarlenTokens t;
   t.q_pos.reserve(static_cast<size_t>(total_q));
-  t.q_doc.reserve(static_cast<size_t>(total_q));
   t.k_pos.reserve(static_cast<size_t>(total_k));
-  t.k_doc.reserve(static_cast<size_t>(total_k));
   int64_t base = 0;
   for (size_t d = 0; d + 1 < cu_seqlens_q.size(); ++d) {
     const int64_t lq = cu_seqlens_q[d + 1] - cu_seqlens_q[d];
     const int64_t lk = cu_seqlens_k[d + 1] - cu_seqlens_k[d];
     const int64_t span = std::max(lq, lk);
-    const int64_t doc = static_cast<int64_t>(d);
-    for (int64_t i = 0; i < lq; ++i) {
-      t.q_pos.push_back(base + span - lq + i);
-      t.q_doc.push_back(doc);
-    }
-    for (int64_t j = 0; j < lk; ++j) {
-      t.k_pos.push_back(base + span - lk + j);
-      t.k_doc.push_back(doc);
-    }
+    for (int64_t i = 0; i < lq; ++i) t.q_pos.push_back(base + span - lq + i);
+    for (int64_t j = 0; j < lk; ++j) t.k_pos.push_back(base + span - lk + j);
     base += span;
   }
   return t;

@@ -18,18 +18,20 @@ static_assert(sizeof(CpRank) == 2 * sizeof(int), "for_each_scalar: CpRank's memb
 
 namespace {
 
-// "ForwardResult was produced with <label>=<recorded>, backward called with <label>=<called>".
+// "ForwardResult was produced with <label>=<recorded>, <caller> called with <label>=<called>".
 template <typename T>
-std::string difference(const char* label, const T& recorded, const T& called) {
+std::string difference(const char* label, const T& recorded, const T& called,
+                       std::string_view caller) {
   return detail::str_cat("ForwardResult was produced with ", label, "=",
-                         detail::field_text(recorded), ", backward called with ", label, "=",
+                         detail::field_text(recorded), ", ", caller, " called with ", label, "=",
                          detail::field_text(called));
 }
 
 // "ForwardResult was produced for cp_rank 0 of 4, backward called on cp_rank 1 of 4".
-std::string difference(const char* label, const CpRank& recorded, const CpRank& called) {
+std::string difference(const char* label, const CpRank& recorded, const CpRank& called,
+                       std::string_view caller) {
   return detail::str_cat("ForwardResult was produced for ", label, " ",
-                         detail::field_text(recorded), ", backward called on ", label, " ",
+                         detail::field_text(recorded), ", ", caller, " called on ", label, " ",
                          detail::field_text(called));
 }
 
@@ -95,7 +97,8 @@ Fingerprint read_bytes(std::span<const uint8_t, kFingerprintBytes> bytes, bool c
 
 }  // namespace
 
-std::vector<std::string> Fingerprint::differences(const Fingerprint& called) const {
+std::vector<std::string> Fingerprint::differences(const Fingerprint& called,
+                                                  std::string_view caller) const {
   std::vector<std::string> d;
   detail::for_each_fingerprint_field([&](const auto& field) {
     if (field.role == FingerprintRole::kSetByForward) return;
@@ -106,13 +109,12 @@ std::vector<std::string> Fingerprint::differences(const Fingerprint& called) con
         d.push_back(detail::str_cat(
             "ForwardResult was produced without a ", field.label,
             " (its forward ran with CpOptions::for_backward = false, as for inference or "
-            "no-grad mode: such a state cannot be differentiated or recomputed), backward "
-            "called with ",
-            field.label, "=", detail::field_text(called.*field.member)));
+            "no-grad mode: such a state cannot be differentiated or recomputed), ",
+            caller, " called with ", field.label, "=", detail::field_text(called.*field.member)));
         return;
       }
     }
-    d.push_back(difference(field.label, recorded, called.*field.member));
+    d.push_back(difference(field.label, recorded, called.*field.member, caller));
   });
   return d;
 }

@@ -30,7 +30,8 @@ std::optional<Error> replay_error(const Fingerprint& recorded, const Fingerprint
                                  " (restore the generator state before recomputing; otherwise "
                                  "dropout masks and gradients would be silently wrong)"));
   }
-  if (const std::vector<std::string> diffs = recorded.differences(called); !diffs.empty()) {
+  if (const std::vector<std::string> diffs = recorded.differences(called, "recompute");
+      !diffs.empty()) {
     return Error(
         ErrorCode::kRecomputeDiverged,
         detail::join_differences(

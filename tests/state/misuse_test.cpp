@@ -15,6 +15,7 @@ namespace cpattn::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Runs fn on `cp` ranks and returns the error run_ranks rethrows (every rank fails alike).
 Error expect_error(int cp, const std::function<void(Communicator&)>& fn) {
@@ -312,6 +313,7 @@ TEST(Misuse, StateOfAForwardNotForBackward) {
   EXPECT_EQ(backward.code(), ErrorCode::kStateMismatch);
   EXPECT_THAT(backward.what(), HasSubstr("without a q/k/v inputs digest (its forward ran with "
                                          "CpOptions::for_backward = false"));
+  EXPECT_THAT(backward.what(), HasSubstr("), backward called with q/k/v inputs digest="));
   const Error recompute = expect_error(2, [&](Communicator& comm) {
     run(comm, [&](const ForwardResult& state) {
       const SequenceSharding seq = f.p.sharding(2, comm.rank());
@@ -324,6 +326,9 @@ TEST(Misuse, StateOfAForwardNotForBackward) {
   });
   EXPECT_EQ(recompute.code(), ErrorCode::kRecomputeDiverged);
   EXPECT_THAT(recompute.what(), HasSubstr("CpOptions::for_backward = false"));
+  // The recompute is named as the call, not a backward.
+  EXPECT_THAT(recompute.what(), HasSubstr("), recompute called with q/k/v inputs digest="));
+  EXPECT_THAT(recompute.what(), Not(HasSubstr("backward called")));
 }
 
 TEST(Misuse, FingerprintListsEveryDifference) {

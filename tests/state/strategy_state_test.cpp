@@ -136,7 +136,9 @@ TEST(StrategyAgreement, RecomputeWithAnotherStrategyDiverges) {
   });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(o.codes[static_cast<size_t>(r)], ErrorCode::kRecomputeDiverged) << r;
-    EXPECT_THAT(o.messages[static_cast<size_t>(r)], HasSubstr("strategy=hybrid:2x1"));
+    EXPECT_THAT(
+        o.messages[static_cast<size_t>(r)],
+        HasSubstr("produced with strategy=hybrid:2x1, recompute called with strategy=ring"));
   }
 }
 
