@@ -12,7 +12,7 @@ import torch
 from torch.autograd.variable import Variable
 from torch.overrides import TorchFunctionMode
 
-from ._errors import error
+from ._errors import Error, error
 from ._groups import resolve_group
 from ._ops import (DEFAULT_TIMEOUT_S, _caller_site, attention, refuse_grouped_call,
                    ring_attention)
@@ -247,6 +247,24 @@ def _check_layout(layout):
                     "or varlen_ring_attention instead")
 
 
+def _announce_failure(group, timeout, failure):
+    """Tells the other ranks that this one leaves a context_parallel block with `failure`, an
+    exception of the block's own code (a cpattn.Error came from a call the whole group makes,
+    which fails every rank already): it joins the group's next call agreement as refusing, so
+    ranks at their next SDPA call or at the exit raise rank_disagreement quoting it at once,
+    instead of waiting for this rank until their deadline. The announcement waits for them at
+    most that deadline too (ranks that crashed close their connections: at once); what it raises
+    itself is dropped, since the caller re-raises `failure`."""
+    if isinstance(failure, Error):
+        return
+    reason = error("peer_failed", f"rank {group.rank()} left the context_parallel block "
+                   f"with {type(failure).__name__}: {failure}")
+    try:
+        refuse_grouped_call(group, timeout, reason, "context exit: an exception")
+    except Exception:  # noqa: BLE001 - the block's own exception is the one to raise
+        pass
+
+
 @contextlib.contextmanager
 def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strategy=None,
                      timeout=DEFAULT_TIMEOUT_S, workspace=None):
@@ -284,8 +302,12 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
     made (a rank that
     ran a different model or skipped a layer), both in cpattn's call agreement (a tiny
     attention call named for them), so a rank that meanwhile is at an SDPA call, or whose
-    buffers are refused, fails every rank at once too. Every wait has the deadline `timeout`
-    (seconds). workspace: a cpattn.Workspace every call borrows its scratch from. The backward
+    buffers are refused, fails every rank at once too. A rank whose block raises an exception
+    (other than a cpattn.Error, which the whole group's call raised on every rank already)
+    joins the others' next call agreement as refusing before it re-raises it, so they raise
+    rank_disagreement naming it ("rank 1 left the context_parallel block with ValueError: ...")
+    at their next SDPA call, backward or exit, not at their deadline. Every wait has the
+    deadline `timeout` (seconds). workspace: a cpattn.Workspace every call borrows its scratch from. The backward
     must run inside the block (a graph that saved a buffer refuses once it is whole again;
     with use_reentrant=True checkpointing and no saved buffer, a backward after the block
     recomputes with torch's SDPA on this rank's tokens, unseen by cpattn); a transformers model
@@ -327,6 +349,9 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
     try:
         with mode.active():
             yield
+    except Exception as failure:
+        _announce_failure(group, timeout, failure)
+        raise
     finally:
         with torch.no_grad():
             for buf, whole in zip(buffers, wholes):

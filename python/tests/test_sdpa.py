@@ -633,6 +633,62 @@ def test_a_rank_that_makes_fewer_sdpa_calls_fails_every_rank_at_once(misuse):
         assert o["seconds"] < AT_ONCE_S, o
 
 
+class _ModelBug(ValueError):
+    """An exception of the model's own code (a data-dependent check, a bug) on some ranks."""
+
+
+def _exception_case(rank, world, where):
+    ids = torch.arange(16).reshape(1, 16)
+    whole = ids.clone()
+    fails = where.startswith("every rank") or rank == 1
+    start = time.monotonic()
+
+    def check(point):
+        if fails and where.endswith(point):
+            raise _ModelBug(f"loss is nan on rank {rank}")
+
+    try:
+        with cpattn.context_parallel(dist.group.WORLD, buffers=[ids], seq_dims=[1],
+                                     timeout=DEADLINE_S):
+            x = torch.randn(1, 2, 8, 8, requires_grad=True)
+            check("before its first SDPA call")
+            loss = _attend(x).sum()
+            check("after the forward")  # rank 0 goes on to the backward's call
+            loss.backward()
+            check("before the exit")
+        outcome = {"code": None, "message": ""}
+    except cpattn.Error as e:
+        outcome = {"code": e.code, "message": str(e)}
+    except _ModelBug as e:
+        outcome = {"code": "_ModelBug", "message": str(e)}
+    outcome["seconds"] = time.monotonic() - start
+    outcome["restored"] = torch.equal(ids, whole)
+    return outcome
+
+
+EXCEPTION_CASES = ["rank 1 before its first SDPA call", "rank 1 after the forward",
+                   "rank 1 before the exit", "every rank after the forward"]
+
+
+@pytest.mark.parametrize("where", EXCEPTION_CASES)
+def test_an_exception_in_the_block_on_one_rank_fails_every_rank_at_once(misuse, where):
+    """The model's own code raises on rank 1 inside the block (rank 1 stays alive: it goes on
+    to the next case). Rank 1 raises its own exception; rank 0, at its next SDPA call, its
+    backward or the exit agreement, raises rank_disagreement naming it at once, not at its
+    deadline. When every rank raises, each raises its own, at once."""
+    rank0, rank1 = misuse(_exception_case, where)
+    assert rank1["code"] == "_ModelBug" and rank1["message"] == "loss is nan on rank 1", rank1
+    if where.startswith("every rank"):
+        assert rank0["code"] == "_ModelBug" and rank0["message"] == "loss is nan on rank 0"
+    else:
+        assert rank0["code"] == "rank_disagreement", rank0
+        assert "rank 1 left the context_parallel block with _ModelBug: loss is nan on rank 1" \
+            in rank0["message"], rank0
+    for o in (rank0, rank1):
+        assert o["seconds"] < AT_ONCE_S, o
+        assert o["restored"], o
+
+
 def _shape_case(rank, world, field):
     ids = torch.arange(16).reshape(1, 16)
     heads, head_dim = (4 if field == "heads" else 2), (16 if field == "head_dim" else 8)
@@ -664,7 +720,8 @@ def test_sdpa_calls_whose_shapes_differ_across_ranks_fail_naming_the_field(misus
 MISUSE_CASES = [(_mask_case, (who,)) for who in MASK_CASES] + \
     [(_buffers_case, (bad,)) for bad in BUFFER_CASES] + \
     [(_outside_case, ("leaves before its SDPA calls",)), (_skip_case, ()),
-     (_shape_case, ("heads",)), (_shape_case, ("head_dim",))]
+     (_shape_case, ("heads",)), (_shape_case, ("head_dim",))] + \
+    [(_exception_case, (where,)) for where in EXCEPTION_CASES]
 
 
 def _nested_over_the_same_buffers(rank, world):
