@@ -9,7 +9,10 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "cpattn/communicator.h"
@@ -50,6 +53,13 @@ struct SplitGroup {
   std::vector<int> members;
   int rank = 0;
 };
+
+/// How a backend names rank `rank` of a communicator in its errors: "rank 3" for one that no
+/// split made; "rank 1 of a sub-group (group rank 3)" for a sub-communicator of split() (the
+/// hybrid strategy's rows and columns), group_rank being that rank in the communicator the
+/// splits started from, which `group` names ("group", "process group"), so that an error names
+/// the thread or process it is about.
+std::string rank_label(int rank, std::optional<int> group_rank, std::string_view group = "group");
 
 /// Collective over `parent`: exchanges (color, key) with every rank and returns this rank's
 /// sub-group. Throws Error(kInvalidArgument) on every rank when any rank passed color < 0

@@ -2,12 +2,17 @@
 unshard): the ranks compare a short description of what each is doing, inside cpattn's call
 agreement, before any of them exchanges data."""
 
+import re
 import zlib
 
 import torch
 
-from ._errors import Error, error
+from ._errors import Error, error, over_the_group
 from ._ops import ring_attention
+
+# A rank's refusal in the call agreement's message, but for a disagreement it passed on (the
+# token count's: "rank 1 refuses the call (rank_disagreement: the calls come from ...").
+_REFUSAL = re.compile(r" refuses the call \((?!rank_disagreement)")
 
 # The longest description the call agreement carries (its call-site field, less its NUL).
 _SITE_CHARS = 55
@@ -22,6 +27,7 @@ def site_text(description):
     return f"{description[:_SITE_CHARS - 10]} #{crc:08x}"
 
 
+@over_the_group
 def agree(group, timeout, site, disagreement):
     """The agreement point named `site` (site_text of what this rank is doing: "context_parallel
     entry: 4096 tokens, ...", "unshard ..."): a tiny ring_attention call (one token per rank, no
@@ -29,8 +35,9 @@ def agree(group, timeout, site, disagreement):
     every rank. Ranks whose sites differ, or a rank that is at an attention call meanwhile,
     exchange the same fixed-size records as any call and all raise cpattn.Error
     rank_disagreement, its message `disagreement` followed by the agreement's (which names each
-    rank's site); a collective of its own would cross the call's messages (gloo aborts the
-    process on a message of another size). Under the deadline `timeout`."""
+    rank's site; `site` instead of `disagreement` when a rank refused: the refusal says why); a
+    collective of its own would cross the call's messages (gloo aborts the process on a message
+    of another size). Under the deadline `timeout`. What it raises is known to the group."""
     x = torch.zeros(1, 1, 1, 1)
     try:
         with torch.no_grad():
@@ -39,5 +46,7 @@ def agree(group, timeout, site, disagreement):
     except Error as e:
         if getattr(e, "code", None) != "rank_disagreement":
             raise
+        if _REFUSAL.search(str(e)):  # a rank refused (its arguments, or its block failed)
+            raise error("rank_disagreement", f"{site}: {e}") from None
         raise error("rank_disagreement", f"{disagreement} (each rank's call site says where it "
                     f"is): {e}") from None

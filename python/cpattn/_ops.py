@@ -40,13 +40,14 @@ import zlib
 from typing import Optional
 
 import torch
+import torch.autograd.forward_ad as fwAD
 # torch's custom-op dispatch imports torch._dynamo (seconds) at an op's first call; importing it
 # with the package keeps that time out of the first call's deadline.
 import torch._dynamo  # noqa: F401
 
 from . import _cpattn
 from ._checkpoint import active_record
-from ._errors import Error, error
+from ._errors import Error, error, exchange_over, over_the_group
 from ._groups import group_name_of, process_group, resolve_group
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -161,6 +162,7 @@ def _deadline(timeout):
         return DEFAULT_TIMEOUT_S, e
 
 
+@over_the_group
 def count_tokens(q_tokens, k_tokens, group, timeout, site=""):
     """The whole sequence's (q, k) token counts of a call from call site `site` whose rank holds
     q_tokens queries and k_tokens keys: the sums over the group (cpattn's all-reduce, under the
@@ -203,7 +205,7 @@ def _call_of(call_number, q, k, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi
     checks that another seq_len fits the shards); kv_seq_len < 0 is the k sum for a varlen call
     (cu_seqlens given), else seq_len. A rank whose arguments are refused still takes part in
     the group's call agreement, as a rank that refuses the call, so the other ranks raise at
-    once instead of waiting for it."""
+    once instead of waiting for it (what those exchanges raise is known to the group)."""
     group = process_group(group_name)
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     counted = False
@@ -249,6 +251,7 @@ def refuse_grouped_call(group, timeout, reason, call_site):
     _refuse(group, timeout, reason, call_site, _next_number(group_name_of(group)))
 
 
+@over_the_group
 def _refuse(group, timeout, reason, call_site, call_number, backward=False):
     """Raises `reason` (a cpattn.Error, or the TypeError / ValueError of an argument that is not
     even of its type) after taking part in the group's call agreement as a rank that refuses the
@@ -257,6 +260,7 @@ def _refuse(group, timeout, reason, call_site, call_number, backward=False):
     code = getattr(reason, "code", "invalid_argument")
     message = str(reason) if isinstance(reason, (Error, TypeError, ValueError)) else \
         f"{type(reason).__name__}: {reason}"
+    message = message.replace("\0", "\\0")  # C++ reads it as a C string: a NUL would cut it
     _cpattn.refuse(group, _deadline(timeout)[0], call_number, code, message, call_site,
                    backward)
 
@@ -286,8 +290,9 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rng: to
                     window_left, window_right, dropout_p, softcap, timeout, strategy,
                     workspace_id, call_site, max_seqlen_q, max_seqlen_k, backward=False)
     record = active_record()
-    out, lse, fingerprint, inputs_digest = _cpattn.forward(
-        call, call_number, q, k, v, rng, for_backward=for_backward or record is not None)
+    with exchange_over(group_name):
+        out, lse, fingerprint, inputs_digest = _cpattn.forward(
+            call, call_number, q, k, v, rng, for_backward=for_backward or record is not None)
     if record is not None:
         seed, offset = (int(w) & _U64 for w in rng)
         record.on_call(seed, offset, inputs_digest, fingerprint)
@@ -330,8 +335,9 @@ def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
                     slices, group_name, layout, seq_len, kv_seq_len, softmax_scale, causal,
                     window_left, window_right, dropout_p, softcap, timeout, strategy,
                     workspace_id, call_site, max_seqlen_q, max_seqlen_k, backward=True)
-    return tuple(_cpattn.backward(call, call_number, dout, q, k, v, out, lse, rng, fingerprint,
-                                  state_fingerprint))
+    with exchange_over(group_name):
+        return tuple(_cpattn.backward(call, call_number, dout, q, k, v, out, lse, rng,
+                                      fingerprint, state_fingerprint))
 
 
 @attention_backward.register_fake
@@ -475,6 +481,37 @@ def _slices_tensor(slices):
     return torch.tensor(rows, dtype=torch.int64).reshape(len(rows), 5)
 
 
+def _autocast(q, k, v):
+    """q, k, v in the CPU autocast dtype inside torch.autocast("cpu") (floating tensors), as
+    torch's scaled_dot_product_attention takes them there; as they are otherwise."""
+    if not torch.is_autocast_enabled("cpu"):
+        return q, k, v
+    dtype = torch.get_autocast_dtype("cpu")
+    return tuple(t.to(dtype) if t.is_floating_point() else t for t in (q, k, v))
+
+
+def _refuse_forward_mode_ad(**tensors):
+    """Refuses (cpattn.Error invalid_argument) a dual tensor of forward-mode AD (torch.func.jvp,
+    jacfwd, torch.autograd.forward_ad): the ops have a backward formula only, and torch would
+    drop the tangent, giving a silent zero."""
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and fwAD.unpack_dual(t).tangent is not None:
+            raise error("invalid_argument", f"{name} carries a forward-mode AD tangent "
+                        f"(torch.func.jvp, jacfwd, forward_ad): cpattn has no forward-mode "
+                        f"derivative (use autograd's reverse mode: .backward() or "
+                        f"torch.autograd.grad)")
+
+
+def _check_on_the_cpu(**tensors):
+    """Refuses (cpattn.Error invalid_argument) a tensor argument of a call over a group that is
+    not on the CPU: on the meta device the op runs its shape-only implementation, which sends
+    nothing, and the other ranks would wait for this one until their deadline."""
+    for name, t in tensors.items():
+        if t is not None and t.device.type != "cpu":
+            raise error("invalid_argument", f"{name} is on {t.device}: a call over a group runs "
+                        f"on CPU tensors")
+
+
 def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_scale, causal,
            window_size, doc_ids, softcap, alibi_slopes, sink, slices, return_lse, timeout,
            strategy, workspace, call_site, cu_seqlens=(None, None), max_seqlen=(-1, -1)):
@@ -488,11 +525,8 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
             if not isinstance(t, torch.Tensor):
                 raise error("invalid_argument", f"{arg} must be a torch.Tensor, got "
                             f"{type(t).__name__}")
-            # A meta tensor would run the op's shape-only implementation, which sends nothing:
-            # the other ranks would wait for this one until their deadline.
-            if group is not None and t.device.type != "cpu":
-                raise error("invalid_argument", f"{arg} is on {t.device}: a call over a group "
-                            f"runs on CPU tensors")
+        q, k, v = _autocast(q, k, v)
+        _refuse_forward_mode_ad(q=q, k=k, v=v, sink=sink)
         if not isinstance(causal, bool):
             raise error("invalid_argument", f"causal must be a bool, got {causal!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
@@ -513,6 +547,10 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
         sink = _per_head(sink, "sink", differentiable=True)
         slices = _slices_tensor(slices)
         workspace_id = _workspace_id(workspace)
+        if group is not None:
+            _check_on_the_cpu(q=q, k=k, v=v, doc_ids=doc_ids, cu_seqlens_q=cu_seqlens[0],
+                              cu_seqlens_k=cu_seqlens[1], sink=sink, alibi_slopes=alibi_slopes,
+                              slices=slices)
     except Exception as reason:  # whatever a bad argument raises: the rank still takes part
         if group is None:
             raise

@@ -12,8 +12,8 @@ import torch
 from torch.autograd.variable import Variable
 from torch.overrides import TorchFunctionMode
 
-from ._errors import Error, error
-from ._groups import resolve_group
+from ._errors import error, known_to_the_group, mark_known_to_the_group
+from ._groups import group_name_of, resolve_group
 from ._ops import (DEFAULT_TIMEOUT_S, _caller_site, attention, refuse_grouped_call,
                    ring_attention)
 from ._agreement import agree, site_text
@@ -77,6 +77,10 @@ def _check_buffers(buffers, seq_dims, layout):
         if outer is not None and outer.whole_of(buf) is not None:
             raise error("invalid_argument", f"context_parallel: buffers[{i}] is already this "
                         f"rank's shard of an enclosing context_parallel")
+        if isinstance(buf, torch.Tensor) and buf.is_inference():
+            raise error("invalid_argument", f"context_parallel: buffers[{i}] is an inference "
+                        f"tensor (made under torch.inference_mode), which the context cannot "
+                        f"replace by its shard in place; make it outside inference mode")
         if isinstance(buf, torch.Tensor) and buf.requires_grad:
             raise error("invalid_argument", f"context_parallel: buffers[{i}] requires grad; the "
                         f"context replaces its buffers by their shards in place, so they are "
@@ -248,21 +252,35 @@ def _check_layout(layout):
 
 
 def _announce_failure(group, timeout, failure):
-    """Tells the other ranks that this one leaves a context_parallel block with `failure`, an
-    exception of the block's own code (a cpattn.Error came from a call the whole group makes,
-    which fails every rank already): it joins the group's next call agreement as refusing, so
-    ranks at their next SDPA call or at the exit raise rank_disagreement quoting it at once,
-    instead of waiting for this rank until their deadline. The announcement waits for them at
-    most that deadline too (ranks that crashed close their connections: at once); what it raises
-    itself is dropped, since the caller re-raises `failure`."""
-    if isinstance(failure, Error):
+    """Tells the other ranks that this one leaves a context_parallel block with `failure`,
+    unless they know of it already (known_to_the_group: it came from an exchange over the group,
+    which fails every rank that takes part, or an inner context announced it): this rank joins
+    the group's next call agreement as refusing, so ranks at their next SDPA call, backward or
+    exit raise rank_disagreement quoting it at once, instead of waiting for this rank until
+    their deadline (or meeting its next step). Each failure is announced once: `failure` is then
+    marked known. The announcement waits for them at most that deadline (ranks that crashed
+    close their connections: at once); what it raises itself is dropped, since the caller
+    re-raises `failure`."""
+    if known_to_the_group(failure):
         return
-    reason = error("peer_failed", f"rank {group.rank()} left the context_parallel block "
-                   f"with {type(failure).__name__}: {failure}")
+    mark_known_to_the_group(failure)
+    try:
+        text = f"{type(failure).__name__}: {failure}"
+    except Exception:  # noqa: BLE001 - an exception whose str() fails is announced by its type
+        text = f"{type(failure).__name__} (whose message could not be read)"
+    reason = error("peer_failed", f"rank {group.rank()} left the context_parallel block with "
+                   f"{text}")
     try:
         refuse_grouped_call(group, timeout, reason, "context exit: an exception")
     except Exception:  # noqa: BLE001 - the block's own exception is the one to raise
         pass
+
+
+# The number of CP contexts each process group (by name) has entered in this process, counted
+# from 0: the entry agreement compares it, so ranks a step apart (one left a step's block early
+# and went on) fail loudly instead of running different steps together. Like the ops' call
+# numbers, a count per group, never call state.
+_context_entries = {}
 
 
 @contextlib.contextmanager
@@ -302,11 +320,13 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
     made (a rank that
     ran a different model or skipped a layer), both in cpattn's call agreement (a tiny
     attention call named for them), so a rank that meanwhile is at an SDPA call, or whose
-    buffers are refused, fails every rank at once too. A rank whose block raises an exception
-    (other than a cpattn.Error, which the whole group's call raised on every rank already)
-    joins the others' next call agreement as refusing before it re-raises it, so they raise
-    rank_disagreement naming it ("rank 1 left the context_parallel block with ValueError: ...")
-    at their next SDPA call, backward or exit, not at their deadline. Every wait has the
+    buffers are refused, fails every rank at once too. The entry agreement also compares how
+    many CP contexts each rank has entered over the group, so ranks a step apart fail loudly. A
+    rank whose block raises an exception the others have not learnt of (one of its own code, a
+    one-rank cpattn call's; not an error of a call over the group, which every rank taking part
+    raised) joins the others' next call agreement as refusing before it re-raises it, so they
+    raise rank_disagreement naming it ("rank 1 left the context_parallel block with ValueError:
+    ...") at their next SDPA call, backward or exit, not at their deadline. Every wait has the
     deadline `timeout` (seconds). workspace: a cpattn.Workspace every call borrows its scratch from. The backward
     must run inside the block (a graph that saved a buffer refuses once it is whole again;
     with use_reentrant=True checkpointing and no saved buffer, a backward after the block
@@ -327,6 +347,9 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
             yield
         return
 
+    name = group_name_of(group)
+    entry = _context_entries.get(name, 0)
+    _context_entries[name] = entry + 1
     try:  # a rank whose buffers are refused still joins the entry agreement, as refusing
         seq_len = _check_buffers(buffers, seq_dims, layout)
         idx = token_indices(layout, seq_len, group) if buffers else None
@@ -334,19 +357,20 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
         refuse_grouped_call(group, timeout, reason, "context entry")
     dims = ",".join(str(d % buf.dim()) for buf, d in zip(buffers, seq_dims))
     agree(group, timeout, site_text(
-        f"context entry: {seq_len} tokens, {layout}, seq_dims {dims}" if buffers
-        else f"context entry: no buffers, {layout}"),
+        f"context entry {entry}: {seq_len} tokens, {layout}, seq_dims {dims}" if buffers
+        else f"context entry {entry}: no buffers, {layout}"),
         "context_parallel: the ranks do not enter the context alike (their buffers hold "
-        "sequences of different lengths or along other dims, their layouts differ, or a rank "
-        "is elsewhere)")
-    wholes = []  # aliases of each buffer's whole tensor (its storage, sizes and strides)
-    with torch.no_grad():
-        for buf, dim in zip(buffers, seq_dims):
-            wholes.append(buf.detach())
-            buf.set_(buf.index_select(dim, idx.to(buf.device)))
-    mode = _SdpaMode(group, layout, strategy, None if seq_len < 0 else seq_len, timeout,
-                     workspace, buffers, wholes)
+        "sequences of different lengths or along other dims, their layouts differ, a rank "
+        "is elsewhere, or a rank is at another step: its number of contexts entered differs)")
+    wholes = []  # aliases of each sharded buffer's whole tensor (its storage, sizes, strides)
     try:
+        with torch.no_grad():
+            for buf, dim in zip(buffers, seq_dims):
+                whole = buf.detach()
+                buf.set_(buf.index_select(dim, idx.to(buf.device)))
+                wholes.append(whole)
+        mode = _SdpaMode(group, layout, strategy, None if seq_len < 0 else seq_len, timeout,
+                         workspace, buffers, wholes)
         with mode.active():
             yield
     except Exception as failure:

@@ -6,7 +6,7 @@ import torch
 
 from . import _cpattn
 from ._agreement import agree, site_text
-from ._errors import error
+from ._errors import error, over_the_group
 from ._groups import resolve_group
 from ._ops import DEFAULT_TIMEOUT_S, check_doc_ids_type, cu_seqlens_int64, refuse_grouped_call
 
@@ -55,6 +55,12 @@ def unshard(x_local, dim=1, *, group=None, layout="zigzag", doc_ids=None, cu_seq
     refused (x_local not a tensor, dim not one of its dimensions) joins the agreement as
     refusing, so the others raise at once too."""
     group, _ = resolve_group(group)
+    return _unshard(x_local, dim, group, layout, doc_ids, cu_seqlens, timeout)
+
+
+@over_the_group
+def _unshard(x_local, dim, group, layout, doc_ids, cu_seqlens, timeout):
+    """unshard over `group` (resolved): every exchange and error of it is the group's."""
     site = "unshard"
     try:
         if not isinstance(x_local, torch.Tensor):

@@ -552,9 +552,9 @@ ProcessGroupCommunicator::ProcessGroupCommunicator(std::shared_ptr<Transport> tr
 ProcessGroupCommunicator::~ProcessGroupCommunicator() = default;
 
 std::string ProcessGroupCommunicator::label(int rank) const {
-  if (tag_namespace_ == 0) return detail::str_cat("rank ", rank);
-  return detail::str_cat("rank ", rank, " of a sub-group (process group rank ",
-                         members_[static_cast<size_t>(rank)], ")");
+  return backend::rank_label(
+      rank, tag_namespace_ == 0 ? std::nullopt : std::optional(members_[static_cast<size_t>(rank)]),
+      "process group");
 }
 
 int ProcessGroupCommunicator::max_tag() const {

@@ -69,6 +69,25 @@ def test_out_changed_after_the_forward_is_refused_by_backward():
     cpattn.attention(q, k, v, causal=True).sum().backward()  # an unchanged out still runs
 
 
+def test_forward_mode_ad_is_refused_not_a_silent_zero():
+    """The ops have a backward formula only: torch would drop a jvp's tangent (a tangent of 0,
+    no error). A dual tensor is refused, naming the argument."""
+    q, k, v = _qkv()
+    tangent = torch.ones_like(q)
+    with pytest.raises(cpattn.Error, match="q carries a forward-mode AD tangent") as info:
+        torch.func.jvp(lambda x: cpattn.attention(x, k, v, causal=True), (q,), (tangent,))
+    assert info.value.code == "invalid_argument"
+    with pytest.raises(cpattn.Error, match="v carries a forward-mode AD tangent"):
+        torch.func.jacfwd(lambda x: cpattn.attention(q, k, x))(v)
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level(), pytest.raises(cpattn.Error, match="k carries a forward-mode"):
+        cpattn.attention(q, fwAD.make_dual(k, torch.ones_like(k)), v)
+    # Autograd's reverse mode is what cpattn differentiates.
+    leaf = q.clone().requires_grad_()
+    grad, = torch.autograd.grad(cpattn.attention(leaf, k, v, causal=True).sum(), leaf)
+    assert grad.abs().sum() > 0
+
+
 _BAD_TIMEOUTS = (float("inf"), 1e300, 1.5e6, 0.0, -1.0, float("nan"), None, True, "30")
 
 

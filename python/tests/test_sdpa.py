@@ -112,6 +112,25 @@ def test_sdpa_bf16_is_near_torch_and_the_float64_reference(name, B, Hq, Hkv, S, 
         assert max_rel(a, t.float(), FLOOR) <= BF16_TORCH_TOL, (what, max_rel(a, t.float(), FLOOR))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sdpa_under_autocast_runs_in_the_autocast_dtype_as_torch(dtype):
+    """Inside torch.autocast("cpu") torch's SDPA casts q, k and v to the autocast dtype, also
+    when they come in different dtypes (a model whose RoPE made q and k fp32, v bf16): so does
+    cpattn, and the gradients reach the fp32 leaves in fp32."""
+    q, k, v, dout = _sdpa_problem(1, 4, 2, 97, 97, 16, 16)
+    v = v.to(dtype)  # mixed input dtypes, as autocast models make them
+    kw = dict(is_causal=True, enable_gqa=True)
+    with torch.autocast("cpu", dtype=dtype):
+        got = _out_and_grads(cpattn.sdpa, q, k, v, dout.to(dtype), **kw)
+        want = _out_and_grads(F.scaled_dot_product_attention, q, k, v, dout.to(dtype), **kw)
+    ref = _out_and_grads(F.scaled_dot_product_attention, q.to(dtype), k.to(dtype), v,
+                         dout.to(dtype), dtype=torch.float64, **kw)
+    for what, a, t, r in zip(("out", "dq", "dk", "dv"), got, want, ref):
+        assert a.dtype == t.dtype, (what, a.dtype, t.dtype)  # out: dtype; grads: the leaves'
+        assert max_rel(a.double(), r, FLOOR) <= BF16_REF_TOL, (what, max_rel(a.double(), r, FLOOR))
+    assert got[0].dtype == dtype and got[1].dtype == torch.float32
+
+
 def test_sdpa_dropout_is_cpattns_dropout_repeatable_from_the_seed():
     # dropout_p is cpattn.attention's dropout on the BSHD views: bitwise the same numbers from
     # the same seed, other masks from another seed.
@@ -507,6 +526,9 @@ def _buffers_case(rank, world, bad):
         buffers[1], seq_dims[1] = torch.zeros(S, S), rank
     elif bad == "a buffer that requires grad":
         buffers[1] = torch.zeros(1, S, requires_grad=True)
+    elif bad == "an inference tensor on rank 1" and rank == 1:
+        with torch.inference_mode():  # set_ refuses it outside inference mode
+            buffers[1] = torch.arange(S).reshape(1, S)
     layout = "striped" if bad == "layouts across ranks" and rank == 1 else "zigzag"
     whole = [b.detach().clone() for b in buffers]
 
@@ -523,38 +545,45 @@ def _buffers_case(rank, world, bad):
 BUFFER_CASES = ["sequence lengths across ranks", "lengths between buffers on every rank",
                 "lengths between buffers on rank 1", "the same buffer twice",
                 "a seq_dim beyond the buffer on rank 1", "seq_dims across ranks",
-                "layouts across ranks", "a buffer that requires grad"]
+                "layouts across ranks", "a buffer that requires grad",
+                "an inference tensor on rank 1"]
 
 
 @pytest.mark.parametrize("bad,codes,needles", [
     # Rank 1's buffers hold 17 tokens, rank 0's 16: the entry agreement names both.
     ("sequence lengths across ranks", ("rank_disagreement", "rank_disagreement"),
-     ("context_parallel: the ranks do not enter the context alike", "entry: 16 tokens",
-      "entry: 17 tokens")),
+     ("context_parallel: the ranks do not enter the context alike", r"entry \d+: 16 tokens",
+      r"entry \d+: 17 tokens")),
     ("lengths between buffers on every rank", ("shape_mismatch", "shape_mismatch"),
-     ("the buffers' sequence lengths differ: buffers[0] has 16, buffers[1] has 15",)),
+     (re.escape("the buffers' sequence lengths differ: buffers[0] has 16, buffers[1] has 15"),)),
     ("lengths between buffers on rank 1", ("rank_disagreement", "shape_mismatch"),
-     ("the buffers' sequence lengths differ: buffers[0] has 16, buffers[1] has 15",)),
+     (re.escape("the buffers' sequence lengths differ: buffers[0] has 16, buffers[1] has 15"),)),
     ("the same buffer twice", ("invalid_argument", "invalid_argument"),
-     ("buffers[1] is buffers[0] again",)),
+     (re.escape("buffers[1] is buffers[0] again"),)),
     ("a seq_dim beyond the buffer on rank 1", ("rank_disagreement", "invalid_argument"),
-     ("seq_dims[1] = 2 is not a dimension of buffers[1] (shape (1, 16))",)),
+     (re.escape("seq_dims[1] = 2 is not a dimension of buffers[1] (shape (1, 16))"),)),
     # Each rank's buffers are fine alone, but they would be sharded differently.
     ("seq_dims across ranks", ("rank_disagreement", "rank_disagreement"),
-     ("entry: 16 tokens, zigzag, seq_dims 1,0", "entry: 16 tokens, zigzag, seq_dims 1,1")),
+     (r"entry \d+: 16 tokens, zigzag, seq_dims 1,0",
+      r"entry \d+: 16 tokens, zigzag, seq_dims 1,1")),
     ("layouts across ranks", ("rank_disagreement", "rank_disagreement"),
-     ("entry: 16 tokens, zigzag, seq_dims 1,1", "entry: 16 tokens, striped, seq_dims 1,1")),
+     (r"entry \d+: 16 tokens, zigzag, seq_dims 1,1",
+      r"entry \d+: 16 tokens, striped, seq_dims 1,1")),
     ("a buffer that requires grad", ("invalid_argument", "invalid_argument"),
-     ("buffers[1] requires grad",)),
+     (re.escape("buffers[1] requires grad"),)),
+    # Refused before the agreement: rank 0 shards nothing either.
+    ("an inference tensor on rank 1", ("rank_disagreement", "invalid_argument"),
+     (re.escape("buffers[1] is an inference tensor (made under torch.inference_mode)"),)),
 ])
 def test_buffers_that_disagree_fail_every_rank_at_once(misuse, bad, codes, needles):
     """Buffers the context cannot shard alike on every rank: each rank raises (its own error,
-    or rank_disagreement quoting the rank that refused) at entry, before sharding anything."""
+    or rank_disagreement quoting the rank that refused) at entry, before sharding anything.
+    needles are regular expressions (the entry's number depends on the cases before it)."""
     outcomes = misuse(_buffers_case, bad)
     for rank, o in enumerate(outcomes):
         assert o["code"] == codes[rank], o
         for needle in needles:
-            assert needle in o["message"], (needle, o)
+            assert re.search(needle, o["message"]), (needle, o)
         if o["code"] == "rank_disagreement" and codes[1 - rank] != "rank_disagreement":
             assert "rank 1 refuses the call" in o["message"], o
         assert o["seconds"] < AT_ONCE_S, o
@@ -687,6 +716,47 @@ def test_an_exception_in_the_block_on_one_rank_fails_every_rank_at_once(misuse, 
     for o in (rank0, rank1):
         assert o["seconds"] < AT_ONCE_S, o
         assert o["restored"], o
+
+
+def _steps_apart(rank, world):
+    """Three steps of a loop that goes on after a failed step. In step 0 rank 1 leaves its block
+    by a KeyboardInterrupt, which is not announced (a rank interrupted by hand leaves at once):
+    rank 0's SDPA call then meets rank 1's entry of step 1. From there on rank 1 is a step ahead;
+    each step's entry must fail on both ranks instead of running two steps' shards together."""
+    outcomes = []
+    for step in range(3):
+        ids = torch.arange(16).reshape(1, 16)
+        try:
+            with cpattn.context_parallel(dist.group.WORLD, buffers=[ids], seq_dims=[1],
+                                         timeout=DEADLINE_S):
+                x = torch.randn(1, 2, 8, 8)
+                if rank == 1 and step == 0:
+                    raise KeyboardInterrupt
+                F.scaled_dot_product_attention(x, x, x, is_causal=True)
+            outcomes.append({"code": None, "message": ""})
+        except cpattn.Error as e:
+            outcomes.append({"code": e.code, "message": str(e)})
+        except KeyboardInterrupt:
+            outcomes.append({"code": "KeyboardInterrupt", "message": ""})
+    return outcomes
+
+
+def test_ranks_a_step_apart_fail_at_every_entry():
+    """The entry agreement compares how many contexts each rank entered over the group: ranks
+    a step apart (the shapes and call numbers alike) fail loudly at every step, naming both."""
+    rank0, rank1 = run_processes(2, _steps_apart, timeout=120, start="forkserver")
+    assert rank1[0]["code"] == "KeyboardInterrupt", rank1
+    # Rank 0's SDPA call of step 0 met rank 1's entry of step 1: both raise there.
+    assert rank0[0]["code"] == "rank_disagreement", rank0
+    assert rank1[1]["code"] == "rank_disagreement", rank1
+    # Rank 0's step 1 meets rank 1's step 2: same shapes and call numbers, other entries.
+    for o in (rank0[1], rank1[2]):
+        assert o["code"] == "rank_disagreement", o
+        assert "rank 0 at context entry 1: 16 tokens" in o["message"], o
+        assert "rank 1 at context entry 2: 16 tokens" in o["message"], o
+        assert o["message"].startswith("context_parallel: the ranks do not enter the context "
+                                       "alike"), o
+    assert rank0[2]["code"] is not None, rank0  # rank 1 has finished its three steps
 
 
 def _shape_case(rank, world, field):

@@ -141,6 +141,11 @@ std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key) {
   CPATTN_CHECK(comm->rank() == sub.rank && comm->size() == static_cast<int>(sub.members.size()),
                ErrorCode::kInternal, "MPI_Comm_split made rank ", comm->rank(), " of ",
                comm->size(), ", expected rank ", sub.rank, " of ", sub.members.size());
+  // Errors of the sub-group name each rank's rank in the communicator the splits started from.
+  for (const int m : sub.members) {
+    comm->state_->group_ranks.push_back(
+        state_->group_ranks.empty() ? m : state_->group_ranks[static_cast<size_t>(m)]);
+  }
   comm->set_timeout(timeout_);
   return comm;
 }

@@ -18,8 +18,9 @@ MpiRequest::MpiRequest(std::shared_ptr<MpiState> state, Spec spec)
     : state_(std::move(state)), spec_(std::move(spec)) {
   check_thread();
   MpiLock lock = state_->lock();
-  CPATTN_CHECK(state_->abandoned_send.empty(), ErrorCode::kCommunication, "rank ", state_->rank,
-               ": ", describe(), " refused: an earlier ", state_->abandoned_send,
+  CPATTN_CHECK(state_->abandoned_send.empty(), ErrorCode::kCommunication,
+               state_->label(state_->rank), ": ", describe(), " refused: an earlier ",
+               state_->abandoned_send,
                " was given up on unmatched (OpenMPI cannot cancel a send), and a later message "
                "could be taken for it, so this communicator can no longer be used (end the job "
                "and resume it, or make a new MpiCommunicator)");
@@ -52,7 +53,7 @@ void MpiRequest::check_thread() const {
   if (state_->thread_level >= MPI_THREAD_SERIALIZED) return;
   int main = 0;
   MPI_Is_thread_main(&main);
-  CPATTN_CHECK(main != 0, ErrorCode::kInvalidArgument, "rank ", state_->rank,
+  CPATTN_CHECK(main != 0, ErrorCode::kInvalidArgument, state_->label(state_->rank),
                ": MPI runs at a thread level below MPI_THREAD_SERIALIZED, so only the main thread "
                "may call it, but another thread (a kernel worker) used ",
                describe(),
@@ -67,11 +68,11 @@ void MpiRequest::fail(const Error& e) {
 
 std::string MpiRequest::describe() const {
   if (spec_.is_send) {
-    return str_cat("isend to rank ", spec_.peer, " (tag ", spec_.tag_label, ", ", spec_.bytes,
-                   " bytes)");
+    return str_cat("isend to ", state_->label(spec_.peer), " (tag ", spec_.tag_label, ", ",
+                   spec_.bytes, " bytes)");
   }
-  return str_cat("irecv from rank ", spec_.peer, " (tag ", spec_.tag_label, ", buffer of ",
-                 spec_.bytes, " bytes)");
+  return str_cat("irecv from ", state_->label(spec_.peer), " (tag ", spec_.tag_label,
+                 ", buffer of ", spec_.bytes, " bytes)");
 }
 
 bool MpiRequest::progress_send() {
@@ -134,9 +135,9 @@ void MpiRequest::advance(std::deque<MpiRequest*>& q, const MpiRequest* until) {
       head->error_ = e;  // an MPI error: the head fails, the queue moves on
       head->phase_ = Phase::kDone;
     } catch (const std::exception& e) {  // out of memory for a chunk's scratch
-      head->error_ = Error(
-          ErrorCode::kCommunication,
-          str_cat("rank ", head->state_->rank, ": ", head->describe(), " failed: ", e.what()));
+      head->error_ =
+          Error(ErrorCode::kCommunication, str_cat(head->state_->label(head->state_->rank), ": ",
+                                                   head->describe(), " failed: ", e.what()));
       head->phase_ = Phase::kDone;
     }
     q.pop_front();
@@ -174,8 +175,8 @@ bool MpiRequest::test() {
   if (phase_ != Phase::kDone) return false;
   if (draining_) {
     fail(Error(ErrorCode::kCommunication,
-               str_cat("rank ", state_->rank, ": message from rank ", spec_.peer, " (tag ",
-                       spec_.tag_label, ") is ", transferred_,
+               str_cat(state_->label(state_->rank), ": message from ", state_->label(spec_.peer),
+                       " (tag ", spec_.tag_label, ") is ", transferred_,
                        " bytes, larger than the receive buffer of ", spec_.bytes, " bytes")));
   }
   if (spec_.is_send) transferred_ = spec_.bytes;
@@ -197,7 +198,7 @@ size_t MpiRequest::wait(std::chrono::steady_clock::time_point deadline) {
     if (now >= deadline) {
       const MpiLock lock = state_->lock();
       fail(Error(ErrorCode::kTimeout,
-                 str_cat("rank ", state_->rank, ": timed out after ", seconds(spec_.timeout),
+                 str_cat(state_->label(state_->rank), ": timed out after ", seconds(spec_.timeout),
                          " s waiting for ", describe())));
     }
     if (now - start < kSpin) {

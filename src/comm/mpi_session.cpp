@@ -2,9 +2,11 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "comm/mpi_state.h"
+#include "cpattn/backend.h"
 #include "cpattn/error.h"
 #include "cpattn/mpi_communicator.h"
 
@@ -38,6 +40,11 @@ std::mutex& global_mpi() {
   return mu;
 }
 }  // namespace
+
+std::string MpiState::label(int r) const {
+  return backend::rank_label(
+      r, group_ranks.empty() ? std::nullopt : std::optional(group_ranks[static_cast<size_t>(r)]));
+}
 
 MpiLock MpiState::lock() {
   // Lock order: global before state, everywhere.

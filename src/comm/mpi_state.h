@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace cpattn::detail {
 
@@ -51,10 +52,18 @@ struct MpiState {
   /// message: every later request on this communicator is refused.
   std::string abandoned_send;
 
+  /// A split communicator's ranks in the communicator the splits started from (rank r is
+  /// group_ranks[r]; empty for one that no split made): what label() names in errors.
+  std::vector<int> group_ranks;
+
   MpiState() = default;
   MpiState(const MpiState&) = delete;
   MpiState& operator=(const MpiState&) = delete;
   ~MpiState();
+
+  /// Rank `rank` of this communicator in errors: backend::rank_label ("rank 1", or "rank 1 of a
+  /// sub-group (group rank 3)").
+  std::string label(int rank) const;
 
   MpiLock lock();
   /// As lock(), but gives up at once when another thread holds a mutex it needs: then the

@@ -16,6 +16,11 @@ std::unique_ptr<Communicator> Communicator::do_split(int /*color*/, int /*key*/)
 
 namespace backend {
 
+std::string rank_label(int rank, std::optional<int> group_rank, std::string_view group) {
+  if (!group_rank.has_value()) return detail::str_cat("rank ", rank);
+  return detail::str_cat("rank ", rank, " of a sub-group (", group, " rank ", *group_rank, ")");
+}
+
 SplitGroup plan_split(Communicator& parent, int color, int key) {
   const int p = parent.size();
   std::vector<std::array<int32_t, 2>> mine(static_cast<size_t>(p), {color, key});

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <optional>
 
+#include "cpattn/backend.h"
 #include "cpattn/error.h"
 
 namespace cpattn::detail {
@@ -16,15 +17,23 @@ std::string tag_name(int tag) {
 }
 
 double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
+
+// The owner and the peer of `op` as its communicator numbers them ("rank 1"; in a sub-group
+// "rank 1 of a sub-group (group rank 3)": context 0 is the root group).
+std::string label(int rank, int group_rank, const ThreadOp& op) {
+  return backend::rank_label(rank, op.context != 0 ? std::optional(group_rank) : std::nullopt);
+}
+std::string owner_name(const ThreadOp& op) { return label(op.owner_label, op.owner, op); }
+std::string peer_name(const ThreadOp& op) { return label(op.peer_label, op.peer, op); }
 }  // namespace
 
 std::string describe(const ThreadOp& op) {
   if (op.is_send) {
-    return str_cat("isend to rank ", op.peer_label, " (tag ", tag_name(op.tag), ", ", op.bytes,
+    return str_cat("isend to ", peer_name(op), " (tag ", tag_name(op.tag), ", ", op.bytes,
                    " bytes)");
   }
-  return str_cat("irecv from rank ", op.peer_label, " (tag ", tag_name(op.tag), ", buffer of ",
-                 op.bytes, " bytes)");
+  return str_cat("irecv from ", peer_name(op), " (tag ", tag_name(op.tag), ", buffer of ", op.bytes,
+                 " bytes)");
 }
 
 ThreadGroup::ThreadGroup(int size)
@@ -41,12 +50,12 @@ ThreadGroup::Key ThreadGroup::key_of(const ThreadOp& op) {
 void ThreadGroup::check_alive(const ThreadOp& op) const {
   if (const auto& peer_failure = failed_[static_cast<size_t>(op.peer)]) {
     throw Error(ErrorCode::kPeerFailed,
-                str_cat("rank ", op.owner_label, ": ", describe(op), " aborted because rank ",
-                        op.peer_label, " failed: ", *peer_failure));
+                str_cat(owner_name(op), ": ", describe(op), " aborted because ", peer_name(op),
+                        " failed: ", *peer_failure));
   }
   if (exited_[static_cast<size_t>(op.peer)]) {
-    throw Error(ErrorCode::kPeerFailed, str_cat("rank ", op.peer_label, " exited while rank ",
-                                                op.owner_label, " waits for its ", describe(op)));
+    throw Error(ErrorCode::kPeerFailed, str_cat(peer_name(op), " exited while ", owner_name(op),
+                                                " waits for its ", describe(op)));
   }
 }
 
@@ -59,7 +68,7 @@ bool ThreadGroup::finished(const ThreadOp& op, size_t& bytes) const {
       throw Error(ErrorCode::kCommunication, op.error);
     case ThreadOp::State::kCancelled:
       throw Error(ErrorCode::kInternal,
-                  str_cat("rank ", op.owner_label, ": wait on a cancelled ", describe(op)));
+                  str_cat(owner_name(op), ": wait on a cancelled ", describe(op)));
     default:
       return false;
   }
@@ -106,8 +115,8 @@ void ThreadGroup::transfer(std::unique_lock<std::mutex>& lock, ThreadOp& op) {
   } else {
     // Like MPI, the send completes; the receiver gets the error.
     recv.state = ThreadOp::State::kFailed;
-    recv.error = str_cat("rank ", recv.owner_label, ": message from rank ", recv.peer_label,
-                         " (tag ", tag_name(send.tag), ") is ", send.bytes,
+    recv.error = str_cat(owner_name(recv), ": message from ", peer_name(recv), " (tag ",
+                         tag_name(send.tag), ") is ", send.bytes,
                          " bytes, larger than the receive buffer of ", recv.bytes, " bytes");
   }
   wake_[static_cast<size_t>(send.owner)].notify_all();
@@ -141,7 +150,7 @@ size_t ThreadGroup::wait(ThreadOp& op, std::chrono::steady_clock::time_point dea
     check_alive(op);
     if (std::chrono::steady_clock::now() >= deadline) {
       throw Error(ErrorCode::kTimeout,
-                  str_cat("rank ", op.owner_label, ": timed out after ", seconds(op.timeout),
+                  str_cat(owner_name(op), ": timed out after ", seconds(op.timeout),
                           " s waiting for ", describe(op)));
     }
     wake.wait_until(lock, deadline);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <regex>
 #include <thread>
 
 #include "cpattn/error.h"
@@ -170,6 +171,34 @@ void truncated_receive(Communicator& comm) {
   comm.barrier();  // nobody starts the next case while a peer still checks this one
 }
 
+// Errors inside a sub-group name each rank both ways: its rank there and in the group split,
+// so that a failure in one of the hybrid's rows or columns names the thread or process it is
+// about. A truncated receive in the columns (color = rank % 2).
+void split_errors_name_group_ranks(Communicator& comm) {
+  const int column = comm.rank() % 2;
+  std::unique_ptr<Communicator> sub = comm.split(column, comm.rank());
+  const auto group_rank = [&](int r) { return column + 2 * r; };  // members column, column + 2..
+  const std::vector<std::byte> out = message_bytes(sub->rank(), next_rank(*sub), 9, 101);
+  std::vector<std::byte> in(57);
+  Request recv = sub->irecv(std::span<std::byte>(in), prev_rank(*sub), 9);
+  Request send = sub->isend(std::span<const std::byte>(out), next_rank(*sub), 9);
+  try {
+    recv.wait();
+    ADD_FAILURE() << "a 101-byte message into a 57-byte buffer did not fail";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCommunication);
+    // "group rank" (in-process ranks, MPI) or "process group rank" (torch.distributed).
+    const std::string expected = detail::str_cat(
+        "rank ", sub->rank(), " of a sub-group \\((process )?group rank ", comm.rank(),
+        "\\): message from rank ", prev_rank(*sub), " of a sub-group \\((process )?group rank ",
+        group_rank(prev_rank(*sub)), "\\)");
+    EXPECT_TRUE(std::regex_search(e.what(), std::regex(expected)))
+        << e.what() << "\nexpected: " << expected;
+  }
+  EXPECT_EQ(send.wait(), 101u);
+  comm.barrier();
+}
+
 // A barrier releases no rank before the last one entered (ranks enter staggered by 15 ms).
 void barrier_orders(Communicator& comm) {
   using Clock = std::chrono::steady_clock;
@@ -322,6 +351,7 @@ std::vector<ConformanceCase> conformance_cases() {
   cases.push_back({"SplitRowsOfThree", [](Communicator& c) { split_rows(c, 3); }});
   cases.push_back({"SplitColumnsTwice", split_columns_twice});
   cases.push_back({"SplitNegativeColorFails", split_negative_color_fails_everywhere});
+  cases.push_back({"SplitErrorsNameGroupRanks", split_errors_name_group_ranks});
   cases.push_back({"BarrierWaitsForLastRank", barrier_orders});
   return cases;
 }

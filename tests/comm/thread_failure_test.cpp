@@ -289,10 +289,18 @@ TEST(ThreadFailure, FailureInOneSubGroupReleasesTheOthers) {
   for (int r = 1; r < kRanks; ++r) {
     EXPECT_EQ(codes[static_cast<size_t>(r)], ErrorCode::kPeerFailed) << errors[r];
   }
-  // Rank 1 is rank 1 of its row, waiting for row rank 0; rank 3 is rank 1 of its column.
-  EXPECT_TRUE(contains(errors[1], "rank 1: irecv from rank 0 (tag 5")) << errors[1];
-  EXPECT_TRUE(contains(errors[3], "rank 1: irecv from rank 0 (tag 5")) << errors[3];
-  EXPECT_TRUE(contains(errors[2], "irecv from rank 1 (tag 5")) << errors[2];
+  // Rank 1 is rank 1 of its row, waiting for row rank 0; rank 3 is rank 1 of its column, waiting
+  // for column rank 0 (group rank 1). Each is named both ways.
+  EXPECT_TRUE(contains(errors[1],
+                       "rank 1 of a sub-group (group rank 1): irecv from rank 0 of a "
+                       "sub-group (group rank 0) (tag 5"))
+      << errors[1];
+  EXPECT_TRUE(contains(errors[3],
+                       "rank 1 of a sub-group (group rank 3): irecv from rank 0 of a "
+                       "sub-group (group rank 1) (tag 5"))
+      << errors[3];
+  EXPECT_TRUE(contains(errors[2], "irecv from rank 1 of a sub-group (group rank 3) (tag 5"))
+      << errors[2];
 }
 
 TEST(ThreadCommunicator, SplitOfOneRankAndItsContextsAreFreed) {
