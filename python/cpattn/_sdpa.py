@@ -327,14 +327,15 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
     raised) joins the others' next call agreement as refusing before it re-raises it, so they
     raise rank_disagreement naming it ("rank 1 left the context_parallel block with ValueError:
     ...") at their next SDPA call, backward or exit, not at their deadline. Every wait has the
-    deadline `timeout` (seconds). workspace: a cpattn.Workspace every call borrows its scratch from. The backward
-    must run inside the block (a graph that saved a buffer refuses once it is whole again;
-    with use_reentrant=True checkpointing and no saved buffer, a backward after the block
-    recomputes with torch's SDPA on this rank's tokens, unseen by cpattn); a transformers model
-    with transformers' own attn_implementation="sdpa" is refused under a group (it decides its
-    masks from this rank's shard: use attn_implementation="cpattn");
-    only F.scaled_dot_product_attention is intercepted (not torch.ops.aten's SDPA ops); a
-    buffer an enclosing context already sharded is refused, by a one-rank context too."""
+    deadline `timeout` (seconds). workspace: a cpattn.Workspace every call borrows its scratch
+    from. The backward must run inside the block (a graph that saved a buffer refuses once it
+    is whole again; with use_reentrant=True checkpointing and no saved buffer, a backward after
+    the block recomputes with torch's SDPA on this rank's tokens, unseen by cpattn); a
+    transformers model with transformers' own attn_implementation="sdpa" is refused under a
+    group (it decides its masks from this rank's shard: use attn_implementation="cpattn"); only
+    F.scaled_dot_product_attention is intercepted (not torch.ops.aten's SDPA ops); a buffer an
+    enclosing context already sharded is refused, by a one-rank context too; so is a buffer
+    made under torch.inference_mode."""
     buffers, seq_dims = list(buffers), list(seq_dims)
     if group is not None:
         group, strategy = resolve_group(group, strategy)
