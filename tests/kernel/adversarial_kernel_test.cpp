@@ -281,6 +281,30 @@ TEST(KernelAdversarial, ExtremeLogitsStayFinite) {
   for (double x : neg.lse) ASSERT_TRUE(std::isfinite(x));
 }
 
+// Rows made one-hot by huge logits (up to ~1e7): the backward's P = exp(s - lse) of each row's
+// winning key must be exactly 1, which it is only when the backward's s has the forward's bits
+// (s rounded before lse is subtracted; fused into one FMA it missed lse by up to half an ulp of
+// the logit, and dv was 1.5e-2 off at logits of 8e5, 0.11 at 8e6). dv is then a sum of a few dO
+// rows, within fp32 rounding of the exact one, far inside the rule's lse term.
+TEST(KernelAdversarial, OneHotRowsAtHugeLogitsKeepTheirBackward) {
+  for (const float scale : {1e4f, 1e5f, 1e6f}) {
+    reference::Problem p = random_problem({1, 9, 9, 2, 2, 8, 8}, 31);
+    p.params.softmax_scale = scale;
+    const reference::Oracle oracle = reference::make_oracle(p);
+    double dv_max = 0;
+    for (double x : oracle.exact.dv) dv_max = std::max(dv_max, std::abs(x));
+    for (Isa isa : available_isas()) {
+      SCOPED_TRACE(::testing::Message() << "scale " << scale << ", isa " << isa_name(isa));
+      const reference::Outputs got = reference::run_kernel(p, {MemoryLayout::kBSHD, 1, true, isa});
+      double err = 0;
+      for (size_t i = 0; i < got.dv.size(); ++i) {
+        err = std::max(err, std::abs(got.dv[i] - oracle.exact.dv[i]));
+      }
+      EXPECT_LE(err, 1e-6 * dv_max);
+    }
+  }
+}
+
 // Scores in the tens to hundreds, where the accuracy rule has to scale with them: N(0, 1) inputs
 // with q times 16 or 50 (|s| up to ~50-200 at D 64-128), and integer inputs with scale 1/4 (exact
 // scores in the hundreds, lse up to ~1000, softmax rows nearly one-hot), forward and backward on

@@ -194,17 +194,19 @@ class Item {
       gemm_tile(j1 - j0, c1 - c0, {w_.vr + j0 * p_.Dv, p_.Dv, 1}, {lane.ot + c0 * p_.Dv, p_.Dv},
                 w_.dst + at, kTileQ, false);  // dP^T
     }
-    // s - lse <= 0 exactly (P <= 1), but rounding can push it above 0 (the forward rounded
-    // scale * s before subtracting its max; here the two may fuse into one FMA): by more than
-    // 88, where exp overflows, once |logits| ~ 1e11. Clamp at 0 (vmin(0, x) is x > 0 ? 0 : x);
-    // NaN stays (NaN > 0 is false). The exp below then only sees x <= 0, -inf or NaN.
+    // s - lse <= 0 exactly (P <= 1). s is rounded before the subtraction, as the forward rounded
+    // it before subtracting its max (fused into one FMA, the unrounded product would miss lse
+    // by up to half an ulp of the logit: P of a one-hot row's key 0.996 at logits of 8e4, and
+    // above 0 by more than 88, where exp overflows, once |logits| ~ 1e11). Clamp at 0 all the
+    // same (vmin(0, x) is x > 0 ? 0 : x; NaN stays: NaN > 0 is false). The exp below then only
+    // sees x <= 0, -inf or NaN.
     const bool cap = p_.softcap > 0.0f;
     if (!transforms_scores(p_)) {
       const VF c = splat(p_.scale);
       for (int64_t j = j0; j < j1; ++j) {
         float* s = w_.st + j * kTileQ;
         for (int64_t i = c0; i < c1; i += kLanes) {
-          const VF x = load(s + i) * c - load(lane.lse_safe + i);
+          const VF x = rounded(load(s + i) * c) - load(lane.lse_safe + i);
           store(s + i, vmin(VF{}, x));
         }
       }

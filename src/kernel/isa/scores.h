@@ -27,7 +27,8 @@ struct ScoreMap {
 
   /// s of key row j, query columns c .. c + kLanes - 1, from their raw products (with a cap,
   /// softcap * tanh(2 raw (scale / (2 softcap))): the scale and the tanh's half angle in one
-  /// multiply, the softcap folded into the tanh's numerator).
+  /// multiply, the softcap folded into the tanh's numerator). Rounded (simd.h): the forward's
+  /// and the backward's s have the same bits whatever the caller does with it.
   VF operator()(VF raw, int64_t j, int64_t c) const {
     VF s;
     if constexpr (kCap) {
@@ -36,7 +37,7 @@ struct ScoreMap {
       s = raw * scale;
     }
     if constexpr (kAlibi) s = s - slope * abs_v(load(q_rel + c) - splat(k_rel[j]));
-    return s;
+    return rounded(s);
   }
   /// The same s, and in `dcap` its derivative in the scaled score, 1 - tanh^2 (the backward's
   /// factor of dS; only with kCap).
@@ -50,7 +51,7 @@ struct ScoreMap {
       s = raw * scale;
     }
     if constexpr (kAlibi) s = s - slope * abs_v(load(q_rel + c) - splat(k_rel[j]));
-    return s;
+    return rounded(s);
   }
 };
 

@@ -59,6 +59,15 @@ inline VF splat_lanes(float x, std::integer_sequence<int, L...>) {
 /// compiler may not drop it) in front of every broadcast of the micro-kernel.
 inline VF splat(float x) { return splat_lanes(x, std::make_integer_sequence<int, kLanes>{}); }
 
+/// x as the rounded value it is: under -ffp-contract=fast the compiler may otherwise fuse the
+/// multiply that made x with an add that uses it into one FMA, whose unrounded product differs
+/// from the x another loop computed and stored (the backward recomputes the forward's scores:
+/// P = exp(s - lse) of a row's dominant key is exactly 1 only when its s has the forward's bits).
+inline VF rounded(VF x) {
+  asm("" : "+v"(x));
+  return x;
+}
+
 /// a > b ? a : b and a < b ? a : b for each lane: b where either is NaN or both are zeros. That is
 /// what (v)maxps / (v)minps compute, but GCC lowers the vector select to a compare and a blend, so
 /// the SIMD copies name the instruction (one operation instead of two; AVX-512 takes the maskz form
