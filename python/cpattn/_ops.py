@@ -253,10 +253,11 @@ def refuse_grouped_call(group, timeout, reason, call_site):
 
 @over_the_group
 def _refuse(group, timeout, reason, call_site, call_number, backward=False):
-    """Raises `reason` (a cpattn.Error, or the TypeError / ValueError of an argument that is not
-    even of its type) after taking part in the group's call agreement as a rank that refuses the
-    call: the other ranks raise rank_disagreement quoting it at once instead of waiting. Under
-    the deadline `timeout`, or the default when the timeout is itself what is refused."""
+    """Takes part in the group's call agreement as a rank that refuses the call for `reason` (a
+    cpattn.Error, or the TypeError / ValueError of an argument that is not even of its type),
+    then raises cpattn.Error with reason's code (invalid_argument for other exceptions) and
+    message: the other ranks raise rank_disagreement quoting it at once instead of waiting.
+    Under the deadline `timeout`, or the default when the timeout is itself what is refused."""
     code = getattr(reason, "code", "invalid_argument")
     message = str(reason) if isinstance(reason, (Error, TypeError, ValueError)) else \
         f"{type(reason).__name__}: {reason}"
@@ -482,12 +483,14 @@ def _slices_tensor(slices):
 
 
 def _autocast(q, k, v):
-    """q, k, v in the CPU autocast dtype inside torch.autocast("cpu") (floating tensors), as
-    torch's scaled_dot_product_attention takes them there; as they are otherwise."""
+    """q, k, v in the CPU autocast dtype inside torch.autocast("cpu") (floating tensors but
+    float64, which autocast leaves alone), as torch's scaled_dot_product_attention takes them
+    there; as they are otherwise."""
     if not torch.is_autocast_enabled("cpu"):
         return q, k, v
     dtype = torch.get_autocast_dtype("cpu")
-    return tuple(t.to(dtype) if t.is_floating_point() else t for t in (q, k, v))
+    return tuple(t.to(dtype) if t.is_floating_point() and t.dtype != torch.float64 else t
+                 for t in (q, k, v))
 
 
 def _refuse_forward_mode_ad(**tensors):
@@ -526,7 +529,7 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
                 raise error("invalid_argument", f"{arg} must be a torch.Tensor, got "
                             f"{type(t).__name__}")
         q, k, v = _autocast(q, k, v)
-        _refuse_forward_mode_ad(q=q, k=k, v=v, sink=sink)
+        _refuse_forward_mode_ad(q=q, k=k, v=v, sink=sink, alibi_slopes=alibi_slopes)
         if not isinstance(causal, bool):
             raise error("invalid_argument", f"causal must be a bool, got {causal!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
@@ -548,9 +551,9 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
         slices = _slices_tensor(slices)
         workspace_id = _workspace_id(workspace)
         if group is not None:
-            _check_on_the_cpu(q=q, k=k, v=v, doc_ids=doc_ids, cu_seqlens_q=cu_seqlens[0],
-                              cu_seqlens_k=cu_seqlens[1], sink=sink, alibi_slopes=alibi_slopes,
-                              slices=slices)
+            # (cu_seqlens are on the CPU already: cu_seqlens_int64 copied them there.)
+            _check_on_the_cpu(q=q, k=k, v=v, doc_ids=doc_ids, sink=sink,
+                              alibi_slopes=alibi_slopes, slices=slices)
     except Exception as reason:  # whatever a bad argument raises: the rank still takes part
         if group is None:
             raise

@@ -77,10 +77,11 @@ def _check_buffers(buffers, seq_dims, layout):
         if outer is not None and outer.whole_of(buf) is not None:
             raise error("invalid_argument", f"context_parallel: buffers[{i}] is already this "
                         f"rank's shard of an enclosing context_parallel")
-        if isinstance(buf, torch.Tensor) and buf.is_inference():
+        if isinstance(buf, torch.Tensor) and buf.is_inference() and \
+                not torch.is_inference_mode_enabled():
             raise error("invalid_argument", f"context_parallel: buffers[{i}] is an inference "
                         f"tensor (made under torch.inference_mode), which the context cannot "
-                        f"replace by its shard in place; make it outside inference mode")
+                        f"replace by its shard in place outside inference mode")
         if isinstance(buf, torch.Tensor) and buf.requires_grad:
             raise error("invalid_argument", f"context_parallel: buffers[{i}] requires grad; the "
                         f"context replaces its buffers by their shards in place, so they are "
@@ -193,6 +194,7 @@ class _SdpaMode(TorchFunctionMode):
         self.seq_len, self.timeout, self.workspace = seq_len, timeout, workspace
         self.buffers, self.wholes = list(buffers), list(wholes)
         self.calls = 0
+        self.outer = active_context()  # the context this one is nested in, if any
 
     def whole_of(self, buffer):
         """The whole tensor of a buffer this context sharded (None when `buffer` is not one)."""
@@ -261,9 +263,10 @@ def _announce_failure(group, timeout, failure):
     marked known. The announcement waits for them at most that deadline (ranks that crashed
     close their connections: at once); what it raises itself is dropped, since the caller
     re-raises `failure`."""
-    if known_to_the_group(failure):
+    name = group_name_of(group)
+    if known_to_the_group(failure, name):
         return
-    mark_known_to_the_group(failure)
+    mark_known_to_the_group(failure, name)
     try:
         text = f"{type(failure).__name__}: {failure}"
     except Exception:  # noqa: BLE001 - an exception whose str() fails is announced by its type
@@ -277,10 +280,21 @@ def _announce_failure(group, timeout, failure):
 
 
 # The number of CP contexts each process group (by name) has entered in this process, counted
-# from 0: the entry agreement compares it, so ranks a step apart (one left a step's block early
-# and went on) fail loudly instead of running different steps together. Like the ops' call
-# numbers, a count per group, never call state.
+# from 0 (outermost ones only: a context nested in one over the same group belongs to its step):
+# the entry agreement compares it, so ranks a step apart (one left a step's block early and went
+# on) fail loudly instead of running different steps together. Like the ops' call numbers, a
+# count per group, never call state.
 _context_entries = {}
+
+
+def _nested_over(group_name):
+    """Whether an active context_parallel over the group named `group_name` encloses this one."""
+    cp = active_context()
+    while cp is not None:
+        if cp.group is not None and cp.group.group_name == group_name:
+            return True
+        cp = cp.outer
+    return False
 
 
 @contextlib.contextmanager
@@ -335,7 +349,7 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
     group (it decides its masks from this rank's shard: use attn_implementation="cpattn"); only
     F.scaled_dot_product_attention is intercepted (not torch.ops.aten's SDPA ops); a buffer an
     enclosing context already sharded is refused, by a one-rank context too; so is a buffer
-    made under torch.inference_mode."""
+    made under torch.inference_mode, outside inference mode."""
     buffers, seq_dims = list(buffers), list(seq_dims)
     if group is not None:
         group, strategy = resolve_group(group, strategy)
@@ -349,8 +363,11 @@ def context_parallel(group, buffers=(), seq_dims=(), *, layout="zigzag", strateg
         return
 
     name = group_name_of(group)
-    entry = _context_entries.get(name, 0)
-    _context_entries[name] = entry + 1
+    if _nested_over(name):  # a sub-model's context inside the step's: that step's count
+        entry = f"{_context_entries[name] - 1} (nested)"
+    else:
+        entry = _context_entries.get(name, 0)
+        _context_entries[name] = entry + 1
     try:  # a rank whose buffers are refused still joins the entry agreement, as refusing
         seq_len = _check_buffers(buffers, seq_dims, layout)
         idx = token_indices(layout, seq_len, group) if buffers else None

@@ -37,8 +37,8 @@ def shard(x, dim=1, *, group=None, layout="zigzag", doc_ids=None, cu_seqlens=Non
     layout="doc_zigzag" (every document balanced over the ranks) pass the whole sequence's
     documents, as doc_ids (int64 [S]) or as flash-attn's cu_seqlens (int32 or int64 [D + 1],
     e.g. of a thd tensor with dim=0); without them the sequence is one document. Documents that
-    attention would refuse (another dtype, both forms, cu_seqlens that do not start at 0, end at
-    S or never decrease) raise cpattn.Error naming them."""
+    attention would refuse (another dtype, both forms, cu_seqlens that do not start at 0 or end
+    at S, or that decrease) raise cpattn.Error naming them."""
     group, _ = resolve_group(group)
     idx = token_indices(layout, x.shape[dim], group, doc_ids, cu_seqlens).to(x.device)
     return x.index_select(dim, idx)

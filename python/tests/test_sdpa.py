@@ -668,54 +668,108 @@ class _ModelBug(ValueError):
 
 def _exception_case(rank, world, where):
     ids = torch.arange(16).reshape(1, 16)
+    labels = torch.arange(16).reshape(1, 16)
     whole = ids.clone()
     fails = where.startswith("every rank") or rank == 1
     start = time.monotonic()
 
     def check(point):
-        if fails and where.endswith(point):
+        if fails and point in where:
+            if "one-rank call" in where:  # a cpattn.Error no other rank took part in
+                cpattn.attention(torch.randn(2, 8, 8), torch.randn(2, 8, 8), torch.randn(2, 8, 8))
             raise _ModelBug(f"loss is nan on rank {rank}")
+
+    def step(x):
+        check("before its first SDPA call")
+        loss = _attend(x).sum()
+        check("after the forward")  # rank 0 goes on to the backward's call
+        try:
+            loss.backward()
+        except cpattn.Error as e:
+            if where == "rank 1 after the forward, rank 0 re-raising":
+                raise _ModelBug("step failed") from e  # what the group knows: not announced
+            raise
+        check("before the exit")
 
     try:
         with cpattn.context_parallel(dist.group.WORLD, buffers=[ids], seq_dims=[1],
                                      timeout=DEADLINE_S):
             x = torch.randn(1, 2, 8, 8, requires_grad=True)
-            check("before its first SDPA call")
-            loss = _attend(x).sum()
-            check("after the forward")  # rank 0 goes on to the backward's call
-            loss.backward()
-            check("before the exit")
+            if "in a nested context" in where:  # over the same group: announced once
+                with cpattn.context_parallel(dist.group.WORLD, buffers=[labels], seq_dims=[1],
+                                             timeout=DEADLINE_S):
+                    step(x)
+            else:
+                step(x)
         outcome = {"code": None, "message": ""}
     except cpattn.Error as e:
         outcome = {"code": e.code, "message": str(e)}
     except _ModelBug as e:
         outcome = {"code": "_ModelBug", "message": str(e)}
     outcome["seconds"] = time.monotonic() - start
-    outcome["restored"] = torch.equal(ids, whole)
+    outcome["restored"] = torch.equal(ids, whole) and torch.equal(labels, whole)
     return outcome
 
 
+# First in MISUSE_CASES: a failure announced twice, or not at all, would put the ranks a step
+# apart, and every case after them would fail.
 EXCEPTION_CASES = ["rank 1 before its first SDPA call", "rank 1 after the forward",
-                   "rank 1 before the exit", "every rank after the forward"]
+                   "rank 1 before the exit", "every rank after the forward",
+                   "rank 1 in a one-rank call before the exit",
+                   "rank 1 in a nested context after the forward",
+                   "rank 1 after the forward, rank 0 re-raising"]
 
 
 @pytest.mark.parametrize("where", EXCEPTION_CASES)
 def test_an_exception_in_the_block_on_one_rank_fails_every_rank_at_once(misuse, where):
-    """The model's own code raises on rank 1 inside the block (rank 1 stays alive: it goes on
-    to the next case). Rank 1 raises its own exception; rank 0, at its next SDPA call, its
-    backward or the exit agreement, raises rank_disagreement naming it at once, not at its
-    deadline. When every rank raises, each raises its own, at once."""
+    """The block's code raises on rank 1 (rank 1 stays alive: it goes on to the next case), once
+    in a one-rank cpattn call (a cpattn.Error the group did not see), once inside a context
+    nested over the same group. Rank 1 raises its own exception; rank 0, at its next SDPA call,
+    its backward or the exit agreement, raises rank_disagreement naming it at once, not at its
+    deadline. When every rank raises, each raises its own, at once. A rank that re-raises the
+    disagreement as another exception does not announce it again (the cases after these run in
+    step: a second announcement would meet their first call)."""
     rank0, rank1 = misuse(_exception_case, where)
-    assert rank1["code"] == "_ModelBug" and rank1["message"] == "loss is nan on rank 1", rank1
+    if "one-rank call" in where:
+        assert rank1["code"] == "shape_mismatch", rank1
+        announced = "Error: q must be a 4-dimensional tensor"
+    else:
+        assert rank1["code"] == "_ModelBug" and rank1["message"] == "loss is nan on rank 1", rank1
+        announced = "_ModelBug: loss is nan on rank 1"
     if where.startswith("every rank"):
         assert rank0["code"] == "_ModelBug" and rank0["message"] == "loss is nan on rank 0"
+    elif where.endswith("rank 0 re-raising"):
+        assert rank0["code"] == "_ModelBug" and rank0["message"] == "step failed", rank0
     else:
         assert rank0["code"] == "rank_disagreement", rank0
-        assert "rank 1 left the context_parallel block with _ModelBug: loss is nan on rank 1" \
-            in rank0["message"], rank0
+        assert f"rank 1 left the context_parallel block with {announced}" in rank0["message"], \
+            rank0
     for o in (rank0, rank1):
         assert o["seconds"] < AT_ONCE_S, o
         assert o["restored"], o
+
+
+def _inference_eval(rank, world):
+    """An evaluation under torch.inference_mode, its buffers made there too: the context shards
+    and restores them (set_ works on inference tensors inside inference mode)."""
+    torch.manual_seed(3)
+    x_whole = torch.randn(1, 2, 16, 8)
+    with torch.inference_mode():
+        ids = torch.arange(16).reshape(1, 16)
+        with cpattn.context_parallel(dist.group.WORLD, buffers=[ids], seq_dims=[1],
+                                     timeout=DEADLINE_S):
+            mine = x_whole[:, :, ids[0]]
+            out = F.scaled_dot_product_attention(mine, mine, mine, is_causal=True)
+        want = F.scaled_dot_product_attention(x_whole, x_whole, x_whole, is_causal=True)
+        local = cpattn.shard(want, dim=2)
+        return {"restored": torch.equal(ids, torch.arange(16).reshape(1, 16)),
+                "err": (out - local).abs().max().item()}
+
+
+def test_an_evaluation_under_inference_mode_runs_under_context_parallel():
+    for o in run_processes(2, _inference_eval, timeout=120):
+        assert o["restored"], o
+        assert o["err"] < 1e-5, o
 
 
 def _steps_apart(rank, world):
@@ -756,7 +810,8 @@ def test_ranks_a_step_apart_fail_at_every_entry():
         assert "rank 1 at context entry 2: 16 tokens" in o["message"], o
         assert o["message"].startswith("context_parallel: the ranks do not enter the context "
                                        "alike"), o
-    assert rank0[2]["code"] is not None, rank0  # rank 1 has finished its three steps
+    # Rank 1 has finished its three steps and left.
+    assert rank0[2]["code"] in ("peer_failed", "communication", "timeout"), rank0
 
 
 def _shape_case(rank, world, field):
@@ -787,11 +842,11 @@ def test_sdpa_calls_whose_shapes_differ_across_ranks_fail_naming_the_field(misus
         assert o["seconds"] < AT_ONCE_S, o
 
 
-MISUSE_CASES = [(_mask_case, (who,)) for who in MASK_CASES] + \
+MISUSE_CASES = [(_exception_case, (where,)) for where in EXCEPTION_CASES] + \
+    [(_mask_case, (who,)) for who in MASK_CASES] + \
     [(_buffers_case, (bad,)) for bad in BUFFER_CASES] + \
     [(_outside_case, ("leaves before its SDPA calls",)), (_skip_case, ()),
-     (_shape_case, ("heads",)), (_shape_case, ("head_dim",))] + \
-    [(_exception_case, (where,)) for where in EXCEPTION_CASES]
+     (_shape_case, ("heads",)), (_shape_case, ("head_dim",))]
 
 
 def _nested_over_the_same_buffers(rank, world):
