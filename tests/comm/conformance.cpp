@@ -10,7 +10,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <regex>
 #include <thread>
 
 #include "cpattn/error.h"
@@ -188,12 +187,16 @@ void split_errors_name_group_ranks(Communicator& comm) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kCommunication);
     // "group rank" (in-process ranks, MPI) or "process group rank" (torch.distributed).
-    const std::string expected = detail::str_cat(
-        "rank ", sub->rank(), " of a sub-group \\((process )?group rank ", comm.rank(),
-        "\\): message from rank ", prev_rank(*sub), " of a sub-group \\((process )?group rank ",
-        group_rank(prev_rank(*sub)), "\\)");
-    EXPECT_TRUE(std::regex_search(e.what(), std::regex(expected)))
-        << e.what() << "\nexpected: " << expected;
+    const auto expected = [&](const char* group) {
+      return detail::str_cat("rank ", sub->rank(), " of a sub-group (", group, " rank ",
+                             comm.rank(), "): message from rank ", prev_rank(*sub),
+                             " of a sub-group (", group, " rank ", group_rank(prev_rank(*sub)),
+                             ")");
+    };
+    const std::string what = e.what();
+    EXPECT_TRUE(what.find(expected("group")) != std::string::npos ||
+                what.find(expected("process group")) != std::string::npos)
+        << what << "\nexpected: " << expected("group");
   }
   EXPECT_EQ(send.wait(), 101u);
   comm.barrier();
