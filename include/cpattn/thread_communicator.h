@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cpattn/communicator.h"
@@ -62,7 +63,10 @@ class ThreadCommunicator final : public Communicator {
                      int rank, std::shared_ptr<MemoryCounter> memory);
   Request post(bool is_send, const std::byte* message, std::byte* buffer, size_t bytes, int peer,
                int tag);
-  int group_rank(int rank) const;        // this communicator's rank -> ThreadGroup rank
+  int group_rank(int rank) const;  // this communicator's rank -> ThreadGroup rank
+  // This communicator's rank `rank` in errors: backend::rank_label (with its group rank in a
+  // sub-group).
+  std::string label(int rank) const;
   backend::CollectiveChannel channel();  // collectives' messages on the internal tag
 
   detail::ThreadGroup& group_;

@@ -68,6 +68,13 @@ def draw_rng_state(q: torch.Tensor, dropout_p: float) -> torch.Tensor:
     (torch.utils.checkpoint's preserve_rng_state; under torch.compile, the partitioner's
     run_and_save_rng_state, which needs q's device). dropout_p = 0 consumes no random numbers
     and gives (0, 0)."""
+    return _draw(dropout_p)
+
+
+def _draw(dropout_p):
+    """draw_rng_state's draw: (0, 0) for dropout_p = 0, else two int64 words uniform in
+    [-2^63, 2^63 - 1) from torch's default CPU generator (torch.randint, a random op of torch's:
+    vmap sees it as one)."""
     if dropout_p == 0.0:
         return torch.zeros(2, dtype=torch.int64)
     return torch.randint(-(1 << 63), (1 << 63) - 1, (2,), dtype=torch.int64)
@@ -76,6 +83,15 @@ def draw_rng_state(q: torch.Tensor, dropout_p: float) -> torch.Tensor:
 @draw_rng_state.register_fake
 def _(q, dropout_p):
     return q.new_empty(2, dtype=torch.int64)
+
+
+@draw_rng_state.register_vmap
+def _(info, in_dims, q, dropout_p):
+    """Under torch.func.vmap the draw is torch.randint's under vmap, so it follows vmap's
+    `randomness` as torch's own dropout does: "error" (vmap's default) raises torch's error,
+    "same" draws one state that every sample shares (the same masks), "different" one state per
+    sample (randint returns them batched at this level already: out_dims None)."""
+    return _draw(dropout_p), None
 
 
 # The number of each process group's next checked call on this rank, by group name (the Python

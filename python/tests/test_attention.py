@@ -106,6 +106,43 @@ def test_dropout_is_repeatable_under_manual_seed_and_differs_across_seeds():
     assert not torch.equal(a, c)
 
 
+def test_vmap_runs_each_sample_and_follows_its_randomness():
+    """torch.func.vmap over cpattn.attention: each sample's out, and the gradients autograd takes
+    through the mapped call, are those of a call on that sample alone. Dropout follows vmap's
+    randomness as torch's dropout does: "error" (the default) raises torch's error, "same" gives
+    every sample the masks of one draw (the draw an unmapped call makes after the same seed),
+    "different" gives each sample its own masks (before, every mode gave "different")."""
+    samples = [_inputs(33, 2, 1, 8, 8, "bshd", seed=s) for s in range(3)]
+    q, k, v, dout = (torch.stack(t).requires_grad_() for t in zip(*samples))  # [3, 1, 33, H, 8]
+
+    def mapped(p, randomness="error", inputs=(q, k, v)):
+        return torch.func.vmap(lambda *t: cpattn.attention(*t, causal=True, dropout_p=p),
+                               randomness=randomness)(*inputs)
+
+    out = mapped(0.0)
+    grads = torch.autograd.grad((out * dout).sum(), (q, k, v))
+    for i, sample in enumerate(samples):
+        qi, ki, vi = (t.clone().requires_grad_() for t in sample[:3])
+        alone = cpattn.attention(qi, ki, vi, causal=True)
+        assert torch.equal(out[i], alone)
+        for got, want in zip(grads, torch.autograd.grad((alone * sample[3]).sum(), (qi, ki, vi))):
+            assert torch.equal(got[i], want)
+
+    one = tuple(t[:1].expand_as(t) for t in (q, k, v))  # sample 0, three times
+    with pytest.raises(RuntimeError, match="randomness error mode"):
+        mapped(0.3, inputs=one)
+    torch.manual_seed(11)
+    same = mapped(0.3, "same", one)
+    torch.manual_seed(11)
+    alone = cpattn.attention(q[0], k[0], v[0], causal=True, dropout_p=0.3)
+    assert not torch.equal(alone, out[0])  # dropout did drop
+    for i in range(3):
+        assert torch.equal(same[i], alone)
+    different = mapped(0.3, "different", one)
+    assert not torch.equal(different[0], different[1])
+    assert not torch.equal(different[1], different[2])
+
+
 def test_lse_is_not_differentiable_and_out_is():
     q, k, v, _ = _inputs(9, 1, 1, 8, 8, "bshd")
     q.requires_grad_()

@@ -26,10 +26,10 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const MpiOptions& options)
   s.thread_level = provided;
   s.serialize = provided < MPI_THREAD_MULTIPLE;
   s.chunk_bytes = options.chunk_bytes;
-  detail::check_mpi(MPI_Comm_rank(comm, &s.rank), -1, "MPI_Comm_rank");
-  detail::check_mpi(MPI_Comm_size(comm, &s.size), s.rank, "MPI_Comm_size");
-  detail::check_mpi(MPI_Comm_dup(comm, &s.p2p), s.rank, "MPI_Comm_dup");
-  detail::check_mpi(MPI_Comm_dup(comm, &s.coll), s.rank, "MPI_Comm_dup");
+  detail::check_mpi(MPI_Comm_rank(comm, &s.rank), "this process", "MPI_Comm_rank");
+  detail::check_mpi(MPI_Comm_size(comm, &s.size), s.label(s.rank), "MPI_Comm_size");
+  detail::check_mpi(MPI_Comm_dup(comm, &s.p2p), s.label(s.rank), "MPI_Comm_dup");
+  detail::check_mpi(MPI_Comm_dup(comm, &s.coll), s.label(s.rank), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(s.p2p, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(s.coll, MPI_ERRORS_RETURN);
   int* tag_ub = nullptr;
@@ -48,7 +48,7 @@ MemoryCounter& MpiCommunicator::do_memory() { return process_memory(); }
 
 namespace {
 void check_peer_and_tag(const detail::MpiState& s, const char* op, int peer, int tag) {
-  CPATTN_CHECK(peer >= 0 && peer < s.size, ErrorCode::kInvalidArgument, "rank ", s.rank, ": ", op,
+  CPATTN_CHECK(peer >= 0 && peer < s.size, ErrorCode::kInvalidArgument, s.label(s.rank), ": ", op,
                " peer must be in [0, ", s.size, "), got ", peer);
   CPATTN_CHECK(tag >= 0 && tag <= s.tag_ub, ErrorCode::kInvalidArgument, op,
                ": tag must be in [0, ", s.tag_ub, "], got ", tag);
@@ -125,7 +125,7 @@ std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key) {
   MPI_Comm part = MPI_COMM_NULL;
   {
     detail::MpiLock lock = state_->lock();
-    detail::check_mpi(MPI_Comm_split(state_->coll, color, key, &part), state_->rank,
+    detail::check_mpi(MPI_Comm_split(state_->coll, color, key, &part), state_->label(state_->rank),
                       "MPI_Comm_split");
   }
   MpiOptions options;

@@ -37,7 +37,7 @@ MpiRequest::MpiRequest(std::shared_ptr<MpiState> state, Spec spec)
     if (rc != MPI_SUCCESS) {
       lock = {};
       cancel();  // chunks already posted must not outlive the caller's buffer
-      check_mpi(rc, state_->rank, "MPI_Isend");
+      check_mpi(rc, state_->label(state_->rank), "MPI_Isend");
     }
     if (n < k) break;
   }
@@ -79,7 +79,8 @@ bool MpiRequest::progress_send() {
   for (MPI_Request& r : pending_) {
     if (r == MPI_REQUEST_NULL) continue;
     int flag = 0;
-    check_mpi(MPI_Test(&r, &flag, MPI_STATUS_IGNORE), state_->rank, "MPI_Test (isend)");
+    check_mpi(MPI_Test(&r, &flag, MPI_STATUS_IGNORE), state_->label(state_->rank),
+              "MPI_Test (isend)");
     if (flag == 0) return false;
   }
   return true;
@@ -94,8 +95,8 @@ bool MpiRequest::progress_head() {
       int flag = 0;
       MPI_Message msg = MPI_MESSAGE_NULL;
       MPI_Status status;
-      check_mpi(MPI_Improbe(spec_.peer, spec_.tag, spec_.comm, &flag, &msg, &status), state_->rank,
-                "MPI_Improbe");
+      check_mpi(MPI_Improbe(spec_.peer, spec_.tag, spec_.comm, &flag, &msg, &status),
+                state_->label(state_->rank), "MPI_Improbe");
       if (flag == 0) return false;
       int count = 0;
       MPI_Get_count(&status, MPI_BYTE, &count);
@@ -107,10 +108,12 @@ bool MpiRequest::progress_head() {
         dst = drain_.data();
       }
       MPI_Request& r = pending_.emplace_back(MPI_REQUEST_NULL);
-      check_mpi(MPI_Imrecv(dst, count, MPI_BYTE, &msg, &r), state_->rank, "MPI_Imrecv");
+      check_mpi(MPI_Imrecv(dst, count, MPI_BYTE, &msg, &r), state_->label(state_->rank),
+                "MPI_Imrecv");
     }
     int flag = 0;
-    check_mpi(MPI_Test(&pending_[0], &flag, MPI_STATUS_IGNORE), state_->rank, "MPI_Test (irecv)");
+    check_mpi(MPI_Test(&pending_[0], &flag, MPI_STATUS_IGNORE), state_->label(state_->rank),
+              "MPI_Test (irecv)");
     if (flag == 0) return false;
     pending_.clear();
     mid_message_ = chunk_ == state_->chunk_bytes;  // a full chunk: more of this message follow

@@ -22,14 +22,14 @@ bool mpi_active() noexcept {
   return initialized != 0 && finalized == 0;
 }
 
-void check_mpi(int rc, int rank, const char* call) {
+void check_mpi(int rc, std::string_view who, const char* call) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
   throw Error(
       ErrorCode::kCommunication,
-      str_cat("rank ", rank, ": ", call, " failed: ",
+      str_cat(who, ": ", call, " failed: ",
               len > 0 ? std::string(text, static_cast<size_t>(len)) : str_cat("MPI error ", rc)));
 }
 

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -74,8 +75,8 @@ struct MpiState {
 /// True while MPI calls are allowed (initialised and not finalized).
 bool mpi_active() noexcept;
 
-/// Throws Error(kCommunication) "rank R: <call> failed: <MPI error string>" unless rc is
-/// MPI_SUCCESS.
-void check_mpi(int rc, int rank, const char* call);
+/// Throws Error(kCommunication) "<who>: <call> failed: <MPI error string>" unless rc is
+/// MPI_SUCCESS (`who`: the calling rank, MpiState::label).
+void check_mpi(int rc, std::string_view who, const char* call);
 
 }  // namespace cpattn::detail

@@ -76,6 +76,10 @@ int ThreadCommunicator::group_rank(int rank) const {
   return members_.empty() ? rank : members_[static_cast<size_t>(rank)];
 }
 
+std::string ThreadCommunicator::label(int rank) const {
+  return backend::rank_label(rank, context_ != 0 ? std::optional(group_rank(rank)) : std::nullopt);
+}
+
 std::unique_ptr<Communicator> ThreadCommunicator::do_split(int color, int key) {
   const backend::SplitGroup sub = backend::plan_split(*this, color, key);
   // Every member asks for (this context, this split's number, color): one new context.
@@ -91,7 +95,7 @@ std::unique_ptr<Communicator> ThreadCommunicator::do_split(int color, int key) {
 
 Request ThreadCommunicator::post(bool is_send, const std::byte* message, std::byte* buffer,
                                  size_t bytes, int peer, int tag) {
-  CPATTN_CHECK(peer >= 0 && peer < size(), ErrorCode::kInvalidArgument, "rank ", rank_, ": ",
+  CPATTN_CHECK(peer >= 0 && peer < size(), ErrorCode::kInvalidArgument, label(rank_), ": ",
                is_send ? "isend destination" : "irecv source", " must be in [0, ", size(),
                "), got ", peer);
   detail::ThreadOp op;
@@ -149,7 +153,9 @@ void ThreadCommunicator::do_all_to_all(std::span<const std::byte> send, std::spa
 
 void ThreadCommunicator::do_barrier() { backend::barrier(channel()); }
 
-void ThreadCommunicator::do_throw_if_group_failed() const { group_.throw_if_failed(rank_); }
+void ThreadCommunicator::do_throw_if_group_failed() const {
+  group_.throw_if_failed(label(rank_), context_ != 0);
+}
 
 std::unique_ptr<Communicator> SingleRankCommunicator::do_split(int color, int key) {
   rank_->set_timeout(timeout_);

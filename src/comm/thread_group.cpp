@@ -204,12 +204,12 @@ void ThreadGroup::exited(int rank) {
   for (auto& w : wake_) w.notify_all();
 }
 
-void ThreadGroup::throw_if_failed(int rank) const {
+void ThreadGroup::throw_if_failed(std::string_view who, bool in_sub_group) const {
   std::lock_guard lock(mu_);
   if (failed_rank_ < 0) return;
   throw Error(ErrorCode::kPeerFailed,
-              str_cat("rank ", rank, ": stopped because rank ", failed_rank_,
-                      " failed: ", *failed_[static_cast<size_t>(failed_rank_)]));
+              str_cat(who, ": stopped because ", in_sub_group ? "group rank " : "rank ",
+                      failed_rank_, " failed: ", *failed_[static_cast<size_t>(failed_rank_)]));
 }
 
 uint64_t ThreadGroup::acquire_context(uint64_t parent, uint64_t sequence, int color) {

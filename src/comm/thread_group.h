@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -75,9 +76,10 @@ class ThreadGroup {
   uint64_t acquire_context(uint64_t parent, uint64_t sequence, int color);
   /// A member of the context's sub-group is gone; the last one forgets the context.
   void release_context(uint64_t context) noexcept;
-  /// Throws Error(kPeerFailed) "rank <rank>: stopped because rank F failed: ..." once any rank
-  /// failed (F: the first).
-  void throw_if_failed(int rank) const;
+  /// Throws Error(kPeerFailed) "<who>: stopped because rank F failed: ..." once any rank failed
+  /// (F: the first, numbered in this group: "group rank F" when `who` is a rank of a sub-group,
+  /// whose own numbering differs).
+  void throw_if_failed(std::string_view who, bool in_sub_group) const;
 
  private:
   using Key = std::tuple<uint64_t, int, int, int>;  // (context, src, dst, tag)

@@ -199,6 +199,21 @@ void split_errors_name_group_ranks(Communicator& comm) {
         << what << "\nexpected: " << expected("group");
   }
   EXPECT_EQ(send.wait(), 101u);
+  // A peer outside the sub-group, refused where it is posted, names this rank both ways too.
+  try {
+    Request bad = sub->isend(std::span<const std::byte>(out), sub->size(), 9);
+    ADD_FAILURE() << "an isend to rank " << sub->size() << " of a " << sub->size()
+                  << "-rank sub-group did not fail";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    const auto expected = [&](const char* group) {
+      return detail::str_cat("rank ", sub->rank(), " of a sub-group (", group, " rank ",
+                             comm.rank(), "): isend");
+    };
+    const std::string what = e.what();
+    EXPECT_TRUE(what.starts_with(expected("group")) || what.starts_with(expected("process group")))
+        << what << "\nexpected: " << expected("group");
+  }
   comm.barrier();
 }
 

@@ -285,22 +285,31 @@ TEST(KernelAdversarial, ExtremeLogitsStayFinite) {
 // winning key must be exactly 1, which it is only when the backward's s has the forward's bits
 // (s rounded before lse is subtracted; fused into one FMA it missed lse by up to half an ulp of
 // the logit, and dv was 1.5e-2 off at logits of 8e5, 0.11 at 8e6). dv is then a sum of a few dO
-// rows, within fp32 rounding of the exact one, far inside the rule's lse term.
+// rows, within fp32 rounding of the exact one, far inside the rule's lse term. The same through
+// the score map of softcap and ALiBi (scores.h), with a cap ten times the largest logit (tanh far
+// from saturation, so rows stay one-hot) and slopes of a few units.
 TEST(KernelAdversarial, OneHotRowsAtHugeLogitsKeepTheirBackward) {
-  for (const float scale : {1e4f, 1e5f, 1e6f}) {
-    reference::Problem p = random_problem({1, 9, 9, 2, 2, 8, 8}, 31);
-    p.params.softmax_scale = scale;
-    const reference::Oracle oracle = reference::make_oracle(p);
-    double dv_max = 0;
-    for (double x : oracle.exact.dv) dv_max = std::max(dv_max, std::abs(x));
-    for (Isa isa : available_isas()) {
-      SCOPED_TRACE(::testing::Message() << "scale " << scale << ", isa " << isa_name(isa));
-      const reference::Outputs got = reference::run_kernel(p, {MemoryLayout::kBSHD, 1, true, isa});
-      double err = 0;
-      for (size_t i = 0; i < got.dv.size(); ++i) {
-        err = std::max(err, std::abs(got.dv[i] - oracle.exact.dv[i]));
+  enum class Scores { kPlain, kSoftcap, kAlibi };
+  for (const Scores scores : {Scores::kPlain, Scores::kSoftcap, Scores::kAlibi}) {
+    for (const float scale : {1e4f, 1e5f, 1e6f}) {
+      reference::Problem p = random_problem({1, 9, 9, 2, 2, 8, 8}, 31);
+      p.params.softmax_scale = scale;
+      if (scores == Scores::kSoftcap) p.params.softcap = 1e2f * scale;
+      if (scores == Scores::kAlibi) p.params.alibi_slopes = {0.5f, 3.0f};
+      const reference::Oracle oracle = reference::make_oracle(p);
+      double dv_max = 0;
+      for (double x : oracle.exact.dv) dv_max = std::max(dv_max, std::abs(x));
+      for (Isa isa : available_isas()) {
+        SCOPED_TRACE(::testing::Message() << "scores " << static_cast<int>(scores) << ", scale "
+                                          << scale << ", isa " << isa_name(isa));
+        const reference::Outputs got =
+            reference::run_kernel(p, {MemoryLayout::kBSHD, 1, true, isa});
+        double err = 0;
+        for (size_t i = 0; i < got.dv.size(); ++i) {
+          err = std::max(err, std::abs(got.dv[i] - oracle.exact.dv[i]));
+        }
+        EXPECT_LE(err, 1e-6 * dv_max);
       }
-      EXPECT_LE(err, 1e-6 * dv_max);
     }
   }
 }
