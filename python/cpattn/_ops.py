@@ -3,7 +3,8 @@ cpattn.attention, cpattn.ring_attention, cpattn.varlen_attention and
 cpattn.varlen_ring_attention.
 
 Four custom ops, each traced by torch.compile as one opaque node:
-  cpattn::draw_rng_state(Tensor q, float dropout_p) -> Tensor   int64 [2]: a call's (seed, offset)
+  cpattn::draw_rng_state(Tensor q, Tensor[] others, float dropout_p) -> Tensor
+                                                                int64 [2]: a call's (seed, offset)
   cpattn::take_call_number(Tensor q, str group_name) -> Tensor  int64 [1]: the group's next number
   cpattn::attention_forward(q, k, v, rng, call_number, <docs>, sink, alibi_slopes, slices,
                             <call>, for_backward=True) -> (out, lse, fingerprint)
@@ -60,9 +61,12 @@ _U64 = (1 << 64) - 1
 
 @torch.library.custom_op("cpattn::draw_rng_state", mutates_args=(), device_types="cpu",
                          tags=(torch.Tag.nondeterministic_seeded,))
-def draw_rng_state(q: torch.Tensor, dropout_p: float) -> torch.Tensor:
+def draw_rng_state(q: torch.Tensor, others: list[torch.Tensor],
+                   dropout_p: float) -> torch.Tensor:
     """The dropout RngState of the call on q, int64 [2] (seed, offset as two's-complement
-    words), drawn from torch's default generator of q's device (CPU; q's values are not read):
+    words), drawn from torch's default generator of q's device (CPU; no tensor's values are
+    read; `others` are the call's other tensor arguments, there for torch.func.vmap, which runs
+    the op's vmap rule when any of them is batched):
     torch.manual_seed makes runs repeatable, ranks seeded alike draw the same state (so cp=N
     uses cp=1's dropout masks), and activation checkpointing replays it in the recompute
     (torch.utils.checkpoint's preserve_rng_state; under torch.compile, the partitioner's
@@ -81,12 +85,12 @@ def _draw(dropout_p):
 
 
 @draw_rng_state.register_fake
-def _(q, dropout_p):
+def _(q, others, dropout_p):
     return q.new_empty(2, dtype=torch.int64)
 
 
 @draw_rng_state.register_vmap
-def _(info, in_dims, q, dropout_p):
+def _(info, in_dims, q, others, dropout_p):
     """Under torch.func.vmap the draw is torch.randint's under vmap, so it follows vmap's
     `randomness` as torch's own dropout does: "error" (vmap's default) raises torch's error,
     "same" draws one state that every sample shares (the same masks), "different" one state per
@@ -428,12 +432,13 @@ def _window(window_size):
     return left, right
 
 
-def _rng_for(q, dropout_p):
-    """The call's RngState tensor: drawn by the op when there is dropout (no random numbers
-    are consumed without)."""
+def _rng_for(dropout_p, q, *others):
+    """The RngState tensor of the call on q and the tensors `others` (its other tensor
+    arguments, None for those not given): drawn by the op when there is dropout (no random
+    numbers are consumed without)."""
     if dropout_p == 0.0:
         return torch.zeros(2, dtype=torch.int64)
-    return draw_rng_state(q, dropout_p)
+    return draw_rng_state(q, [t for t in others if t is not None], dropout_p)
 
 
 def check_doc_ids_type(doc_ids):
@@ -574,7 +579,7 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
         if group is None:
             raise
         refuse_grouped_call(group, timeout, reason, call_site)
-    rng = _rng_for(q, dropout_p)
+    rng = _rng_for(dropout_p, q, k, v, doc_ids, *cu_seqlens, sink, alibi_slopes, slices)
     call_number = take_call_number(q, name)
     out, lse, _ = attention_forward(q, k, v, rng, call_number, doc_ids, cu_seqlens[0],
                                     cu_seqlens[1], sink, alibi_slopes, slices, name, str(layout),

@@ -45,7 +45,7 @@ def reference_attention(q, k, v, *, softmax_scale=None, causal=False, window_siz
 def rng_after_seed(seed):
     """The (seed, offset) the first cpattn dropout call draws after torch.manual_seed(seed)."""
     torch.manual_seed(seed)
-    words = torch.ops.cpattn.draw_rng_state(torch.empty(0), 0.5)
+    words = torch.ops.cpattn.draw_rng_state(torch.empty(0), [], 0.5)
     return tuple(int(w) & ((1 << 64) - 1) for w in words)
 
 

@@ -141,6 +141,17 @@ def test_vmap_runs_each_sample_and_follows_its_randomness():
     different = mapped(0.3, "different", one)
     assert not torch.equal(different[0], different[1])
     assert not torch.equal(different[1], different[2])
+    # Mapped over k alone, or over the sinks alone (q shared by every sample): the same.
+    for mapped_arg, arg in (("k", one[1]), ("sink", torch.zeros(3, 2))):
+        def call(t, p=0.3):
+            args = {"k": k[0], "sink": None, mapped_arg: t}
+            return cpattn.attention(q[0], args["k"], v[0], dropout_p=p, sink=args["sink"])
+        with pytest.raises(RuntimeError, match="randomness error mode"):
+            torch.func.vmap(call)(arg)
+        different = torch.func.vmap(call, randomness="different")(arg)
+        assert not torch.equal(different[0], different[1]), mapped_arg
+        same = torch.func.vmap(call, randomness="same")(arg)
+        assert torch.equal(same[0], same[1]), mapped_arg
 
 
 def test_lse_is_not_differentiable_and_out_is():

@@ -138,13 +138,14 @@ def test_fake_forward_gives_the_real_shapes_dtypes_and_strides():
 def test_the_rng_state_op_draws_from_torchs_generator_only_with_dropout():
     x = torch.empty(0)
     torch.manual_seed(3)
-    a = torch.ops.cpattn.draw_rng_state(x, 0.1)
-    b = torch.ops.cpattn.draw_rng_state(x, 0.1)
+    a = torch.ops.cpattn.draw_rng_state(x, [], 0.1)
+    b = torch.ops.cpattn.draw_rng_state(x, [], 0.1)
     torch.manual_seed(3)
-    assert torch.equal(torch.ops.cpattn.draw_rng_state(x, 0.1), a)
+    assert torch.equal(torch.ops.cpattn.draw_rng_state(x, [], 0.1), a)
     assert not torch.equal(a, b)
     before = torch.get_rng_state()
-    assert torch.equal(torch.ops.cpattn.draw_rng_state(x, 0.0), torch.zeros(2, dtype=torch.int64))
+    zeros = torch.zeros(2, dtype=torch.int64)
+    assert torch.equal(torch.ops.cpattn.draw_rng_state(x, [x], 0.0), zeros)
     assert torch.equal(torch.get_rng_state(), before)
     for op in (torch.ops.cpattn.draw_rng_state.default,
                torch.ops.cpattn.take_call_number.default):
