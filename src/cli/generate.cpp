@@ -27,7 +27,7 @@ struct GenerateOptions {
 };
 
 int run_generate(GenerateOptions o) {
-  refuse_mpirun_without_mpi("generate", "threads");
+  refuse_mpirun_without_mpi("generate", std::nullopt);
   train::set_blas_threads(1);
   o.sample.timeout = deadline(o.timeout_s);
   const train::Checkpoint checkpoint = train::load_checkpoint(o.resume);

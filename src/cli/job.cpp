@@ -114,12 +114,17 @@ int mpirun_processes() {
   return 1;
 }
 
-void refuse_mpirun_without_mpi(const std::string& command, const std::string& backend) {
+void refuse_mpirun_without_mpi(const std::string& command, std::optional<std::string> backend) {
   const int n = mpirun_processes();
-  CPATTN_CHECK(backend == "mpi" || n == 1, ErrorCode::kInvalidArgument, "cpattn ", command,
-               " was started as one of ", n,
-               " mpirun processes without --backend mpi: each would run its own job; add "
-               "--backend mpi (one rank per process) or run it without mpirun");
+  if (n == 1 || backend == "mpi") return;
+  throw Error(ErrorCode::kInvalidArgument,
+              backend ? detail::str_cat("cpattn ", command, " was started as one of ", n,
+                                        " mpirun processes without --backend mpi: each would "
+                                        "run its own job; add --backend mpi (one rank per "
+                                        "process) or run it without mpirun")
+                      : detail::str_cat("cpattn ", command, " was started as one of ", n,
+                                        " mpirun processes, but it runs in one process (each "
+                                        "would run its own job): run it without mpirun"));
 }
 
 }  // namespace cpattn::cli

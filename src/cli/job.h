@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <new>
+#include <optional>
 #include <string>
 
 #include "cpattn/communicator.h"
@@ -61,8 +62,9 @@ int mpirun_processes();
 
 /// Throws Error(kInvalidArgument) when `backend` is not "mpi" but this process is one of several
 /// started by mpirun: each would run its own job (and write the same output files). `command`
-/// names the subcommand in the message.
-void refuse_mpirun_without_mpi(const std::string& command, const std::string& backend);
+/// names the subcommand in the message; `backend` is nullopt for a command without --backend
+/// (one process only), whose message does not suggest one.
+void refuse_mpirun_without_mpi(const std::string& command, std::optional<std::string> backend);
 
 /// Under mpirun, runs fn() (which returns the process's exit status) on this process's rank of
 /// `world`, so that a failure ends the job on every rank with the CLI's error line:

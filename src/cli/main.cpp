@@ -69,6 +69,20 @@ int main(int argc, char** argv) {
   std::vector<cpattn::cli::Command> commands = cpattn::cli::all_commands();
   std::vector<std::function<int()>> runners;
   for (auto& command : commands) runners.push_back(command.add_to(app));
+  // CLI11 reads an empty value of a numeric option ("--lr ''") as 0: refuse it instead.
+  const CLI::Validator not_empty(
+      [](const std::string& value) {
+        return value.empty() ? std::string("an empty string is not a number") : std::string();
+      },
+      "");
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    for (CLI::Option* opt : sub->get_options([](CLI::Option* o) {
+           const std::string type = o->get_type_name();
+           return type == "INT" || type == "UINT" || type == "FLOAT";
+         })) {
+      opt->check(not_empty);
+    }
+  }
   if (argc > 1 && argv[1][0] != '-' && !is_subcommand(commands, argv[1])) {
     // CLI11 would say only "A subcommand is required".
     const cpattn::Error e = unknown_subcommand(commands, argv[1]);

@@ -54,7 +54,7 @@ std::string fmt_bytes(double b) {
 }
 
 int run_plan(PlanOptions o) {
-  refuse_mpirun_without_mpi("plan", "threads");
+  refuse_mpirun_without_mpi("plan", std::nullopt);
   const std::chrono::milliseconds timeout = deadline(o.timeout_s);
   PlanProblem& p = o.problem;
   p.layout = parse_layout(o.layout);

@@ -47,6 +47,7 @@ void plot_losses(const std::vector<double>& losses, const std::vector<train::Eva
                  double unigram_entropy, const std::string& png_path) {
   check_plot_possible(png_path);
   const std::string tmp = train::temporary_path(png_path);
+  train::clear_temporary(png_path);      // gnuplot opens its output following links
   std::string command = find_gnuplot();  // a PATH entry: quoted for the shell of popen
   command.insert(0, 1, '\'');
   command += "' > /dev/null";

@@ -97,9 +97,12 @@ std::vector<train::ConfigField> job_fields(const TrainOptions& o) {
           {"--resume", given(o.resume), o.resume, false}};
 }
 
-// No output may overwrite an input (or another output), temporary files included.
+// No output may overwrite an input (the text, the checkpoint resumed from) or another output,
+// temporary files included. The one exception: --save may name the --resume checkpoint (a run
+// that goes on saving where it resumed; it replaces that file only once it has read it).
 void check_paths(const TrainOptions& o) {
   const std::string checkpoint = o.save.empty() ? "" : train::checkpoint_path(o.save);
+  const std::string resumed = o.resume.empty() ? "" : train::checkpoint_path(o.resume);
   const std::vector<std::pair<std::string, std::string>> outputs = {
       {o.metrics, "--metrics"},
       {o.plot, "--plot"},
@@ -108,6 +111,9 @@ void check_paths(const TrainOptions& o) {
       {checkpoint.empty() ? "" : train::temporary_path(checkpoint), "--save (temporary)"}};
   for (size_t i = 0; i < outputs.size(); ++i) {
     train::check_not_input(outputs[i].first, outputs[i].second, o.text, "--text");
+    if (outputs[i].first != checkpoint) {
+      train::check_not_input(outputs[i].first, outputs[i].second, resumed, "--resume checkpoint");
+    }
     for (size_t j = i + 1; j < outputs.size(); ++j) {
       train::check_not_input(outputs[j].first, outputs[j].second, outputs[i].first,
                              outputs[i].second);
@@ -230,10 +236,11 @@ int run(const TrainOptions& o, const std::vector<uint8_t>& text, const Backend& 
   // output is the only line printed: checkpoint directory writable (and not another run's),
   // plot drawable, metrics created.
   std::optional<ProgressPrinter> progress;
+  std::optional<train::CheckpointDirLock> save_lock;  // held until the run ends
   on_lead(b, [&] {
     if (!o.save.empty()) {
-      train::prepare_checkpoint_dir(o.save,
-                                    o.overwrite || train::same_checkpoint(o.save, o.resume));
+      save_lock = train::prepare_checkpoint_dir(
+          o.save, o.overwrite || train::same_checkpoint(o.save, o.resume));
     }
     if (!o.plot.empty()) check_plot_possible(o.plot);
     progress.emplace(resume ? resume->step : 0, cfg.steps, out, o.metrics, b.world == nullptr);

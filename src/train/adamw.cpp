@@ -18,15 +18,58 @@ struct AdamWUpdate {
   float beta1, beta2, step_size, inv_sqrt_bc2, eps, keep;
 };
 
+// One element's update, in place:
 // m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
 // p = p keep - step_size m / (sqrt(v) / sqrt(bias_correction2) + eps)   (Loshchilov & Hutter).
+inline void update_one(const AdamWUpdate& u, float& p, float g, float& m, float& v) {
+  m = u.beta1 * m + (1.0f - u.beta1) * g;
+  v = u.beta2 * v + (1.0f - u.beta2) * g * g;
+  p = p * u.keep - u.step_size * m / (std::sqrt(v) * u.inv_sqrt_bc2 + u.eps);
+}
+
 CPATTN_TRAIN_VECTOR_CLONES
 void update_params(const AdamWUpdate& u, float* p, const float* g, float* m, float* v, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    m[i] = u.beta1 * m[i] + (1.0f - u.beta1) * g[i];
-    v[i] = u.beta2 * v[i] + (1.0f - u.beta2) * g[i] * g[i];
-    p[i] = p[i] * u.keep - u.step_size * m[i] / (std::sqrt(v[i]) * u.inv_sqrt_bc2 + u.eps);
+  for (size_t i = 0; i < n; ++i) update_one(u, p[i], g[i], m[i], v[i]);
+}
+
+// The constants of update t + 1 (after t updates), after checking that params and grads are
+// the optimizer's shape (numel floats).
+struct StepConstants {
+  int64_t t;  // the update's number
+  double lr;
+  AdamWUpdate with_decay;
+  AdamWUpdate update(const ParamInfo& info) const {
+    AdamWUpdate u = with_decay;
+    if (!info.decay) u.keep = 1.0f;
+    return u;
   }
+};
+
+StepConstants step_constants(const AdamWConfig& c, int64_t t, const ModelParams& params,
+                             const ModelGrads& grads, int64_t numel) {
+  CPATTN_CHECK(params.numel() == numel && grads.numel() == numel, ErrorCode::kShapeMismatch,
+               "AdamW::step: params and grads must hold ", numel,
+               " floats (the optimizer's model), got ", params.numel(), " and ", grads.numel());
+  const double lr = learning_rate(c, t);
+  const double bc1 = 1.0 - std::pow(c.beta1, static_cast<double>(t + 1));
+  const double bc2 = 1.0 - std::pow(c.beta2, static_cast<double>(t + 1));
+  return {t + 1, lr,
+          AdamWUpdate{static_cast<float>(c.beta1), static_cast<float>(c.beta2),
+                      static_cast<float>(lr / bc1), static_cast<float>(1.0 / std::sqrt(bc2)),
+                      static_cast<float>(c.eps), static_cast<float>(1.0 - lr * c.weight_decay)}};
+}
+
+// Whether update_params would leave every p, m and v finite (copies updated, nothing written).
+CPATTN_TRAIN_VECTOR_CLONES
+bool update_stays_finite(const AdamWUpdate& u, const float* p, const float* g, const float* m,
+                         const float* v, size_t n) {
+  bool finite = true;
+  for (size_t i = 0; i < n; ++i) {
+    float pi = p[i], mi = m[i], vi = v[i];
+    update_one(u, pi, g[i], mi, vi);
+    finite &= std::isfinite(pi) && std::isfinite(mi) && std::isfinite(vi);
+  }
+  return finite;
 }
 
 }  // namespace
@@ -110,30 +153,31 @@ void AdamW::restore(int64_t t, std::span<const float> m, std::span<const float> 
 }
 
 double AdamW::step(ModelParams& params, const ModelGrads& grads) {
-  CPATTN_CHECK(params.numel() == m_.numel() && grads.numel() == m_.numel(),
-               ErrorCode::kShapeMismatch, "AdamW::step: params and grads must hold ", m_.numel(),
-               " floats (the optimizer's model), got ", params.numel(), " and ", grads.numel());
-  const int64_t t = t_ + 1;
-  const double lr = learning_rate(config_, t - 1);
-  const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(t));
-  const auto step_size = static_cast<float>(lr / bc1);
-  const auto inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  const auto b1 = static_cast<float>(config_.beta1);
-  const auto b2 = static_cast<float>(config_.beta2);
-  const auto eps = static_cast<float>(config_.eps);
-  const auto decay = static_cast<float>(1.0 - lr * config_.weight_decay);
+  const StepConstants n = step_constants(config_, t_, params, grads, m_.numel());
   float* p = params.flat().data();
   const float* g = grads.flat().data();
-  float* m = m_.data();
-  float* v = v_.data();
   for (const ParamInfo& info : params.infos()) {
-    const AdamWUpdate update{b1, b2, step_size, inv_sqrt_bc2, eps, info.decay ? decay : 1.0f};
     const auto at = static_cast<size_t>(info.offset);
-    update_params(update, p + at, g + at, m + at, v + at, static_cast<size_t>(info.numel));
+    update_params(n.update(info), p + at, g + at, m_.data() + at, v_.data() + at,
+                  static_cast<size_t>(info.numel));
   }
-  t_ = t;
-  return lr;
+  t_ = n.t;
+  return n.lr;
+}
+
+std::string AdamW::nonfinite_update(const ModelParams& params, const ModelGrads& grads) const {
+  const StepConstants n = step_constants(config_, t_, params, grads, m_.numel());
+  const float* p = params.flat().data();
+  const float* g = grads.flat().data();
+  for (const ParamInfo& info : params.infos()) {
+    const auto at = static_cast<size_t>(info.offset);
+    if (!update_stays_finite(n.update(info), p + at, g + at, m_.data() + at, v_.data() + at,
+                             static_cast<size_t>(info.numel))) {
+      return cpattn::detail::str_cat("the AdamW update at lr ", n.lr, " would make ", info.name,
+                                     " non-finite");
+    }
+  }
+  return {};
 }
 
 }  // namespace cpattn::train

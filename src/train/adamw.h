@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "cpattn/memory.h"
 #include "cpattn/tensor.h"
@@ -62,6 +63,13 @@ class AdamW {
   /// Applies one update to params from grads (which it does not modify) and returns lr_t.
   /// Throws Error(kShapeMismatch) when params or grads were built from another ModelConfig shape.
   double step(ModelParams& params, const ModelGrads& grads);
+
+  /// Why step(params, grads) would leave a non-finite weight or moment ("the AdamW update at lr
+  /// L would make <tensor> non-finite": a learning rate whose step overflows float, for one),
+  /// or "" when every updated value is finite. Reads only; the same arithmetic as step(), so
+  /// a run can refuse such an update before it destroys the last finite weights. Throws as
+  /// step().
+  std::string nonfinite_update(const ModelParams& params, const ModelGrads& grads) const;
 
   /// Updates taken so far (t of the last update).
   int64_t steps_taken() const { return t_; }

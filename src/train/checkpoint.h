@@ -73,11 +73,27 @@ void check_resumable(const Checkpoint& checkpoint, const std::vector<ConfigField
 /// DIR/checkpoint.bin.
 std::string checkpoint_path(const std::string& dir);
 
-/// Creates DIR when missing (parents too) and checks that a checkpoint can be written there,
-/// before any training. Throws Error(kIo) naming DIR, and Error(kInvalidArgument) when
-/// DIR/checkpoint.bin exists already, unless `may_replace` (--overwrite, or a run that resumes
-/// from that very checkpoint): a run never replaces another run's checkpoint by accident.
-void prepare_checkpoint_dir(const std::string& dir, bool may_replace);
+/// An exclusive advisory lock (flock) on a --save directory, held while the object lives and
+/// released by the kernel when the process ends, however it ends.
+class CheckpointDirLock {
+ public:
+  CheckpointDirLock(CheckpointDirLock&& other) noexcept;
+  CheckpointDirLock& operator=(CheckpointDirLock&& other) noexcept;
+  ~CheckpointDirLock();
+
+ private:
+  friend CheckpointDirLock prepare_checkpoint_dir(const std::string& dir, bool may_replace);
+  explicit CheckpointDirLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+/// Creates DIR when missing (parents too), locks it for this run and checks that a checkpoint
+/// can be written there, before any training. Throws Error(kIo) naming DIR, and
+/// Error(kInvalidArgument) when another process holds DIR's lock (two runs saving into one
+/// directory would replace each other's checkpoints) or DIR/checkpoint.bin exists already,
+/// unless `may_replace` (--overwrite, or a run that resumes from that very checkpoint): a run
+/// never replaces another run's checkpoint by accident. Keep the returned lock for the run.
+[[nodiscard]] CheckpointDirLock prepare_checkpoint_dir(const std::string& dir, bool may_replace);
 
 /// Whether the --save DIR and the --resume DIR name one checkpoint file (false when either is
 /// empty or DIR/checkpoint.bin does not exist).

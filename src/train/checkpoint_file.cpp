@@ -1,6 +1,14 @@
-// Checkpoint directories: preparing one before training, atomic saves, bounded loads.
+// Checkpoint directories: preparing and locking one before training, atomic saves, bounded
+// loads.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <utility>
 
 #include "cpattn/error.h"
 #include "train/checkpoint.h"
@@ -12,7 +20,22 @@ std::string checkpoint_path(const std::string& dir) {
   return (std::filesystem::path(dir) / kCheckpointFileName).string();
 }
 
-void prepare_checkpoint_dir(const std::string& dir, bool may_replace) {
+CheckpointDirLock::CheckpointDirLock(CheckpointDirLock&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)) {}
+
+CheckpointDirLock& CheckpointDirLock::operator=(CheckpointDirLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+CheckpointDirLock::~CheckpointDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor releases the flock
+}
+
+CheckpointDirLock prepare_checkpoint_dir(const std::string& dir, bool may_replace) {
   CPATTN_CHECK(!dir.empty(), ErrorCode::kInvalidArgument, "--save needs a directory");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -20,6 +43,18 @@ void prepare_checkpoint_dir(const std::string& dir, bool may_replace) {
                "': cannot create the directory: ", ec.message());
   CPATTN_CHECK(std::filesystem::is_directory(dir, ec), ErrorCode::kIo, "--save '", dir,
                "' is not a directory");
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  CPATTN_CHECK(fd >= 0, ErrorCode::kIo, "--save '", dir,
+               "': cannot open the directory: ", std::strerror(errno));
+  CheckpointDirLock lock(fd);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    CPATTN_CHECK(errno != EWOULDBLOCK, ErrorCode::kInvalidArgument, "--save '", dir,
+                 "' is in use by another running cpattn train: two runs saving into one "
+                 "directory would replace each other's checkpoints");
+    throw Error(
+        ErrorCode::kIo,
+        detail::str_cat("--save '", dir, "': cannot lock the directory: ", std::strerror(errno)));
+  }
   CPATTN_CHECK(may_replace || !std::filesystem::exists(
                                   std::filesystem::symlink_status(checkpoint_path(dir), ec)),
                ErrorCode::kInvalidArgument, "--save '", dir, "' holds a checkpoint already (",
@@ -29,6 +64,7 @@ void prepare_checkpoint_dir(const std::string& dir, bool may_replace) {
                dir, "' to continue that run");
   check_creatable(checkpoint_path(dir), "--save");
   check_creatable(temporary_path(checkpoint_path(dir)), "--save");
+  return lock;
 }
 
 bool same_checkpoint(const std::string& save_dir, const std::string& resume_dir) {

@@ -14,11 +14,11 @@ namespace cpattn::train {
 std::vector<uint8_t> read_text_file(const std::string& path, int64_t seq_len) {
   CPATTN_CHECK(seq_len >= 1, ErrorCode::kInvalidArgument, "seq_len must be >= 1, got ", seq_len);
   const std::vector<uint8_t> bytes = read_regular_file(path, kMaxTextBytes, "text file");
+  const uint64_t needed = static_cast<uint64_t>(seq_len) + 1;  // no overflow at INT64_MAX
   CPATTN_CHECK(!bytes.empty(), ErrorCode::kInvalidArgument, "text file '", path,
-               "' is empty (0 bytes); need at least seq_len + 1 = ", seq_len + 1, " bytes");
-  CPATTN_CHECK(static_cast<int64_t>(bytes.size()) >= seq_len + 1, ErrorCode::kInvalidArgument,
-               "text file '", path, "' has ", bytes.size(),
-               " bytes; need at least seq_len + 1 = ", seq_len + 1);
+               "' is empty (0 bytes); need at least seq_len + 1 = ", needed, " bytes");
+  CPATTN_CHECK(bytes.size() >= needed, ErrorCode::kInvalidArgument, "text file '", path, "' has ",
+               bytes.size(), " bytes; need at least seq_len + 1 = ", needed);
   return bytes;
 }
 
@@ -28,8 +28,9 @@ BatchSampler::BatchSampler(std::span<const uint8_t> text, int64_t seq_len, int64
   constexpr auto kArg = ErrorCode::kInvalidArgument;
   CPATTN_CHECK(seq_len >= 1, kArg, "BatchSampler seq_len must be >= 1, got ", seq_len);
   CPATTN_CHECK(batch >= 1, kArg, "BatchSampler batch must be >= 1, got ", batch);
-  CPATTN_CHECK(static_cast<int64_t>(text.size()) >= seq_len + 1, kArg, "BatchSampler: text has ",
-               text.size(), " bytes; need at least seq_len + 1 = ", seq_len + 1);
+  const uint64_t needed = static_cast<uint64_t>(seq_len) + 1;  // no overflow at INT64_MAX
+  CPATTN_CHECK(text.size() >= needed, kArg, "BatchSampler: text has ", text.size(),
+               " bytes; need at least seq_len + 1 = ", needed);
 }
 
 namespace {

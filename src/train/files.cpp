@@ -78,6 +78,12 @@ std::vector<uint8_t> read_regular_file(const std::string& path, int64_t max_byte
 
 std::string temporary_path(const std::string& path) { return path + ".tmp"; }
 
+void clear_temporary(const std::string& path) {
+  const std::string tmp = temporary_path(path);
+  CPATTN_CHECK(::unlink(tmp.c_str()) == 0 || errno == ENOENT, ErrorCode::kIo, "writing '", path,
+               "': cannot remove the stale temporary file '", tmp, "': ", errno_text());
+}
+
 void write_file_atomically(const std::string& path, std::span<const std::byte> bytes) {
   const std::string tmp = temporary_path(path);
   const auto fail = [&](const char* step) {
@@ -86,7 +92,8 @@ void write_file_atomically(const std::string& path, std::span<const std::byte> b
     throw Error(ErrorCode::kIo,
                 detail::str_cat("writing '", path, "': ", step, " of '", tmp, "' failed: ", why));
   };
-  Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  clear_temporary(path);
+  Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)};
   if (f.fd < 0) fail("open");
   size_t done = 0;
   while (done < bytes.size()) {

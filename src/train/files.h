@@ -23,7 +23,13 @@ std::vector<uint8_t> read_regular_file(const std::string& path, int64_t max_byte
 /// The temporary sibling an atomic write goes through: "<path>.tmp".
 std::string temporary_path(const std::string& path);
 
-/// Writes `bytes` to temporary_path(path), fsyncs it, renames it over `path` and fsyncs the
+/// Removes whatever is at temporary_path(path) (a file a crashed run left, or a link placed
+/// there: removed, never written through), so the write that follows creates a new file.
+/// Throws Error(kIo) naming it when it cannot be removed.
+void clear_temporary(const std::string& path);
+
+/// Writes `bytes` to a new temporary_path(path) (clear_temporary first, then created
+/// exclusively, not following links), fsyncs it, renames it over `path` and fsyncs the
 /// directory, so `path` holds either its previous contents or all of `bytes`, never a mix.
 /// Every write is checked (a full disk is an error). Throws Error(kIo) naming the file, the step
 /// that failed and strerror; the temporary file is removed on failure.

@@ -29,6 +29,9 @@ void validate_train_config(TrainConfig& config, std::span<const uint8_t> text) {
   CPATTN_CHECK(config.seq_len >= config.cp, kArg, "--seq must be >= --cp so every rank holds a ",
                "token, got seq ", config.seq_len, " and cp ", config.cp);
   CPATTN_CHECK(config.batch >= 1, kArg, "--batch must be >= 1, got ", config.batch);
+  CPATTN_CHECK(config.seq_len <= kMaxStepTokens && config.batch <= kMaxStepTokens / config.seq_len,
+               kArg, "--batch x --seq must be at most 2^31 tokens per step, got --batch ",
+               config.batch, " and --seq ", config.seq_len);
   CPATTN_CHECK(config.steps >= 1, kArg, "--steps must be >= 1, got ", config.steps);
   CPATTN_CHECK(config.threads >= 1, kArg, "--threads must be >= 1, got ", config.threads);
   CPATTN_CHECK(config.grad_clip > 0.0 && std::isfinite(config.grad_clip), kArg,

@@ -56,6 +56,10 @@ struct TextSplit {
   int64_t held_out_bytes = 0;  ///< the last held_out_bytes bytes are used only for evaluation
 };
 
+/// The most tokens a step may hold (--batch x --seq): 2^31, far above what fits a machine's
+/// memory at any model size, so that no size computed from them can overflow.
+inline constexpr int64_t kMaxStepTokens = int64_t{1} << 31;
+
 /// Held-out share of the text with --eval-every: 1 / kHeldOutDivisor (the last 10 %).
 inline constexpr int64_t kHeldOutDivisor = 10;
 
@@ -64,7 +68,8 @@ inline constexpr int64_t kHeldOutDivisor = 10;
 TextSplit split_text(const TrainConfig& config, int64_t text_size);
 
 /// Checks every field that can be checked before any rank starts, so a bad command line fails
-/// with one message: cp >= 1, seq_len >= cp (every rank holds a token), batch >= 1, steps >= 1,
+/// with one message: cp >= 1, seq_len >= cp (every rank holds a token), batch >= 1, batch x
+/// seq_len <= kMaxStepTokens, steps >= 1,
 /// dropout in [0, 1), threads >= 1, grad_clip > 0, eval_every >= 0, text.size() >= seq_len + 1
 /// and, with eval_every > 0, both parts of split_text >= seq_len + 1; the strategy can run the
 /// model's heads on cp ranks (check_strategy) in the dtype (check_strategy_dtype); plus

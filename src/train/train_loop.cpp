@@ -161,7 +161,12 @@ TrainResult train(const TrainConfig& config, std::span<const uint8_t> text,
         stopped_inside_step = true;
         break;
       }
-      const std::string bad = nonfinite_reason(loss, grads, st.step + 1);
+      std::string bad = nonfinite_reason(loss, grads, st.step + 1);
+      if (bad.empty()) {
+        clip_grad_norm(grads, config.grad_clip);
+        bad = optimizer.nonfinite_update(params, grads);
+        if (!bad.empty()) bad += cpattn::detail::str_cat(" at step ", st.step + 1);
+      }
       if (!bad.empty() && config.on_nonfinite == NonFinitePolicy::kStop) {
         generator.set_state(step_rng);  // the state stays that of the last good boundary
         end = RunEnd::kNonFinite;
@@ -170,7 +175,6 @@ TrainResult train(const TrainConfig& config, std::span<const uint8_t> text,
       }
       double lr = 0.0;
       if (bad.empty()) {
-        clip_grad_norm(grads, config.grad_clip);
         lr = optimizer.step(params, grads);
       } else {
         ++st.skipped;

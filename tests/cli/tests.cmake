@@ -68,6 +68,18 @@ add_test(NAME cli.unknown_flag_one_line
                  $<TARGET_FILE:cpattn_cli> plan --cp 4 --strategy "ring\nx")
 set_tests_properties(cli.unknown_flag_one_line PROPERTIES LABELS cli
                      PASS_REGULAR_EXPRESSION "expect_failure: OK")
+# An empty value of a numeric flag is refused, naming the flag (CLI11 would read it as 0: --lr ''
+# trained nothing, --dropout '' turned dropout off), on every subcommand.
+foreach(cmd_flag IN ITEMS "train;--lr" "train;--dropout" "generate;--temperature" "generate;--tokens")
+  list(GET cmd_flag 0 cmd)
+  list(GET cmd_flag 1 flag)
+  add_test(NAME cli.empty_value_refused_${cmd}${flag}
+           COMMAND ${CPATTN_EXPECT_FAILURE} --status 11 --one-line
+                   "^cpattn: error \\(invalid_argument\\): ${flag}: an empty string is not a number \\(cpattn ${cmd} --help\\)$"
+                   $<TARGET_FILE:cpattn_cli> ${cmd} ${flag} "")
+  set_tests_properties(cli.empty_value_refused_${cmd}${flag} PROPERTIES LABELS cli
+                       PASS_REGULAR_EXPRESSION "expect_failure: OK")
+endforeach()
 add_test(NAME cli.unknown_subcommand_named COMMAND cpattn_cli bogus)
 set_tests_properties(cli.unknown_subcommand_named PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "^cpattn: error \\(invalid_argument\\): unknown subcommand 'bogus'; the subcommands are [a-z, ]*train")

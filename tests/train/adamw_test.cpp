@@ -130,6 +130,37 @@ TEST(AdamW, ClipGradNormRefusesANonFiniteNormNamingTheTensor) {
   EXPECT_EQ(g.first_nonfinite(), nullptr);
 }
 
+// An update whose step overflows float (a finite lr of 1e39 is inf as a float step size) is
+// named before it is applied, so a run can keep its last finite weights; an ordinary update is
+// not, and nonfinite_update changes nothing (the step after it is bitwise a plain step's).
+TEST(AdamW, AnUpdateThatWouldLeaveNonFiniteWeightsIsNamedBeforeItIsApplied) {
+  const ModelConfig mc = tiny();
+  ModelParams p(mc), reference(mc);
+  ModelGrads g(mc);
+  for (size_t i = 0; i < g.flat().size(); ++i) g.flat()[i] = std::cos(static_cast<float>(i));
+  AdamWConfig oc;
+  oc.warmup_steps = 0;
+  oc.total_steps = 3;
+  AdamW checked(mc, oc), plain(mc, oc);
+  EXPECT_EQ(checked.nonfinite_update(p, g), "");
+  checked.step(p, g);
+  plain.step(reference, g);
+  EXPECT_EQ(p.digest(), reference.digest());
+  oc.lr = 1e39;
+  AdamW huge(mc, oc);
+  const uint64_t before = p.digest();
+  EXPECT_EQ(huge.nonfinite_update(p, g),
+            "the AdamW update at lr 1e+39 would make " + p.infos()[0].name + " non-finite");
+  EXPECT_EQ(p.digest(), before);
+  EXPECT_EQ(huge.steps_taken(), 0);
+  // A finite lr whose update overflows a weight: a weight near the float maximum.
+  p.flat()[0] = std::numeric_limits<float>::max();
+  g.flat()[0] = -1.0f;
+  oc.lr = 1e38;
+  AdamW large(mc, oc);
+  EXPECT_NE(large.nonfinite_update(p, g), "");
+}
+
 // A restored optimizer continues bitwise like the one whose state it copied.
 TEST(AdamW, RestoredStateContinuesBitwise) {
   const ModelConfig mc = tiny();

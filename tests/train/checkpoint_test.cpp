@@ -6,11 +6,14 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -165,8 +168,8 @@ TEST(CheckResumable, NamesEveryDifferingTrainingSetting) {
 
 TEST(CheckpointFiles, SaveIsAtomicAndLoadsBack) {
   const std::string dir = temp_dir("save");
-  prepare_checkpoint_dir(dir + "/nested", false);
   const std::string nested = dir + "/nested";
+  const CheckpointDirLock lock = prepare_checkpoint_dir(nested, false);
   Checkpoint c = sample_checkpoint();
   save_checkpoint(nested, c);
   EXPECT_FALSE(std::filesystem::exists(temporary_path(checkpoint_path(nested))));
@@ -174,16 +177,42 @@ TEST(CheckpointFiles, SaveIsAtomicAndLoadsBack) {
   c.losses.pop_back();
   c.adam_steps = 1;
   // A save that cannot write its temporary file fails and leaves the previous checkpoint.
-  std::filesystem::create_directory(temporary_path(checkpoint_path(nested)));
+  const std::string tmp = temporary_path(checkpoint_path(nested));
+  std::filesystem::create_directory(tmp);
   const Error e = error_of([&] { save_checkpoint(nested, c); });
   EXPECT_EQ(e.code(), ErrorCode::kIo);
-  EXPECT_NE(std::string(e.what()).find("open of '" + checkpoint_path(nested) + ".tmp' failed"),
+  EXPECT_NE(std::string(e.what()).find("cannot remove the stale temporary file '" + tmp + "'"),
             std::string::npos)
       << e.what();
   EXPECT_EQ(load_checkpoint(nested).step, 3);
-  std::filesystem::remove(temporary_path(checkpoint_path(nested)));
+  std::filesystem::remove(tmp);
+  // A link left at the temporary path is replaced, never written through: the file it names
+  // keeps its bytes, and the checkpoint is a file of its own.
+  const std::string victim = dir + "/victim";
+  write_file_atomically(victim, std::vector<std::byte>(4, std::byte{9}));
+  std::filesystem::create_symlink(victim, tmp);
   save_checkpoint(nested, c);
   EXPECT_EQ(load_checkpoint(nested).step, 2);
+  EXPECT_EQ(std::filesystem::file_size(victim), 4u);
+  EXPECT_FALSE(std::filesystem::is_symlink(checkpoint_path(nested)));
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(tmp)));
+  std::filesystem::remove_all(dir);
+}
+
+// A directory one run saves into is locked for that run: a second run (here a second lock in
+// the same process, which flock refuses alike) is refused before it trains, until the first
+// ends.
+TEST(CheckpointFiles, TwoRunsNeverSaveIntoOneDirectory) {
+  const std::string dir = temp_dir("locked");
+  std::optional<CheckpointDirLock> first = prepare_checkpoint_dir(dir, false);
+  const Error e = error_of([&] { (void)prepare_checkpoint_dir(dir, true); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(std::string(e.what()),
+            "--save '" + dir +
+                "' is in use by another running cpattn train: two runs saving into one "
+                "directory would replace each other's checkpoints");
+  first.reset();
+  const CheckpointDirLock second = prepare_checkpoint_dir(dir, true);
   std::filesystem::remove_all(dir);
 }
 
@@ -191,14 +220,14 @@ TEST(CheckpointFiles, SaveIsAtomicAndLoadsBack) {
 // it resumes from that very file), and the checkpoint is left as it was.
 TEST(CheckpointFiles, AnotherRunsCheckpointIsNotReplaced) {
   const std::string dir = temp_dir("taken");
-  prepare_checkpoint_dir(dir, false);
+  (void)prepare_checkpoint_dir(dir, false);  // the lock ends with this statement
   save_checkpoint(dir, sample_checkpoint());
-  const Error e = error_of([&] { prepare_checkpoint_dir(dir, false); });
+  const Error e = error_of([&] { (void)prepare_checkpoint_dir(dir, false); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.what(), ::testing::HasSubstr("holds a checkpoint already"));
   EXPECT_THAT(e.what(), ::testing::HasSubstr("pass --overwrite"));
   EXPECT_EQ(load_checkpoint(dir).step, 3);
-  prepare_checkpoint_dir(dir, true);
+  (void)prepare_checkpoint_dir(dir, true);
   EXPECT_TRUE(same_checkpoint(dir, dir + "/."));
   EXPECT_FALSE(same_checkpoint(dir, ""));
   EXPECT_FALSE(same_checkpoint(dir, dir + "/missing"));
@@ -210,7 +239,7 @@ TEST(CheckpointFiles, ADirectoryThatCannotHoldCheckpointsIsRefusedBeforeTraining
   std::filesystem::create_directories(dir);
   const std::string file = dir + "/plain";
   write_file_atomically(file, std::vector<std::byte>(3));
-  Error e = error_of([&] { prepare_checkpoint_dir(file, false); });
+  Error e = error_of([&] { (void)prepare_checkpoint_dir(file, false); });
   EXPECT_EQ(e.code(), ErrorCode::kIo);
   EXPECT_NE(std::string(e.what()).find("--save '" + file + "'"), std::string::npos) << e.what();
   e = error_of([&] { load_checkpoint(dir + "/missing"); });
@@ -239,17 +268,25 @@ TEST(Files, OutputsNeverOverwriteInputs) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(Files, AtomicWriteReportsAFullDiskAndKeepsThePreviousFile) {
-  // The temporary file is a link to /dev/full: open succeeds, every write fails with ENOSPC.
+TEST(Files, AtomicWriteReportsAFailedWriteAndKeepsThePreviousFile) {
+  // A file size limit (RLIMIT_FSIZE, SIGXFSZ ignored) fails the write part-way with EFBIG, as a
+  // full disk fails it with ENOSPC (the fault matrix's full_disk case fills a tmpfs).
   const std::string dir = temp_dir("full");
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/checkpoint.bin";
   write_file_atomically(path, std::vector<std::byte>(3, std::byte{7}));
-  std::filesystem::create_symlink("/dev/full", temporary_path(path));
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+  rlimit small = before;
+  small.rlim_cur = 16;
+  const auto handler = std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
   const Error e = error_of([&] { write_file_atomically(path, std::vector<std::byte>(64)); });
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before), 0);
+  std::signal(SIGXFSZ, handler);
   EXPECT_EQ(e.code(), ErrorCode::kIo);
   EXPECT_EQ(std::string(e.what()),
-            "writing '" + path + "': write of '" + path + ".tmp' failed: No space left on device");
+            "writing '" + path + "': write of '" + path + ".tmp' failed: File too large");
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(temporary_path(path))));
   EXPECT_EQ(std::filesystem::file_size(path), 3u);
   std::filesystem::remove_all(dir);

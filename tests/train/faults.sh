@@ -424,9 +424,20 @@ EOF
     expect_within 5
     [ "$(cksum < ck/checkpoint.bin)" = "$before" ] || fail "the checkpoint was replaced"
     refused_elapsed=$elapsed
+    # No other output may name the checkpoint a run resumes from.
+    # shellcheck disable=SC2086
+    run out2.txt "$cpattn" train --cp 2 $tiny --steps 5 --resume ck --metrics ck/checkpoint.bin
+    expect_status 11
+    expect_output out2.txt "^cpattn: error \(invalid_argument\): --metrics 'ck/checkpoint.bin' is the --resume checkpoint file: refusing to overwrite an input$"
+    [ "$(cksum < ck/checkpoint.bin)" = "$before" ] || fail "--metrics replaced the resumed checkpoint"
+    # A link left at the temporary path is replaced by the save, not written through.
+    echo keep > victim.txt
+    ln -s ../victim.txt ck/checkpoint.bin.tmp
     # shellcheck disable=SC2086
     "$cpattn" train --cp 2 $tiny --steps 3 --resume ck --save ck > /dev/null 2>&1 ||
       fail "the resumed run could not save onto its own checkpoint"
+    [ "$(cat victim.txt)" = keep ] || fail "the save wrote through a link at its temporary path"
+    [ ! -L ck/checkpoint.bin ] || fail "the checkpoint became a link"
     # shellcheck disable=SC2086
     "$cpattn" train --cp 2 $tiny --steps 2 --lr 0.01 --save ck --overwrite > /dev/null 2>&1 ||
       fail "--overwrite did not replace the checkpoint"
