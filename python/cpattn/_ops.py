@@ -2,7 +2,7 @@
 cpattn.attention, cpattn.ring_attention, cpattn.varlen_attention and
 cpattn.varlen_ring_attention.
 
-Four custom ops, each traced by torch.compile as one opaque node:
+Five custom ops, each traced by torch.compile as one opaque node:
   cpattn::draw_rng_state(Tensor q, Tensor[] others, float dropout_p) -> Tensor
                                                                 int64 [2]: a call's (seed, offset)
   cpattn::take_call_number(Tensor q, str group_name) -> Tensor  int64 [1]: the group's next number
@@ -11,12 +11,14 @@ Four custom ops, each traced by torch.compile as one opaque node:
   cpattn::attention_backward(dout, q, k, v, out, lse, rng, fingerprint, state_fingerprint,
                              call_number, <docs>, sink, alibi_slopes, slices, <call>)
                              -> (dq, dk, dv, dsink)
+  cpattn::refuse_call(q, v, group_name, timeout, code, message, call_site) -> (out, lse)
+                             a grouped call refused while dynamo traced it, refused when it runs
 where <docs> is (doc_ids, cu_seqlens_q, cu_seqlens_k), the optional int64 tensors that say
 where packed documents sit (document ids, or flash-attn's cumulative lengths of a varlen call),
 <call> the call's non-tensor arguments (_CALL_ARGS), and sink, alibi_slopes (float32 [Hq]) and
 slices (int64 [n, 5]) are optional tensors (the sink logits are differentiable). The first two
-are the only ops
-with side effects (torch's generator; the group's call counter). Both are tagged
+are the only ops with side effects on a call that runs (torch's generator; the group's call
+counter; refuse_call only raises, after its part of the group's exchanges). Both are tagged
 nondeterministic_seeded, so torch.compile neither merges nor drops them, and a compiled forward
 recomputed under activation checkpointing replays them with the saved generator state
 (run_and_save_rng_state, which takes the device of their tensor argument q): the same RngState,
@@ -262,28 +264,73 @@ def _call_of(call_number, q, k, doc_ids, cu_seqlens_q, cu_seqlens_k, sink, alibi
         _refuse(group, timeout, reason, call_site, int(call_number[0]), backward)
 
 
-def refuse_grouped_call(group, timeout, reason, call_site):
+def refuse_grouped_call(group, timeout, reason, call_site, like=None, return_lse=False):
     """Raises `reason` for a forward call over `group` that this rank refuses before the op
     (the package's own argument checks), after joining what the other ranks' op does first:
     the token count, as a rank that refuses (count_tokens), and the call agreement as a rank
-    that refuses, so the others raise at once, quoting it."""
+    that refuses, so the others raise at once, quoting it. While torch.compile traces the call
+    (dynamo runs these checks then), with `like` = the call's (q, v) it returns instead the
+    outputs of a refuse_call op, which makes this refusal when the compiled code runs: out, or
+    (out, lse) with return_lse, for the caller to return."""
+    if like is not None and torch.compiler.is_compiling():
+        try:
+            seconds = float(timeout)
+        except Exception:  # not a number: refuse_call refuses under the default deadline
+            seconds = math.nan
+        q, v = (t if isinstance(t, torch.Tensor) else torch.empty(0) for t in like)
+        out, lse = refuse_call(q, v, group_name_of(group), seconds, *_refusal(reason),
+                               call_site)
+        return (out, lse) if return_lse else out
     count_tokens(None, None, group, timeout)
     _refuse(group, timeout, reason, call_site, _next_number(group_name_of(group)))
 
 
-@over_the_group
-def _refuse(group, timeout, reason, call_site, call_number, backward=False):
-    """Takes part in the group's call agreement as a rank that refuses the call for `reason` (a
-    cpattn.Error, or the TypeError / ValueError of an argument that is not even of its type),
-    then raises cpattn.Error with reason's code (invalid_argument for other exceptions) and
-    message: the other ranks raise rank_disagreement quoting it at once instead of waiting.
-    Under the deadline `timeout`, or the default when the timeout is itself what is refused."""
+def _refusal(reason):
+    """(code, message) a refusal for `reason` carries: reason's code (invalid_argument for
+    other exceptions) and its text (with its type's name for other than a cpattn.Error, or the
+    TypeError / ValueError of an argument that is not even of its type)."""
     code = getattr(reason, "code", "invalid_argument")
     message = str(reason) if isinstance(reason, (Error, TypeError, ValueError)) else \
         f"{type(reason).__name__}: {reason}"
+    return code, message
+
+
+@over_the_group
+def _refuse(group, timeout, reason, call_site, call_number, backward=False):
+    """Takes part in the group's call agreement as a rank that refuses the call for `reason`,
+    then raises cpattn.Error with _refusal(reason)'s code and message: the other ranks raise
+    rank_disagreement quoting it at once instead of waiting. Under the deadline `timeout`, or
+    the default when the timeout is itself what is refused."""
+    code, message = _refusal(reason)
     message = message.replace("\0", "\\0")  # C++ reads it as a C string: a NUL would cut it
     _cpattn.refuse(group, _deadline(timeout)[0], call_number, code, message, call_site,
                    backward)
+
+
+@torch.library.custom_op("cpattn::refuse_call", mutates_args=(), device_types="cpu",
+                         tags=(torch.Tag.nondeterministic_seeded,))
+def refuse_call(q: torch.Tensor, v: torch.Tensor, group_name: str, timeout: float, code: str,
+                message: str, call_site: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A call over the group named `group_name` that this rank refused while torch.compile
+    traced it (the package's own argument checks, which dynamo runs at trace time): when the
+    compiled code runs, it takes part in the group's call as a rank that refuses
+    (refuse_grouped_call, as in eager) and raises cpattn.Error(code, message). Its outputs are
+    never returned; q and v (BSHD, or a varlen call's THD) only shape them like the call's out
+    and lse, so that the code after the call traces too. `timeout`: NaN when the one given is
+    not even a number."""
+    refuse_grouped_call(process_group(group_name), timeout, error(code, message), call_site)
+    raise AssertionError("refuse_grouped_call returned")  # it always raises
+
+
+@refuse_call.register_fake
+def _(q, v, group_name, timeout, code, message, call_site):
+    if q.dim() == 4 and v.dim() == 4:  # BSHD
+        b, s, h, _ = q.shape
+        return q.new_empty(b, s, h, v.shape[3]), q.new_empty(b, h, s, dtype=torch.float32)
+    if q.dim() == 3 and v.dim() == 3:  # a varlen call's THD
+        s, h, _ = q.shape
+        return q.new_empty(s, h, v.shape[2]), q.new_empty(h, s, dtype=torch.float32)
+    return q.new_empty(0), q.new_empty(0, dtype=torch.float32)
 
 
 @torch.library.custom_op("cpattn::attention_forward", mutates_args=(), device_types="cpu")
@@ -578,7 +625,7 @@ def _apply(q, k, v, *, group, layout, seq_len, kv_seq_len, dropout_p, softmax_sc
     except Exception as reason:  # whatever a bad argument raises: the rank still takes part
         if group is None:
             raise
-        refuse_grouped_call(group, timeout, reason, call_site)
+        return refuse_grouped_call(group, timeout, reason, call_site, (q, v), return_lse)
     rng = _rng_for(dropout_p, q, k, v, doc_ids, *cu_seqlens, sink, alibi_slopes, slices)
     call_number = take_call_number(q, name)
     out, lse, _ = attention_forward(q, k, v, rng, call_number, doc_ids, cu_seqlens[0],
@@ -686,7 +733,7 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
             raise error("invalid_argument", f"seq_len {seq_len} contradicts doc_ids, which "
                         f"number {doc_ids.numel()} tokens (the whole sequence's documents)")
     except Exception as reason:
-        refuse_grouped_call(group, timeout, reason, site)
+        return refuse_grouped_call(group, timeout, reason, site, (q, v), return_lse)
     if doc_ids is not None:
         total = doc_ids.numel()
     elif seq_len is not None:
@@ -695,7 +742,7 @@ def ring_attention(q, k, v, *, group=None, layout="zigzag", dropout_p=0.0, softm
         total = -1  # the op sums the ranks' local lengths
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         reason = error("shape_mismatch", "q must be a 4-dimensional tensor [B, S_r, Hq, Dqk]")
-        refuse_grouped_call(group, timeout, reason, site)
+        return refuse_grouped_call(group, timeout, reason, site, (q, v), return_lse)
     return _apply(q, k, v, group=group, layout=layout, seq_len=total, kv_seq_len=-1,
                   dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                   window_size=window_size, doc_ids=doc_ids, softcap=softcap,
@@ -790,7 +837,7 @@ def varlen_ring_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
         q4, k4, v4, cu_q, cu_k = _varlen_args(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                               max_seqlen_k)
     except Exception as reason:
-        refuse_grouped_call(group, timeout, reason, site)
+        return refuse_grouped_call(group, timeout, reason, site, (q, v), return_lse)
     out, lse = _apply(q4, k4, v4, group=group, layout=layout, seq_len=-1, kv_seq_len=-1,
                       dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, doc_ids=None, softcap=softcap,

@@ -111,6 +111,55 @@ def test_compiled_block_under_autocast_is_bitwise_eager(recompute):
     assert (x_grad - compiled_x_grad).abs().max() <= 2.0 ** -8 * x_grad.abs().max()
 
 
+def _compiled_refusal(rank, world, bad):
+    """Rank 1 compiles a call with `bad` arguments, rank 0 the same call with good ones: the
+    rank that refuses while dynamo traces still takes part in the call when it runs."""
+    import time
+    import torch.distributed as dist
+    torch._dynamo.reset()
+    q = torch.randn(1, 8, 2, 4)
+    kwargs = {"causal": True, "timeout": 60, "call_site": "s"}
+    arg = q
+    if rank == 1 and bad == "causal":
+        kwargs["causal"] = 1
+    if rank == 1 and bad == "3-D q":
+        arg = q[0]
+
+    def f(x):
+        return cpattn.ring_attention(x, q, q, **kwargs).sum()
+
+    start = time.monotonic()
+    try:
+        torch.compile(f, fullgraph=True)(arg)
+        outcome = (None, "")
+    except cpattn.Error as e:
+        outcome = (e.code, str(e))
+    elapsed = time.monotonic() - start
+    # The group stays in step: a good compiled call runs on both ranks after the refusal.
+    kwargs["causal"] = True
+    good = torch.compile(f, fullgraph=True)(q)
+    dist.all_reduce(good)  # the same sum on both ranks
+    return outcome, elapsed, float(good)
+
+
+@pytest.mark.parametrize("bad,code,needle", [
+    ("causal", "invalid_argument", "causal must be a bool, got 1"),
+    ("3-D q", "shape_mismatch", "q must be a 4-dimensional tensor")])
+def test_a_rank_refusing_while_it_traces_fails_every_rank_at_once(bad, code, needle):
+    """A call that one rank's Python-side checks refuse while torch.compile(fullgraph=True)
+    traces it: that rank's compiled code refuses when it runs (a refuse_call op in its graph),
+    joining the call as a refusing rank, so both ranks raise at once (before: dynamo's
+    Unsupported on that rank, and the other rank waiting out its deadline)."""
+    results = run_processes(2, _compiled_refusal, bad, timeout=600, start="forkserver")
+    (code0, msg0), elapsed0, good0 = results[0]
+    (code1, msg1), elapsed1, good1 = results[1]
+    assert code1 == code and needle in msg1, msg1
+    assert code0 == "rank_disagreement" and needle in msg0, msg0
+    # Compiling takes seconds; the deadline is 60 s.
+    assert elapsed0 < 45 and elapsed1 < 45, (elapsed0, elapsed1)
+    assert good0 == good1
+
+
 def _compiled_ring(rank, world, recompute):
     import torch.distributed as dist
     torch._dynamo.reset()

@@ -174,7 +174,9 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
             raise
         # As ring_attention's own refusals: join the group's call agreement as refusing, so
         # that a rank refusing alone (a padding mask in its shard only) fails every rank now.
-        refuse_grouped_call(cp.group, cp.timeout, reason, site)
+        like = tuple(t.transpose(1, 2) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
+                     for t in (query, value))  # BSHD views, which shape a compiled refusal
+        return refuse_grouped_call(cp.group, cp.timeout, reason, site, like), None
     if grouped:
         out = ring_attention(q, k, v, group=cp.group, layout=cp.layout, strategy=cp.strategy,
                              dropout_p=dropout, softmax_scale=scaling, causal=causal,
