@@ -18,8 +18,8 @@ where packed documents sit (document ids, or flash-attn's cumulative lengths of 
 <call> the call's non-tensor arguments (_CALL_ARGS), and sink, alibi_slopes (float32 [Hq]) and
 slices (int64 [n, 5]) are optional tensors (the sink logits are differentiable). The first two
 are the only ops with side effects on a call that runs (torch's generator; the group's call
-counter; refuse_call only raises, after its part of the group's exchanges). Both are tagged
-nondeterministic_seeded, so torch.compile neither merges nor drops them, and a compiled forward
+counter; refuse_call only raises, after its part of the group's exchanges). The three are
+tagged nondeterministic_seeded, so torch.compile neither merges nor drops them, and a compiled forward
 recomputed under activation checkpointing replays them with the saved generator state
 (run_and_save_rng_state, which takes the device of their tensor argument q): the same RngState,
 so the eager bits; a replayed take_call_number takes the next number, as an eager recompute
@@ -269,15 +269,16 @@ def refuse_grouped_call(group, timeout, reason, call_site, like=None, return_lse
     (the package's own argument checks), after joining what the other ranks' op does first:
     the token count, as a rank that refuses (count_tokens), and the call agreement as a rank
     that refuses, so the others raise at once, quoting it. While torch.compile traces the call
-    (dynamo runs these checks then), with `like` = the call's (q, v) it returns instead the
-    outputs of a refuse_call op, which makes this refusal when the compiled code runs: out, or
-    (out, lse) with return_lse, for the caller to return."""
+    (dynamo runs these checks then), with `like` = the call's (q, v) (out's shape is q's with
+    v's last dimension) it returns instead the outputs of a refuse_call op, which makes this
+    refusal when the compiled code runs: out, or (out, lse) with return_lse, for the caller to
+    return."""
     if like is not None and torch.compiler.is_compiling():
         try:
             seconds = float(timeout)
         except Exception:  # not a number: refuse_call refuses under the default deadline
             seconds = math.nan
-        q, v = (t if isinstance(t, torch.Tensor) else torch.empty(0) for t in like)
+        q, v = (t.detach() if isinstance(t, torch.Tensor) else torch.empty(0) for t in like)
         out, lse = refuse_call(q, v, group_name_of(group), seconds, *_refusal(reason),
                                call_site)
         return (out, lse) if return_lse else out
@@ -307,7 +308,7 @@ def _refuse(group, timeout, reason, call_site, call_number, backward=False):
                    backward)
 
 
-@torch.library.custom_op("cpattn::refuse_call", mutates_args=(), device_types="cpu",
+@torch.library.custom_op("cpattn::refuse_call", mutates_args=(),
                          tags=(torch.Tag.nondeterministic_seeded,))
 def refuse_call(q: torch.Tensor, v: torch.Tensor, group_name: str, timeout: float, code: str,
                 message: str, call_site: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -315,22 +316,25 @@ def refuse_call(q: torch.Tensor, v: torch.Tensor, group_name: str, timeout: floa
     traced it (the package's own argument checks, which dynamo runs at trace time): when the
     compiled code runs, it takes part in the group's call as a rank that refuses
     (refuse_grouped_call, as in eager) and raises cpattn.Error(code, message). Its outputs are
-    never returned; q and v (BSHD, or a varlen call's THD) only shape them like the call's out
-    and lse, so that the code after the call traces too. `timeout`: NaN when the one given is
-    not even a number."""
+    never returned; q and v only shape them (out: q's shape with v's last dimension, as every
+    layout the callers pass, BSHD, THD or SDPA's BHSD, has it; lse: [B, H, S] or [H, S]), so
+    that the code after the call traces too; they are detached (nothing differentiates through
+    the op), and any device's (the op only raises). `timeout`: NaN when the one given is not
+    even a number."""
     refuse_grouped_call(process_group(group_name), timeout, error(code, message), call_site)
     raise AssertionError("refuse_grouped_call returned")  # it always raises
 
 
 @refuse_call.register_fake
 def _(q, v, group_name, timeout, code, message, call_site):
-    if q.dim() == 4 and v.dim() == 4:  # BSHD
-        b, s, h, _ = q.shape
-        return q.new_empty(b, s, h, v.shape[3]), q.new_empty(b, h, s, dtype=torch.float32)
-    if q.dim() == 3 and v.dim() == 3:  # a varlen call's THD
-        s, h, _ = q.shape
-        return q.new_empty(s, h, v.shape[2]), q.new_empty(h, s, dtype=torch.float32)
-    return q.new_empty(0), q.new_empty(0, dtype=torch.float32)
+    if q.dim() == 0 or v.dim() == 0:
+        return q.new_empty(0), q.new_empty(0, dtype=torch.float32)
+    out = q.new_empty(*q.shape[:-1], v.shape[-1])
+    if q.dim() == 4:  # [B, S, H, D]: lse [B, H, S]
+        return out, q.new_empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32)
+    if q.dim() == 3:  # [S, H, D]: lse [H, S]
+        return out, q.new_empty(q.shape[1], q.shape[0], dtype=torch.float32)
+    return out, q.new_empty(0, dtype=torch.float32)
 
 
 @torch.library.custom_op("cpattn::attention_forward", mutates_args=(), device_types="cpu")

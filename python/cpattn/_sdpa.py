@@ -234,10 +234,8 @@ class _SdpaMode(TorchFunctionMode):
         try:
             q, k, v = _bshd(query, key, value, attn_mask, is_causal, enable_gqa)
         except Exception as reason:
-            like = tuple(t.transpose(1, 2) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
-                         for t in (query, value))  # BSHD views, which shape a compiled refusal
-            return refuse_grouped_call(self.group, self.timeout, reason, site,
-                                       like).transpose(1, 2)
+            # (query, value) shape a compiled refusal like SDPA's output
+            return refuse_grouped_call(self.group, self.timeout, reason, site, (query, value))
         out = ring_attention(q, k, v, group=self.group, layout=self.layout, dropout_p=dropout_p,
                              softmax_scale=scale, causal=is_causal, seq_len=self.seq_len,
                              timeout=self.timeout, strategy=self.strategy,

@@ -117,7 +117,7 @@ def _compiled_refusal(rank, world, bad):
     import time
     import torch.distributed as dist
     torch._dynamo.reset()
-    q = torch.randn(1, 8, 2, 4)
+    q = torch.randn(1, 8, 2, 4, requires_grad=True)  # training: AOTAutograd traces a backward
     kwargs = {"causal": True, "timeout": 60, "call_site": "s"}
     arg = q
     if rank == 1 and bad == "causal":
@@ -137,7 +137,7 @@ def _compiled_refusal(rank, world, bad):
     elapsed = time.monotonic() - start
     # The group stays in step: a good compiled call runs on both ranks after the refusal.
     kwargs["causal"] = True
-    good = torch.compile(f, fullgraph=True)(q)
+    good = torch.compile(f, fullgraph=True)(q).detach()
     dist.all_reduce(good)  # the same sum on both ranks
     return outcome, elapsed, float(good)
 

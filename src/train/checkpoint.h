@@ -45,6 +45,9 @@ struct Checkpoint {
 inline constexpr uint32_t kCheckpointVersion = 1;
 /// The checkpoint's file name inside --save / --resume DIR.
 inline constexpr const char* kCheckpointFileName = "checkpoint.bin";
+/// The (empty) file in a --save directory whose flock marks the directory in use by a run
+/// (CheckpointDirLock).
+inline constexpr const char* kCheckpointLockName = "checkpoint.lock";
 /// Largest checkpoint file read (64 GiB).
 inline constexpr int64_t kMaxCheckpointBytes = int64_t{1} << 36;
 
@@ -73,8 +76,9 @@ void check_resumable(const Checkpoint& checkpoint, const std::vector<ConfigField
 /// DIR/checkpoint.bin.
 std::string checkpoint_path(const std::string& dir);
 
-/// An exclusive advisory lock (flock) on a --save directory, held while the object lives and
-/// released by the kernel when the process ends, however it ends.
+/// An exclusive advisory lock (flock) on a --save directory's kCheckpointLockName file, held
+/// while the object lives and released by the kernel when the process ends, however it ends.
+/// On a file system without locks it holds the file open and locks nothing.
 class CheckpointDirLock {
  public:
   CheckpointDirLock(CheckpointDirLock&& other) noexcept;

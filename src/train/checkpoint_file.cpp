@@ -43,17 +43,19 @@ CheckpointDirLock prepare_checkpoint_dir(const std::string& dir, bool may_replac
                "': cannot create the directory: ", ec.message());
   CPATTN_CHECK(std::filesystem::is_directory(dir, ec), ErrorCode::kIo, "--save '", dir,
                "' is not a directory");
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  CPATTN_CHECK(fd >= 0, ErrorCode::kIo, "--save '", dir,
-               "': cannot open the directory: ", std::strerror(errno));
+  // The lock is on a file of its own, opened for writing: NFS emulates flock with POSIX locks,
+  // whose exclusive kind needs a descriptor open for writing, which a directory's cannot be.
+  const std::string lock_path = (std::filesystem::path(dir) / kCheckpointLockName).string();
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  CPATTN_CHECK(fd >= 0, ErrorCode::kIo, "--save '", dir, "': cannot open its lock file '",
+               lock_path, "': ", std::strerror(errno));
   CheckpointDirLock lock(fd);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     CPATTN_CHECK(errno != EWOULDBLOCK, ErrorCode::kInvalidArgument, "--save '", dir,
                  "' is in use by another running cpattn train: two runs saving into one "
                  "directory would replace each other's checkpoints");
-    throw Error(
-        ErrorCode::kIo,
-        detail::str_cat("--save '", dir, "': cannot lock the directory: ", std::strerror(errno)));
+    // Any other error is a file system without locks (ENOLCK, EOPNOTSUPP...): the run saves
+    // unlocked, as runs did before there was a lock.
   }
   CPATTN_CHECK(may_replace || !std::filesystem::exists(
                                   std::filesystem::symlink_status(checkpoint_path(dir), ec)),

@@ -174,9 +174,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
             raise
         # As ring_attention's own refusals: join the group's call agreement as refusing, so
         # that a rank refusing alone (a padding mask in its shard only) fails every rank now.
-        like = tuple(t.transpose(1, 2) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
-                     for t in (query, value))  # BSHD views, which shape a compiled refusal
-        return refuse_grouped_call(cp.group, cp.timeout, reason, site, like), None
+        return refuse_grouped_call(cp.group, cp.timeout, reason, site,
+                                   _bshd_views(query, value)), None
     if grouped:
         out = ring_attention(q, k, v, group=cp.group, layout=cp.layout, strategy=cp.strategy,
                              dropout_p=dropout, softmax_scale=scaling, causal=causal,
@@ -252,6 +251,13 @@ _SDPA_UNDER_CP = (
     "decides its masks from this rank's shard (a sliding window, the causal mask of a one-token "
     "shard, a document boundary between shards would be lost silently); load the model with "
     "attn_implementation=\"cpattn\" after cpattn.integrations.transformers.register()")
+def _bshd_views(query, value):
+    """transformers' BHSD query and value as BSHD views (what this integration returns out in),
+    which shape a refusal compiled into the graph (refuse_grouped_call's `like`)."""
+    return tuple(t.transpose(1, 2) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
+                 for t in (query, value))
+
+
 _sdpa_lock = threading.Lock()
 _sdpa_original = []  # transformers' "sdpa" attention function, once guard_sdpa replaced it
 
@@ -262,8 +268,12 @@ def _sdpa_guarded(module, *args, **kwargs):
     cp = active_context()
     if cp is None or cp.group is None:
         return _sdpa_original[0](module, *args, **kwargs)
-    refuse_grouped_call(cp.group, cp.timeout, error("invalid_argument", _SDPA_UNDER_CP),
-                        f"layer {getattr(module, 'layer_idx', '?')}")
+    query = args[0] if len(args) > 0 else kwargs.get("query")
+    value = args[2] if len(args) > 2 else kwargs.get("value")
+    out = refuse_grouped_call(cp.group, cp.timeout, error("invalid_argument", _SDPA_UNDER_CP),
+                              f"layer {getattr(module, 'layer_idx', '?')}",
+                              _bshd_views(query, value))
+    return out, None
 
 
 def guard_sdpa():
