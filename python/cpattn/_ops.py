@@ -19,8 +19,9 @@ where packed documents sit (document ids, or flash-attn's cumulative lengths of 
 slices (int64 [n, 5]) are optional tensors (the sink logits are differentiable). The first two
 are the only ops with side effects on a call that runs (torch's generator; the group's call
 counter; refuse_call only raises, after its part of the group's exchanges). The three are
-tagged nondeterministic_seeded, so torch.compile neither merges nor drops them, and a compiled forward
-recomputed under activation checkpointing replays them with the saved generator state
+tagged nondeterministic_seeded, so torch.compile neither merges nor drops them, and a compiled
+forward recomputed under activation checkpointing replays the first two with the saved
+generator state
 (run_and_save_rng_state, which takes the device of their tensor argument q): the same RngState,
 so the eager bits; a replayed take_call_number takes the next number, as an eager recompute
 does, alike on every rank. attention_forward and attention_backward are pure functions of their
