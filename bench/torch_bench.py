@@ -21,12 +21,12 @@ Sections (default: all, in this order):
               and each one's peak memory. S = 16384 runs --reps-large repetitions (default 1:
               then the time is the fresh subprocess's single call, torch and cpattn in turn).
               --rows REGEX runs only the rows whose "pass dtype S Hkv mask" it finds.
-  dropout     dropout_p 0.1, fp32, fwd+bwd, S 4096, 2 threads: torch's SDPA falls back to its
-              math path (its fused kernels take no dropout): time ratio (target >= 5), peak
-              memory ratio (target <= 1/10); then the smallest S of 4096, 8192, 16384, 32768 at
-              which torch runs out of memory under RLIMIT_AS = --mem-limit-gib and cpattn does
-              not (a training-mode forward only, for both: cpattn's fwd+bwd at 32768 takes
-              minutes on 2 cores).
+  dropout     dropout_p 0.1, fp32 and bf16, fwd+bwd, S 4096, 2 threads: torch's SDPA falls back
+              to its math path (its fused kernels take no dropout): time ratio (target >= 5),
+              peak memory ratio (target <= 1/10); then the smallest S of 4096, 8192, 16384,
+              32768 at which torch runs out of memory under RLIMIT_AS = --mem-limit-gib and
+              cpattn does not (fp32, a training-mode forward only, for both: cpattn's fwd+bwd
+              at 32768 takes minutes on 2 cores).
   cp          torch.distributed.tensor.experimental.context_parallel vs cpattn.context_parallel
               on CPU/gloo, P = 2 and 4 processes x 1 thread: a 2-block causal model (E 512,
               Hq 8, D 64, S 2048) whose SDPA calls run context-parallel; time of a training
@@ -315,28 +315,29 @@ def section_dropout(args):
     torch.set_num_threads(THREADS)
     S = 1024 if args.quick else 4096
     p = 0.1
-    print(f"\n## dropout: dropout_p={p}, fp32, fwd+bwd, S={S}, Hq=Hkv={HQ}, D=128, {THREADS} "
+    print(f"\n## dropout: dropout_p={p}, fwd+bwd, S={S}, Hq=Hkv={HQ}, D=128, {THREADS} "
           f"threads: torch's SDPA (its math path: the fused kernels take no dropout) vs "
           f"cpattn.sdpa, medians of {args.reps} interleaved rounds. Peak: VmHWM of a fresh "
           f"process (+ what the call added); memory ratio = cpattn's added / torch's added. "
           f"Targets: time >= 5, memory <= 0.1")
-    print("| mask | torch s | cpattn s | torch / cpattn | torch peak MiB | cpattn peak MiB | "
-          "cpattn / torch memory (+call) | time >= 5 | memory <= 0.1 |\n"
-          "|---|---|---|---|---|---|---|---|---|")
-    case = dict(S=S, hkv=HQ, dtype="fp32")
-    t = make_bhsd(**case)
-    for causal in (False, True):
-        mem = {impl: run_child(impl, case, causal, p, True) for impl in ("torch", "cpattn")}
-        a, b = interleaved([lambda: run_call("torch", t, causal, p, True),
-                            lambda: run_call("cpattn", t, causal, p, True)], args.reps)
-        ratio = paired_ratio(a, b)
-        added = [mem[i]["hwm_mib"] - mem[i]["base_mib"] for i in ("torch", "cpattn")]
-        mratio = added[1] / added[0]
-        print(f"| {'causal' if causal else 'full'} | {statistics.median(a):.3f} | "
-              f"{statistics.median(b):.3f} | {ratio:.2f} | {mib(mem['torch'])} | "
-              f"{mib(mem['cpattn'])} | {mratio:.4f} | {'yes' if ratio >= 5 else 'no'} | "
-              f"{'yes' if mratio <= 0.1 else 'no'} |", flush=True)
-    del t
+    print("| dtype | mask | torch s | cpattn s | torch / cpattn | torch peak MiB | "
+          "cpattn peak MiB | cpattn / torch memory (+call) | time >= 5 | memory <= 0.1 |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
+    for dtype in ("fp32", "bf16"):
+        case = dict(S=S, hkv=HQ, dtype=dtype)
+        t = make_bhsd(**case)
+        for causal in (False, True):
+            mem = {impl: run_child(impl, case, causal, p, True) for impl in ("torch", "cpattn")}
+            a, b = interleaved([lambda: run_call("torch", t, causal, p, True),
+                                lambda: run_call("cpattn", t, causal, p, True)], args.reps)
+            ratio = paired_ratio(a, b)
+            added = [mem[i]["hwm_mib"] - mem[i]["base_mib"] for i in ("torch", "cpattn")]
+            mratio = added[1] / added[0]
+            print(f"| {dtype} | {'causal' if causal else 'full'} | {statistics.median(a):.3f} | "
+                  f"{statistics.median(b):.3f} | {ratio:.2f} | {mib(mem['torch'])} | "
+                  f"{mib(mem['cpattn'])} | {mratio:.4f} | {'yes' if ratio >= 5 else 'no'} | "
+                  f"{'yes' if mratio <= 0.1 else 'no'} |", flush=True)
+        del t
 
     limit = args.mem_limit_gib
     avail = mem_available_gib()
